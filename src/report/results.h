@@ -1,0 +1,73 @@
+// The results directory every analysis writes (SPEC §5): results.json (schema-versioned: command line, model,
+// every option and default actually used, tool version, timings, results, files written), arrays as .npy,
+// tables as .csv and figures (see figure.h). Every file is written atomically.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/files.h"
+#include "core/npy.h"
+
+namespace tdyn {
+
+inline constexpr int kResultsSchemaVersion = 1;
+
+class ResultsDir {
+ public:
+  // Creates `dir` (and parents) if needed. `command` is the subcommand name ("run", "particles", ...).
+  ResultsDir(fs::path dir, std::string command, std::vector<std::string> argv);
+
+  const fs::path& path() const { return dir_; }
+  fs::path file(const std::string& name) const { return dir_ / name; }
+
+  // Every option actually used, defaults included; analyses fill `results()` with their numbers.
+  nlohmann::json& options() { return json_["options"]; }
+  nlohmann::json& results() { return json_["results"]; }
+  nlohmann::json& model() { return json_["model"]; }
+
+  template <typename T>
+  void npy(const std::string& name, const T* data, const Shape& shape, const std::string& what) {
+    write_npy(file(name), data, shape);
+    record_file(name, what);
+  }
+  template <typename T>
+  void npy(const std::string& name, const TensorT<T>& t, const std::string& what) {
+    npy(name, t.ptr(), t.shape, what);
+  }
+  // A CSV table: one header row, then rows of numbers (written with full double precision).
+  void csv(const std::string& name, const std::vector<std::string>& header,
+           const std::vector<std::vector<double>>& rows, const std::string& what);
+  // Records a file written by someone else (figures, per-sample arrays) in results.json's file list.
+  void record_file(const std::string& name, const std::string& what);
+
+  // Wall-clock seconds per named phase, reported under "timings".
+  void add_timing(const std::string& phase, double seconds);
+
+  // Writes results.json (atomically). May be called more than once; the last call wins.
+  void write() const;
+
+ private:
+  fs::path dir_;
+  nlohmann::json json_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Measures a phase and reports it to a ResultsDir when it goes out of scope.
+class PhaseTimer {
+ public:
+  PhaseTimer(ResultsDir& out, std::string phase) : out_(out), phase_(std::move(phase)), start_(std::chrono::steady_clock::now()) {}
+  ~PhaseTimer() {
+    out_.add_timing(phase_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+
+ private:
+  ResultsDir& out_;
+  std::string phase_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace tdyn

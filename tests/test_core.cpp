@@ -1,0 +1,90 @@
+// Core plumbing: .npy round trips and malformed files, atomic writes, results directories, figures.
+#include <nlohmann/json.hpp>
+
+#include "core/npy.h"
+#include "report/figure.h"
+#include "report/results.h"
+#include "test_util.h"
+
+namespace tdyn {
+namespace {
+
+TEST(Npy, RoundTripsEveryWrittenDtype) {
+  fs::path dir = test::scratch_dir("npy");
+  std::vector<float> f = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, 7.0f};
+  write_npy(dir / "f.npy", f.data(), {2, 3});
+  NpyArray a = read_npy(dir / "f.npy");
+  EXPECT_EQ(a.descr, "<f4");
+  EXPECT_EQ(a.shape, (Shape{2, 3}));
+  EXPECT_EQ(a.as_float(), f);
+  std::vector<int64_t> i = {1, -2, 3};
+  write_npy(dir / "i.npy", i.data(), {3});
+  EXPECT_EQ(read_npy(dir / "i.npy").as_int64(), i);
+  std::vector<double> d = {0.1};
+  write_npy(dir / "d.npy", d.data(), {});
+  NpyArray s = read_npy(dir / "d.npy");
+  EXPECT_TRUE(s.shape.empty());
+  EXPECT_EQ(s.as_double(), d);
+}
+
+TEST(Npy, HeaderIsPaddedTo64Bytes) {
+  fs::path dir = test::scratch_dir("npy_pad");
+  std::vector<float> f(5, 1.0f);
+  write_npy(dir / "f.npy", f.data(), {5});
+  EXPECT_EQ((fs::file_size(dir / "f.npy") - 20u) % 64u, 0u);  // numpy aligns the data start to 64 bytes
+}
+
+TEST(Npy, RejectsMalformedFiles) {
+  EXPECT_THROW(parse_npy("not numpy at all", "x"), Error);
+  std::string good("\x93NUMPY\x01\x00", 8);
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }";
+  dict.append(118 - dict.size() - 1, ' ');
+  dict += '\n';
+  std::string hdr = good + std::string(1, char(dict.size())) + std::string(1, '\0') + dict;
+  EXPECT_NO_THROW(parse_npy(hdr + std::string(16, '\0'), "ok"));
+  EXPECT_THROW(parse_npy(hdr + std::string(15, '\0'), "short"), Error);  // truncated data
+  std::string huge_len = good + "\xff\xff" + dict;
+  EXPECT_THROW(parse_npy(huge_len, "len"), Error);  // header length past EOF
+  std::string be = hdr;
+  be.replace(be.find("<f4"), 3, ">f4");
+  EXPECT_THROW(parse_npy(be + std::string(16, '\0'), "be"), Error);
+  EXPECT_THROW(parse_npy(hdr + std::string(16, '\0'), "ok").as_int64(), Error);  // float read as ints
+}
+
+TEST(Results, WritesSchemaVersionedJsonAndTables) {
+  fs::path dir = test::scratch_dir("results") / "nested" / "out";
+  ResultsDir out(dir, "unit", {"tdyn", "unit", "--x", "1"});
+  out.options()["x"] = 1;
+  out.results()["answer"] = 42;
+  out.csv("t.csv", {"a", "b"}, {{1, 2}, {3, 0.1}}, "a table");
+  { PhaseTimer t(out, "phase"); }
+  out.write();
+  auto j = nlohmann::json::parse(read_file(dir / "results.json"));
+  EXPECT_EQ(j["schema_version"], kResultsSchemaVersion);
+  EXPECT_EQ(j["command"], "unit");
+  EXPECT_EQ(j["options"]["x"], 1);
+  EXPECT_EQ(j["results"]["answer"], 42);
+  EXPECT_TRUE(j["timings"].contains("phase"));
+  EXPECT_TRUE(j["files"].contains("t.csv"));
+  EXPECT_EQ(read_file(dir / "t.csv"), "a,b\n1,2\n3,0.10000000000000001\n");
+  for (auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
+}
+
+TEST(Figure, WritesDataScriptAndRendersWhenGnuplotExists) {
+  fs::path dir = test::scratch_dir("figure");
+  Figure fig{"curve", "A curve", "x", "y", {}, {{"y = x^2", {{0, 1, 2}, {0, 1, 4}}}}};
+  FigureFiles files = write_figure(dir, fig);
+  EXPECT_TRUE(fs::exists(dir / "curve.dat"));
+  EXPECT_TRUE(fs::exists(dir / "curve.gp"));
+  EXPECT_NE(read_file(dir / "curve.dat").find("2 4"), std::string::npos);
+  if (gnuplot_available()) {
+    EXPECT_TRUE(files.rendered) << files.note;
+    EXPECT_NE(read_file(dir / "curve.svg").find("<svg"), std::string::npos);
+  } else {
+    EXPECT_FALSE(files.rendered);
+    EXPECT_NE(files.note.find("gnuplot not found"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tdyn

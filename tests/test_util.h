@@ -1,0 +1,80 @@
+// Shared test helpers: where the shared test data lives, skipping when it is absent, and tolerance checks
+// |a - b| <= atol + rtol*|b| that print the worst element on failure.
+#pragma once
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "core/files.h"
+
+namespace tdyn::test {
+
+// ../shared next to the source tree (override with TDYN_SHARED).
+inline fs::path shared_dir() {
+  if (const char* env = std::getenv("TDYN_SHARED")) return env;
+  return fs::path(TDYN_SOURCE_DIR).parent_path() / "shared";
+}
+
+inline fs::path source_dir() { return TDYN_SOURCE_DIR; }
+inline fs::path cli_path() { return TDYN_CLI_PATH; }
+
+// A per-test scratch directory, emptied first.
+inline fs::path scratch_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("tdyn_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+#define TDYN_REQUIRE_SHARED(rel)                                                                  \
+  do {                                                                                            \
+    if (!fs::exists(::tdyn::test::shared_dir() / (rel)))                                          \
+      GTEST_SKIP() << "shared test data not found: " << (::tdyn::test::shared_dir() / (rel))     \
+                   << " (set TDYN_SHARED to the shared/ directory)";                              \
+  } while (0)
+
+struct Closeness {
+  bool ok = true;
+  size_t worst = 0;
+  double worst_ratio = 0, worst_a = 0, worst_b = 0;
+  std::string describe(const std::string& what) const {
+    return fmt::format("{}: worst element {} : got {:.9g}, expected {:.9g}, |diff| = {:.3g} = {:.3g} x tolerance", what,
+                       worst, worst_a, worst_b, std::abs(worst_a - worst_b), worst_ratio);
+  }
+};
+
+// |a - b| <= atol + rtol*|b| elementwise; reports the element with the largest error/tolerance ratio.
+template <typename A, typename B>
+Closeness compare(const A* a, const B* b, size_t n, double rtol, double atol) {
+  Closeness c;
+  for (size_t i = 0; i < n; ++i) {
+    double x = a[i], y = b[i];
+    double tol = atol + rtol * std::abs(y);
+    double ratio = std::isfinite(x) ? std::abs(x - y) / (tol > 0 ? tol : 1e-300) : INFINITY;
+    if (ratio > c.worst_ratio || i == 0) {
+      c.worst_ratio = ratio;
+      c.worst = i;
+      c.worst_a = x;
+      c.worst_b = y;
+    }
+  }
+  c.ok = c.worst_ratio <= 1.0;
+  return c;
+}
+
+template <typename A, typename B>
+void expect_close(const std::vector<A>& a, const std::vector<B>& b, double rtol, double atol, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what << ": size mismatch";
+  auto c = compare(a.data(), b.data(), a.size(), rtol, atol);
+  EXPECT_TRUE(c.ok) << c.describe(what);
+}
+
+// Runs the tdyn CLI with the given arguments; returns its exit status, stdout in *out, stderr in *err.
+int run_cli(const std::string& args, std::string* out = nullptr, std::string* err = nullptr);
+
+}  // namespace tdyn::test

@@ -1,0 +1,53 @@
+// tdyn: transformers as dynamical systems. Entry point: builds the subcommands, parses, runs, maps errors.
+#include <algorithm>
+#include <iostream>
+
+#include "command.h"
+#include "core/error.h"
+
+namespace tdyn::cli {
+
+std::vector<Command>& command_registry() {
+  static std::vector<Command> registry;
+  return registry;
+}
+
+static std::vector<std::string> g_invocation;
+const std::vector<std::string>& invocation() { return g_invocation; }
+
+}  // namespace tdyn::cli
+
+int main(int argc, char** argv) {
+  using namespace tdyn::cli;
+  g_invocation.assign(argv, argv + argc);
+  CLI::App app{"tdyn " TDYN_VERSION " - transformers as dynamical systems.\n"
+               "Loads a checkpoint (Hugging Face directory, GGUF or llama2.c .bin), runs it with every residual-stream\n"
+               "activation in reach, and measures how tokens move through depth.",
+               "tdyn"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", TDYN_VERSION);
+  auto commands = command_registry();
+  std::sort(commands.begin(), commands.end(), [](const Command& a, const Command& b) { return a.order < b.order; });
+  std::function<int()> selected;
+  for (auto& c : commands) {
+    auto run = c.setup(app);
+    app.get_subcommand(c.name)->final_callback([&selected, run] { selected = run; });
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  try {
+    return selected ? selected() : 0;
+  } catch (const tdyn::Error& e) {
+    std::cerr << "tdyn: error: " << e.what() << "\n";
+    return kExitInputError;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "tdyn: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "tdyn: error: out of memory\n";
+    return kExitInputError;
+  }
+}
