@@ -1,0 +1,33 @@
+// Loading a model from any supported on-disk format into config + tensor store + bound weights.
+// MODEL may be a Hugging Face directory (config.json + model.safetensors or model.safetensors.index.json),
+// a llama2.c legacy .bin, or a .gguf file.
+#pragma once
+
+#include <memory>
+
+#include "io/tensor_store.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace tdyn {
+
+struct LoadOptions {
+  ConfigParseOptions config;
+};
+
+struct Model {
+  fs::path path;
+  ModelConfig config;
+  TensorStore store;
+  ModelWeights weights;
+
+  int64_t parameter_count() const;  // unique parameters (tied matrices counted once)
+};
+
+std::shared_ptr<const Model> load_model(const fs::path& path, const LoadOptions& options = {});
+
+// Builds the config of a llama2.c legacy checkpoint from its header (llama2.c semantics: RMSNorm eps 1e-5,
+// interleaved RoPE with theta 10000, SwiGLU, tied classifier when vocab_size > 0).
+ModelConfig llama2c_config(const TensorStore& store);
+
+}  // namespace tdyn

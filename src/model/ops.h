@@ -1,0 +1,39 @@
+// Math steps of the forward pass, knowing nothing of models: norms, activations, RoPE, attention.
+// All operate on row-major float32 [rows, cols] buffers; reductions accumulate in float64.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace tdyn {
+
+// out[r] = norm(x[r]) for each of `rows` rows of width d. out may alias x.
+void rms_norm(const float* x, int64_t rows, int64_t d, const Norm& w, double eps, float* out);
+void layer_norm(const float* x, int64_t rows, int64_t d, const Norm& w, double eps, float* out);
+void apply_norm(NormKind kind, const float* x, int64_t rows, int64_t d, const Norm& w, double eps, float* out);
+
+float activate(Activation a, float x);
+void activate_inplace(Activation a, float* x, int64_t n);
+
+// Rotates each head of x [rows, n_heads*d_head] in place; row r is at position start_pos + r.
+void apply_rope(RopeStyle style, const std::vector<double>& inv_freq, float* x, int64_t rows, int64_t n_heads,
+                int64_t d_head, int64_t start_pos);
+
+struct AttentionShape {
+  int64_t n_queries;     // rows of q (positions start_pos .. start_pos + n_queries - 1)
+  int64_t n_keys;        // rows of k/v (positions 0 .. n_keys - 1 when cached, else equal to the queries)
+  int64_t start_pos;     // absolute position of the first query; keys are at absolute positions 0..n_keys-1
+  int64_t n_heads, n_kv_heads, d_head;
+  double scale;
+  bool causal;
+};
+
+// z [n_queries, n_heads*d_head] = softmax(scale * q k^T + mask) v per head (query head h reads kv head
+// h / (n_heads / n_kv_heads)). q: [n_queries, n_heads*d_head]; k, v: [n_keys, n_kv_heads*d_head].
+// pattern (optional) receives probabilities [n_heads, n_queries, n_keys], masked entries exactly 0.
+void attention(const AttentionShape& s, const float* q, const float* k, const float* v, float* z, float* pattern);
+
+}  // namespace tdyn
