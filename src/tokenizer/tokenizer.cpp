@@ -1,0 +1,128 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/chars.h"
+#include "tokenizer/hf_json.h"
+#include "tokenizer/llama2c_tokenizer.h"
+#include "tokenizer/wordpiece.h"
+
+namespace tdyn {
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string text;
+  int32_t prev = -1;
+  for (int32_t id : ids) {
+    text += decode_step(prev, id);
+    prev = id;
+  }
+  return text;
+}
+
+namespace {
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+std::unique_ptr<Tokenizer> load_gpt2_pair(const fs::path& vocab, const fs::path& merges) {
+  if (!is_file(vocab) || !is_file(merges))
+    fail("GPT-2 BPE tokenizer needs both '{}' and '{}'", vocab.string(), merges.string());
+  return load_gpt2_bpe(vocab, merges);
+}
+
+// A vocab.json with no merges.txt beside it: a character vocabulary, or an incomplete BPE tokenizer.
+std::unique_ptr<Tokenizer> load_char_vocab(const fs::path& file) {
+  Json vocab = read_json_file(file);
+  if (!is_char_vocab(vocab))
+    fail("'{}' is not a character vocabulary (its keys are not all single characters) and there is no merges.txt "
+         "beside it for a BPE tokenizer",
+         file.string());
+  return std::make_unique<CharTokenizer>(vocab, file.string());
+}
+
+// The tokenizer of a Hugging Face style directory, in order of preference; nullptr when there is none.
+std::unique_ptr<Tokenizer> load_from_directory(const fs::path& dir) {
+  if (is_file(dir / "tokenizer.json")) return load_tokenizer_json(dir / "tokenizer.json");
+  if (is_file(dir / "vocab.json") && is_file(dir / "merges.txt")) return load_gpt2_bpe(dir / "vocab.json", dir / "merges.txt");
+  if (is_file(dir / "encoder.json") && is_file(dir / "vocab.bpe")) return load_gpt2_bpe(dir / "encoder.json", dir / "vocab.bpe");
+  if (is_file(dir / "vocab.txt")) return load_bert_vocab_txt(dir / "vocab.txt");
+  if (is_file(dir / "vocab.json")) return load_char_vocab(dir / "vocab.json");
+  return nullptr;
+}
+
+const char* const kDirectoryCandidates =
+    "tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe, vocab.txt, vocab.json (characters)";
+
+std::unique_ptr<Tokenizer> load_beside_llama2c_model(const fs::path& model_file) {
+  fs::path dir = model_file.parent_path().empty() ? fs::path(".") : model_file.parent_path();
+  if (is_file(dir / "tokenizer.bin")) return Llama2cTokenizer::load(dir / "tokenizer.bin");
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && name.starts_with("tok") && name.ends_with(".bin") &&
+        !fs::equivalent(entry.path(), model_file, ec))
+      candidates.push_back(entry.path());
+  }
+  std::sort(candidates.begin(), candidates.end());
+  if (candidates.size() == 1) return Llama2cTokenizer::load(candidates[0]);
+  if (candidates.empty())
+    fail("no tokenizer for llama2.c model '{}': looked for tokenizer.bin and tok*.bin in '{}'; pass --tokenizer",
+         model_file.string(), dir.string());
+  std::string names;
+  for (const auto& c : candidates) names += (names.empty() ? "" : ", ") + c.filename().string();
+  fail("several tokenizers beside llama2.c model '{}' ({}); choose one with --tokenizer", model_file.string(), names);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& file) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) return load_tokenizer_for_model(file);
+  if (!is_file(file)) fail("tokenizer file '{}' does not exist", file.string());
+  const std::string name = file.filename().string();
+  const std::string ext = file.extension().string();
+  const fs::path dir = file.parent_path();
+
+  if (ext == ".bin") return Llama2cTokenizer::load(file);
+  if (name == "tokenizer.json") return load_tokenizer_json(file);
+  if (name == "merges.txt") return load_gpt2_pair(dir / "vocab.json", file);
+  if (name == "vocab.bpe") return load_gpt2_pair(dir / "encoder.json", file);
+  if (name == "encoder.json") return load_gpt2_pair(file, dir / "vocab.bpe");
+  if (ext == ".txt") return load_bert_vocab_txt(file);
+  if (ext == ".json") {
+    Json root = read_json_file(file);
+    if (root.is_object() && root.contains("model")) {
+      std::optional<Json> config;
+      if (is_file(dir / "tokenizer_config.json")) config = read_json_file(dir / "tokenizer_config.json");
+      return tokenizer_from_json(root, file.string(), config ? &*config : nullptr);
+    }
+    if (is_file(dir / "merges.txt")) return load_gpt2_bpe(file, dir / "merges.txt");
+    return load_char_vocab(file);
+  }
+  fail("cannot tell the tokenizer format of '{}' (expected tokenizer.json, a llama2.c .bin, vocab.txt, vocab.json, "
+       "encoder.json, merges.txt or vocab.bpe)",
+       file.string());
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_for_model(const fs::path& model_path) {
+  std::error_code ec;
+  if (fs::is_directory(model_path, ec)) {
+    if (auto tok = load_from_directory(model_path)) return tok;
+    fail("no tokenizer in model directory '{}': looked for {}; pass --tokenizer", model_path.string(),
+         kDirectoryCandidates);
+  }
+  if (!is_file(model_path)) fail("model '{}' does not exist", model_path.string());
+  fs::path dir = model_path.parent_path().empty() ? fs::path(".") : model_path.parent_path();
+  // A .bin in a Hugging Face directory (pytorch_model.bin) is not a llama2.c checkpoint.
+  if (model_path.extension() == ".bin" && !is_file(dir / "config.json")) return load_beside_llama2c_model(model_path);
+  if (auto tok = load_from_directory(dir)) return tok;
+  fail("no tokenizer for model '{}': looked for {} in '{}'; pass --tokenizer", model_path.string(), kDirectoryCandidates,
+       dir.string());
+}
+
+}  // namespace tdyn
