@@ -1,6 +1,7 @@
 #include "fixture_check.h"
 
 #include <cmath>
+#include <set>
 
 #include "io/safetensors.h"
 
@@ -15,50 +16,84 @@ FixtureTolerance fixture_tolerance(const std::string& key) {
   return {1e-4, 2e-5};  // hook_resid_*, attn/mlp out, final_hidden, logits, per_layer_inputs, mlm_transform
 }
 
-void expect_matches_ref(const TensorStore& refs, const std::string& key, const float* got, size_t n) {
+double expect_matches_ref(const TensorStore& refs, const std::string& key, const float* got, size_t n) {
   std::vector<double> ref = refs.doubles(key);
-  ASSERT_EQ(ref.size(), n) << key << ": element count differs";
+  EXPECT_EQ(ref.size(), n) << key << ": element count differs";
+  if (ref.size() != n) return INFINITY;
   double max_ref = 0;
   for (double r : ref) max_ref = std::max(max_ref, std::abs(r));
   FixtureTolerance tol = fixture_tolerance(key);
   Closeness c = compare(got, ref.data(), n, tol.rtol, tol.atol_x_max * max_ref);
   EXPECT_TRUE(c.ok) << c.describe(key);
+  return c.worst_ratio;
 }
 
-int check_fixture(const fs::path& model_dir, const fs::path& refs_file) {
+int check_fixture(const fs::path& model_dir, const fs::path& refs_file, FixtureReport* report) {
   TensorStore refs;
   read_safetensors(refs_file, refs);
   Transformer model(load_model(model_dir));
   const int64_t n_layers = model.config().n_layers;
-  int compared = 0;
+  FixtureReport local;
+  FixtureReport& r = report ? *report : local;
+  r = FixtureReport{};
+  std::set<std::string> compared_keys;
   for (int seq = 0; refs.contains(fmt::format("seq{}.input_ids", seq)); ++seq) {
     const std::string prefix = fmt::format("seq{}.", seq);
     std::vector<int64_t> ids64 = refs.ints(prefix + "input_ids");
     std::vector<int32_t> ids(ids64.begin(), ids64.end());
+    std::vector<int32_t> types;
+    if (refs.contains(prefix + "token_type_ids")) {
+      std::vector<int64_t> t = refs.ints(prefix + "token_type_ids");
+      types.assign(t.begin(), t.end());
+    }
     ActivationCache cache("*");
-    Tensor logits = model.forward(ids, &cache);
+    Tensor logits = model.forward(ids, &cache, nullptr, types);
     auto check = [&](const std::string& ref_key, const float* got, size_t n) {
       if (!refs.contains(ref_key)) return;
-      expect_matches_ref(refs, ref_key, got, n);
-      ++compared;
+      double ratio = expect_matches_ref(refs, ref_key, got, n);
+      ++r.compared;
+      compared_keys.insert(ref_key);
+      if (ratio > r.worst_ratio || r.worst_key.empty()) {
+        r.worst_ratio = ratio;
+        r.worst_key = ref_key;
+      }
     };
     auto check_hook = [&](const std::string& ref_key, const std::string& hook) {
       if (!refs.contains(ref_key)) return;
+      if (!cache.contains(hook)) {
+        ADD_FAILURE() << "reference " << ref_key << " has no hook " << hook;
+        return;
+      }
       const Tensor& t = cache.at(hook);
       check(ref_key, t.ptr(), t.size());
     };
     check_hook(prefix + "embeddings", "blocks.0.hook_resid_pre");
+    check_hook(prefix + "embeddings_raw", "embed.ln.hook_normalized");
+    check_hook(prefix + "per_layer_inputs", "hook_per_layer_inputs");
     for (int64_t l = 0; l < n_layers; ++l) {
-      for (const char* h : {"hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
-                            "attn.hook_pattern"}) {
-        std::string name = fmt::format("blocks.{}.{}", l, h);
-        check_hook(prefix + name, name);
-      }
+      auto block = [&](const char* h) { return fmt::format("blocks.{}.{}", l, h); };
+      for (const char* h : {"hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_pattern",
+                            "hook_resid_after_mlp", "hook_resid_after_ple"})
+        check_hook(prefix + block(h), block(h));
+      // The refs hold the output projections before any post-norm.
+      check_hook(prefix + block("hook_attn_out"), block("attn.hook_out_proj"));
+      check_hook(prefix + block("hook_mlp_out"), block("mlp.hook_out_proj"));
     }
-    check_hook(prefix + "final_hidden", "ln_final.hook_normalized");
+    check_hook(prefix + "final_hidden", cache.contains("ln_final.hook_normalized")
+                                            ? std::string("ln_final.hook_normalized")
+                                            : fmt::format("blocks.{}.hook_resid_post", n_layers - 1));
+    check_hook(prefix + "mlm_transform", "mlm.hook_transform");
+    check_hook(prefix + "logits_pre_softcap", "hook_logits_pre_softcap");
     check(prefix + "logits", logits.ptr(), logits.size());
   }
-  return compared;
+  // Every float reference of a sequence must have been compared (except the ones other tests check).
+  for (const auto& key : refs.names()) {
+    if (key.rfind("seq", 0) != 0 || compared_keys.count(key)) continue;
+    bool elsewhere = false;
+    for (const char* s : {"input_ids", "token_type_ids", "jac_", "logits_alt_"}) elsewhere |= key.find(s) != std::string::npos;
+    if (!elsewhere) ADD_FAILURE() << "reference " << key << " in " << refs_file << " was not compared";
+  }
+  return r.compared;
 }
 
 }  // namespace tdyn::test

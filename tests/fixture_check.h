@@ -15,11 +15,23 @@ struct FixtureTolerance {
 };
 FixtureTolerance fixture_tolerance(const std::string& ref_key);
 
-// Compares `got` (float32, same element order) against reference tensor `key` of `refs`.
-void expect_matches_ref(const TensorStore& refs, const std::string& key, const float* got, size_t n);
+// Compares `got` (float32, same element order) against reference tensor `key` of `refs`; returns the worst
+// error / tolerance ratio (<= 1 passes).
+double expect_matches_ref(const TensorStore& refs, const std::string& key, const float* got, size_t n);
 
-// Runs every sequence of the fixture in `fixture_dir` (refs file `refs_file`) and checks embeddings, every
-// hook the refs hold, attention patterns, final hidden state and logits. Returns the number of tensors compared.
-int check_fixture(const fs::path& model_dir, const fs::path& refs_file);
+struct FixtureReport {
+  int compared = 0;           // tensors compared
+  double worst_ratio = 0;     // worst error / tolerance over all of them
+  std::string worst_key;
+};
+
+// Runs every sequence of the fixture in `model_dir` (refs file `refs_file`, token types from
+// seq{s}.token_type_ids when present) and checks every reference it holds: embeddings, every hook (the refs'
+// hook_attn_out / hook_mlp_out are the projections before any post-norm: compared with attn.hook_out_proj /
+// mlp.hook_out_proj), attention patterns, final hidden state, logits and the family extras (mlm_transform,
+// embeddings_raw, per_layer_inputs, hook_resid_after_*, logits_pre_softcap). A per-sequence reference that
+// nothing compares is a failure (Jacobians, layer matrices and RoPE tables are checked elsewhere).
+// Returns the number of tensors compared.
+int check_fixture(const fs::path& model_dir, const fs::path& refs_file, FixtureReport* report = nullptr);
 
 }  // namespace tdyn::test

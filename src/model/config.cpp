@@ -27,6 +27,45 @@ const char* to_string(RopeStyle s) {
   }
   return "?";
 }
+const char* to_string(NormPlacement p) {
+  switch (p) {
+    case NormPlacement::Pre: return "pre";
+    case NormPlacement::PostResidual: return "post_residual";
+    case NormPlacement::PostSublayer: return "post_sublayer";
+    case NormPlacement::Sandwich: return "sandwich";
+  }
+  return "?";
+}
+const char* to_string(QKNorm q) {
+  switch (q) {
+    case QKNorm::None: return "none";
+    case QKNorm::FullProjection: return "full_projection";
+    case QKNorm::PerHead: return "per_head";
+  }
+  return "?";
+}
+
+LayerConfig ModelConfig::layer(int64_t l) const {
+  TDYN_CHECK(l >= 0 && l < n_layers);
+  LayerConfig out{d_head, d_mlp, 0, rope, l, l, attn_scale};
+  if (layers.empty()) return out;
+  TDYN_CHECK(static_cast<int64_t>(layers.size()) == n_layers);
+  const LayerOverrides& o = layers[l];
+  if (o.d_head > 0) out.d_head = o.d_head;
+  if (o.d_mlp > 0) out.d_mlp = o.d_mlp;
+  out.sliding_window = o.sliding_window;
+  if (o.rope) out.rope = *o.rope;
+  if (o.kv_source >= 0) out.kv_source = o.kv_source;
+  if (o.weights >= 0) out.weights = o.weights;
+  if (o.attn_scale > 0) out.attn_scale = o.attn_scale;
+  return out;
+}
+
+int64_t ModelConfig::n_stored_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layers; ++l) n = std::max(n, layer(l).weights + 1);
+  return n;
+}
 
 void ModelConfig::validate(const std::string& origin) const {
   auto positive = [&](const char* what, int64_t v) {
@@ -40,11 +79,37 @@ void ModelConfig::validate(const std::string& origin) const {
   positive("d_mlp", d_mlp);
   positive("d_vocab", d_vocab);
   positive("n_ctx", n_ctx);
+  positive("d_embed", embed_dim());
   if (n_heads % n_kv_heads != 0)
     fail("{}: n_heads ({}) must be a multiple of n_kv_heads ({})", origin, n_heads, n_kv_heads);
-  if (rope.style != RopeStyle::None && d_head % 2 != 0) fail("{}: RoPE needs an even head dimension, got {}", origin, d_head);
   if (!(norm_eps > 0) || !std::isfinite(norm_eps)) fail("{}: norm epsilon must be positive, got {}", origin, norm_eps);
   if (!(attn_scale > 0) || !std::isfinite(attn_scale)) fail("{}: attention scale must be positive, got {}", origin, attn_scale);
+  if (!(embed_scale > 0) || !std::isfinite(embed_scale)) fail("{}: embedding scale must be positive, got {}", origin, embed_scale);
+  if (final_logit_softcap < 0 || !std::isfinite(final_logit_softcap))
+    fail("{}: final logit softcap must be >= 0, got {}", origin, final_logit_softcap);
+  if (n_token_types < 0) fail("{}: type_vocab_size must be >= 0, got {}", origin, n_token_types);
+  if (embed_dim() != d_model && !mlm_head && !tied_embeddings)
+    fail("{}: a factorised embedding ({} != d_model {}) is only supported with a tied MLM head", origin, embed_dim(), d_model);
+  if (d_per_layer_input > 0) positive("vocab_size_per_layer_input", d_vocab_per_layer);
+  if (!layers.empty() && static_cast<int64_t>(layers.size()) != n_layers)
+    fail("{}: {} per-layer settings for {} layers", origin, layers.size(), n_layers);
+  for (int64_t l = 0; l < n_layers; ++l) {
+    LayerConfig L = layer(l);
+    positive("d_head (per layer)", L.d_head);
+    positive("d_mlp (per layer)", L.d_mlp);
+    if (L.rope.style != RopeStyle::None && L.d_head % 2 != 0)
+      fail("{}: RoPE needs an even head dimension, layer {} has {}", origin, l, L.d_head);
+    if (L.sliding_window < 0) fail("{}: layer {} has a negative sliding window {}", origin, l, L.sliding_window);
+    if (L.kv_source > l) fail("{}: layer {} reads keys/values of a later layer {}", origin, l, L.kv_source);
+    if (L.kv_source != l) {
+      LayerConfig S = layer(L.kv_source);
+      if (S.kv_source != L.kv_source || S.d_head != L.d_head || S.sliding_window != L.sliding_window)
+        fail("{}: layer {} shares keys/values with layer {}, which has different attention settings", origin, l, L.kv_source);
+    }
+    if (L.weights > l) fail("{}: layer {} reuses the weights of a later stored layer {}", origin, l, L.weights);
+    if (!(L.attn_scale > 0) || !std::isfinite(L.attn_scale))
+      fail("{}: layer {} attention scale must be positive, got {}", origin, l, L.attn_scale);
+  }
 }
 
 namespace {
@@ -66,6 +131,10 @@ const std::set<std::string> kCommonHarmlessKeys = {
     "use_bfloat16", "gradient_checkpointing", "auto_map", "tie_word_embeddings", "_attn_implementation",
     "_attn_implementation_autoset", "model_name", "base_model_tp_plan", "base_model_pp_plan"};
 
+// GPT-2 / GPT-Neo sequence-classification ("summary") head settings: unused by the LM forward pass.
+const std::set<std::string> kSummaryKeys = {"summary_activation", "summary_first_dropout", "summary_proj_to_labels",
+                                            "summary_type", "summary_use_proj"};
+
 template <typename T>
 T get_or(const nlohmann::json& j, const char* key, T fallback, const std::string& origin) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
@@ -80,6 +149,21 @@ int64_t get_int(const nlohmann::json& j, const char* key, int64_t fallback, cons
   if (j.contains(key) && !j[key].is_null() && !j[key].is_number_integer())
     fail("{}: config key '{}' must be an integer, got {}", origin, key, j[key].dump());
   return get_or<int64_t>(j, key, fallback, origin);
+}
+
+// For keys whose HF default tdyn cannot vouch for: absent is an error rather than a guess.
+const nlohmann::json& required(const nlohmann::json& j, const char* key, const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null()) fail("{}: config key '{}' is required", origin, key);
+  return j[key];
+}
+int64_t required_int(const nlohmann::json& j, const char* key, const std::string& origin) {
+  required(j, key, origin);
+  return get_int(j, key, 0, origin);
+}
+
+std::set<std::string> with(std::set<std::string> a, const std::set<std::string>& b) {
+  a.insert(b.begin(), b.end());
+  return a;
 }
 
 void check_keys(const nlohmann::json& j, const std::set<std::string>& family_keys, const std::string& origin,
@@ -97,27 +181,74 @@ void check_keys(const nlohmann::json& j, const std::set<std::string>& family_key
   std::cerr << "tdyn: warning: " << origin << ": ignoring unknown config key(s) " << list << "\n";
 }
 
-// rope_scaling (transformers <= 4.x) or rope_parameters (5.x). Unsupported types are errors.
-void parse_rope_scaling(const nlohmann::json& j, RopeConfig& rope, const std::string& origin) {
-  const nlohmann::json* s = nullptr;
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) s = &j["rope_parameters"];
-  else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) s = &j["rope_scaling"];
-  if (!s) return;
-  if (s->contains("rope_theta")) rope.theta = get_or<double>(*s, "rope_theta", rope.theta, origin);
-  std::string type = get_or<std::string>(*s, "rope_type", get_or<std::string>(*s, "type", "default", origin), origin);
+// A flag whose non-default value changes the computation in a way tdyn does not implement.
+template <typename T>
+void require_value(const nlohmann::json& j, const char* key, T supported, const std::string& origin, const char* what) {
+  if (!j.contains(key) || j[key].is_null()) return;
+  T got = get_or<T>(j, key, supported, origin);
+  if (got != supported) fail("{}: config key '{}' = {} is not supported ({})", origin, key, j[key].dump(), what);
+}
+
+Activation parse_activation(const std::string& name, const std::string& key, const std::string& origin) {
+  // HF ACT2FN: "gelu" is the exact erf GELU; "gelu_new", "gelu_pytorch_tanh" and "gelu_fast" are the tanh
+  // approximation (gelu_fast writes the same formula factored differently).
+  if (name == "gelu") return Activation::GeluErf;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return Activation::GeluTanh;
+  if (name == "silu" || name == "swish") return Activation::SiLU;
+  if (name == "relu") return Activation::ReLU;
+  fail("{}: {} '{}' is not supported (supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, silu, swish, relu)",
+       origin, key, name);
+}
+
+// rope_scaling (transformers <= 4.x) or rope_parameters (5.x), flat form. Unsupported types are errors.
+void parse_rope_object(const nlohmann::json& s, RopeConfig& rope, const std::string& origin) {
+  if (s.contains("rope_theta")) rope.theta = get_or<double>(s, "rope_theta", rope.theta, origin);
+  std::string type = get_or<std::string>(s, "rope_type", get_or<std::string>(s, "type", "default", origin), origin);
   rope.scaling = type;
-  if (type == "default") return;
-  rope.factor = get_or<double>(*s, "factor", 1.0, origin);
-  if (type == "linear") return;
+  rope.factor = get_or<double>(s, "factor", 1.0, origin);
+  rope.partial_rotary_factor = get_or<double>(s, "partial_rotary_factor", 1.0, origin);
+  if (rope.partial_rotary_factor != 1.0 && type != "proportional")
+    fail("{}: partial_rotary_factor {} with rope type '{}' is not supported", origin, rope.partial_rotary_factor, type);
+  if (!(rope.factor > 0) || !std::isfinite(rope.factor)) fail("{}: RoPE scaling factor must be positive, got {}", origin, rope.factor);
+  if (type == "default") {
+    rope.factor = 1.0;
+    return;
+  }
+  if (type == "linear" || type == "proportional") return;
   if (type == "llama3") {
-    rope.low_freq_factor = get_or<double>(*s, "low_freq_factor", 1.0, origin);
-    rope.high_freq_factor = get_or<double>(*s, "high_freq_factor", 4.0, origin);
-    rope.original_max_position = get_int(*s, "original_max_position_embeddings", 8192, origin);
+    rope.low_freq_factor = get_or<double>(s, "low_freq_factor", 1.0, origin);
+    rope.high_freq_factor = get_or<double>(s, "high_freq_factor", 4.0, origin);
+    rope.original_max_position = get_int(s, "original_max_position_embeddings", 8192, origin);
     if (!(rope.high_freq_factor > rope.low_freq_factor))
       fail("{}: llama3 rope_scaling needs high_freq_factor > low_freq_factor", origin);
     return;
   }
-  fail("{}: rope scaling type '{}' is not supported (supported: default, linear, llama3)", origin, type);
+  fail("{}: rope scaling type '{}' is not supported (supported: default, linear, llama3, proportional)", origin, type);
+}
+
+void parse_rope_scaling(const nlohmann::json& j, RopeConfig& rope, const std::string& origin) {
+  const nlohmann::json* s = nullptr;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) s = &j["rope_parameters"];
+  else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) s = &j["rope_scaling"];
+  if (s) parse_rope_object(*s, rope, origin);
+  if (rope.scaling == "proportional") fail("{}: 'proportional' RoPE is only supported for gemma4", origin);
+}
+
+void parse_token_ids(const nlohmann::json& j, ModelConfig& c) {
+  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_id = j["bos_token_id"].get<int32_t>();
+  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer()) c.eos_id = j["eos_token_id"].get<int32_t>();
+}
+
+// Sliding-window layers from HF `layer_types` ("sliding_attention" / "full_attention").
+std::vector<std::string> parse_layer_types(const nlohmann::json& j, int64_t n_layers, const std::string& origin) {
+  auto types = get_or<std::vector<std::string>>(j, "layer_types", {}, origin);
+  if (static_cast<int64_t>(types.size()) != n_layers)
+    fail("{}: layer_types has {} entries for {} layers", origin, types.size(), n_layers);
+  for (const auto& t : types) {
+    if (t != "sliding_attention" && t != "full_attention")
+      fail("{}: layer type '{}' is not supported (supported: sliding_attention, full_attention)", origin, t);
+  }
+  return types;
 }
 
 ModelConfig parse_llama(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
@@ -151,10 +282,350 @@ ModelConfig parse_llama(const nlohmann::json& j, const std::string& origin, cons
   c.rope.theta = get_or<double>(j, "rope_theta", 10000.0, origin);
   parse_rope_scaling(j, c.rope, origin);
   c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, origin);
-  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_id = j["bos_token_id"].get<int32_t>();
-  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer()) c.eos_id = j["eos_token_id"].get<int32_t>();
-  c.source = j;
-  c.validate(origin);
+  return c;
+}
+
+// GPT2LMHeadModel (HF GPT2Config defaults). Conv1D weights; fused c_attn; learned positions; pre-LN.
+ModelConfig parse_gpt2(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = with(
+      {"activation_function", "attn_pdrop", "embd_pdrop", "resid_pdrop", "layer_norm_epsilon", "n_ctx", "n_embd",
+       "n_head", "n_inner", "n_layer", "n_positions", "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx",
+       "scale_attn_weights", "vocab_size"},
+      kSummaryKeys);
+  check_keys(j, keys, origin, opts);
+  require_value(j, "add_cross_attention", false, origin, "cross-attention layers are not implemented");
+  ModelConfig c;
+  c.family = "gpt2";
+  c.format = "hf";
+  c.d_vocab = get_int(j, "vocab_size", 50257, origin);
+  c.n_ctx = get_int(j, "n_positions", 1024, origin);
+  c.d_model = get_int(j, "n_embd", 768, origin);
+  c.n_layers = get_int(j, "n_layer", 12, origin);
+  c.n_heads = c.n_kv_heads = get_int(j, "n_head", 12, origin);
+  if (c.n_heads <= 0) fail("{}: n_head must be positive", origin);
+  c.d_head = c.d_model / c.n_heads;
+  if (c.d_head * c.n_heads != c.d_model) fail("{}: n_embd {} is not a multiple of n_head {}", origin, c.d_model, c.n_heads);
+  c.d_mlp = get_int(j, "n_inner", 4 * c.d_model, origin);  // n_inner: null -> 4 * n_embd
+  c.norm = NormKind::LayerNorm;
+  c.norm_eps = get_or<double>(j, "layer_norm_epsilon", 1e-5, origin);
+  c.activation = parse_activation(get_or<std::string>(j, "activation_function", "gelu_new", origin), "activation_function", origin);
+  c.gated_mlp = false;
+  c.attn_qkv_bias = c.attn_o_bias = c.mlp_bias = true;
+  // GPT2Attention: scores / sqrt(head_dim) if scale_attn_weights, and / (layer_idx + 1) if
+  // scale_attn_by_inverse_layer_idx.
+  c.attn_scale = get_or<bool>(j, "scale_attn_weights", true, origin) ? 1.0 / std::sqrt(static_cast<double>(c.d_head)) : 1.0;
+  if (get_or<bool>(j, "scale_attn_by_inverse_layer_idx", false, origin)) {
+    c.layers.resize(c.n_layers);
+    for (int64_t l = 0; l < c.n_layers; ++l) c.layers[l].attn_scale = c.attn_scale / static_cast<double>(l + 1);
+  }
+  c.learned_positions = true;
+  c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", true, origin);
+  return c;
+}
+
+// GPTNeoForCausalLM (HF GPTNeoConfig defaults). No 1/sqrt(d_head) scaling; global / local layers.
+ModelConfig parse_gpt_neo(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = with(
+      {"activation_function", "attention_layers", "attention_types", "classifier_dropout", "embed_dropout",
+       "hidden_size", "intermediate_size", "layer_norm_epsilon", "max_position_embeddings", "num_heads", "num_layers",
+       "resid_dropout", "vocab_size", "window_size"},
+      kSummaryKeys);
+  check_keys(j, keys, origin, opts);
+  ModelConfig c;
+  c.family = "gpt_neo";
+  c.format = "hf";
+  c.d_vocab = get_int(j, "vocab_size", 50257, origin);
+  c.n_ctx = get_int(j, "max_position_embeddings", 2048, origin);
+  c.d_model = get_int(j, "hidden_size", 2048, origin);
+  c.n_layers = get_int(j, "num_layers", 24, origin);
+  c.n_heads = c.n_kv_heads = get_int(j, "num_heads", 16, origin);
+  if (c.n_heads <= 0) fail("{}: num_heads must be positive", origin);
+  c.d_head = c.d_model / c.n_heads;
+  if (c.d_head * c.n_heads != c.d_model) fail("{}: hidden_size {} is not a multiple of num_heads {}", origin, c.d_model, c.n_heads);
+  c.d_mlp = get_int(j, "intermediate_size", 4 * c.d_model, origin);
+  c.norm = NormKind::LayerNorm;
+  c.norm_eps = get_or<double>(j, "layer_norm_epsilon", 1e-5, origin);
+  c.activation = parse_activation(get_or<std::string>(j, "activation_function", "gelu_new", origin), "activation_function", origin);
+  c.gated_mlp = false;
+  c.attn_qkv_bias = false;  // q/k/v_proj have no bias, out_proj has one
+  c.attn_o_bias = c.mlp_bias = true;
+  c.attn_scale = 1.0;       // GPTNeoSelfAttention does not scale the scores
+  c.learned_positions = true;
+  c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", true, origin);
+
+  // attention_types [[kinds, repeat], ...] expands to one kind per layer (GPTNeoConfig.expand_attention_types_params).
+  nlohmann::json types = j.contains("attention_types") ? j["attention_types"] : nlohmann::json::parse(R"([[["global","local"],12]])");
+  std::vector<std::string> kinds;
+  try {
+    for (const auto& entry : types) {
+      for (int64_t r = 0; r < entry.at(1).get<int64_t>(); ++r) {
+        for (const auto& k : entry.at(0)) kinds.push_back(k.get<std::string>());
+      }
+    }
+  } catch (const nlohmann::json::exception&) {
+    fail("{}: attention_types must be a list of [[kinds...], repeat] pairs, got {}", origin, types.dump());
+  }
+  if (static_cast<int64_t>(kinds.size()) != c.n_layers)
+    fail("{}: attention_types expands to {} layers but num_layers is {}", origin, kinds.size(), c.n_layers);
+  if (j.contains("attention_layers") && get_or<std::vector<std::string>>(j, "attention_layers", {}, origin) != kinds)
+    fail("{}: attention_layers {} disagrees with attention_types {}", origin, j["attention_layers"].dump(), types.dump());
+  int64_t window = get_int(j, "window_size", 256, origin);
+  if (window <= 0) fail("{}: window_size must be positive, got {}", origin, window);
+  c.layers.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (kinds[l] == "local") c.layers[l].sliding_window = window;
+    else if (kinds[l] != "global") fail("{}: attention type '{}' is not supported (global, local)", origin, kinds[l]);
+  }
+  return c;
+}
+
+// Settings shared by the BERT-style encoders: post-LN, absolute learned positions, token types, embedding
+// LayerNorm, bidirectional attention, MLM head tied to the word embeddings.
+void encoder_common(const nlohmann::json& j, ModelConfig& c, const std::string& origin) {
+  std::string pos = get_or<std::string>(j, "position_embedding_type", "absolute", origin);
+  if (pos != "absolute")
+    fail("{}: position_embedding_type '{}' is not supported (supported: absolute)", origin, pos);
+  if (get_or<bool>(j, "is_decoder", false, origin))
+    fail("{}: is_decoder = true (a causal {}) is not supported", origin, c.family);
+  c.d_vocab = get_int(j, "vocab_size", c.d_vocab, origin);
+  c.d_model = get_int(j, "hidden_size", c.d_model, origin);
+  c.n_layers = get_int(j, "num_hidden_layers", 12, origin);
+  c.n_heads = c.n_kv_heads = get_int(j, "num_attention_heads", c.n_heads, origin);
+  if (c.n_heads <= 0) fail("{}: num_attention_heads must be positive", origin);
+  c.d_head = c.d_model / c.n_heads;
+  if (c.d_head * c.n_heads != c.d_model)
+    fail("{}: hidden_size {} is not a multiple of num_attention_heads {}", origin, c.d_model, c.n_heads);
+  c.d_mlp = get_int(j, "intermediate_size", c.d_mlp, origin);
+  c.n_ctx = get_int(j, "max_position_embeddings", 512, origin);
+  c.n_token_types = get_int(j, "type_vocab_size", 2, origin);
+  c.norm = NormKind::LayerNorm;
+  c.norm_eps = get_or<double>(j, "layer_norm_eps", 1e-12, origin);
+  c.norm_placement = NormPlacement::PostResidual;
+  c.gated_mlp = false;
+  c.attn_qkv_bias = c.attn_o_bias = c.mlp_bias = true;
+  c.attn_scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  c.causal = false;
+  c.learned_positions = true;
+  c.embed_norm = true;
+  c.mlm_head = true;
+  c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", true, origin);
+}
+
+// BertForMaskedLM (HF BertConfig defaults).
+ModelConfig parse_bert(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "classifier_dropout", "hidden_act", "hidden_size", "intermediate_size", "layer_norm_eps",
+      "max_position_embeddings", "num_attention_heads", "num_hidden_layers", "position_embedding_type",
+      "type_vocab_size", "vocab_size"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c;
+  c.family = "bert";
+  c.format = "hf";
+  c.d_vocab = 30522;
+  c.d_model = 768;
+  c.n_heads = 12;
+  c.d_mlp = 3072;
+  encoder_common(j, c, origin);
+  c.activation = parse_activation(get_or<std::string>(j, "hidden_act", "gelu", origin), "hidden_act", origin);
+  return c;
+}
+
+// AlbertForMaskedLM (HF AlbertConfig defaults). Factorised embeddings; layer groups shared across depth.
+ModelConfig parse_albert(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  // down_scale_factor, gap_size, net_structure_type, num_memory_blocks: kept in AlbertConfig for the original
+  // TF code; the HF modeling code never reads them.
+  static const std::set<std::string> keys = {
+      "classifier_dropout_prob", "down_scale_factor", "embedding_size", "gap_size", "hidden_act", "hidden_size",
+      "inner_group_num", "intermediate_size", "layer_norm_eps", "max_position_embeddings", "net_structure_type",
+      "num_attention_heads", "num_hidden_groups", "num_hidden_layers", "num_memory_blocks",
+      "position_embedding_type", "type_vocab_size", "vocab_size"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c;
+  c.family = "albert";
+  c.format = "hf";
+  c.d_vocab = 30000;
+  c.d_model = 4096;
+  c.n_heads = 64;
+  c.d_mlp = 16384;
+  encoder_common(j, c, origin);
+  c.activation = parse_activation(get_or<std::string>(j, "hidden_act", "gelu_new", origin), "hidden_act", origin);
+  c.d_embed = get_int(j, "embedding_size", 128, origin);
+  int64_t inner = get_int(j, "inner_group_num", 1, origin);
+  if (inner != 1) fail("{}: inner_group_num = {} is not supported (supported: 1)", origin, inner);
+  int64_t groups = get_int(j, "num_hidden_groups", 1, origin);
+  if (groups <= 0 || groups > c.n_layers)
+    fail("{}: num_hidden_groups must be in [1, num_hidden_layers = {}], got {}", origin, c.n_layers, groups);
+  // AlbertTransformer: layer i runs group int(i / (num_hidden_layers / num_hidden_groups)).
+  c.layers.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    c.layers[l].weights = static_cast<int64_t>(static_cast<double>(l) / (static_cast<double>(c.n_layers) / groups));
+  }
+  return c;
+}
+
+// Olmo3ForCausalLM (HF Olmo3Config defaults). Norms after each sublayer, QK-norm over the whole q/k
+// projections, sliding-window layers with unscaled RoPE and full layers with rope_scaling.
+ModelConfig parse_olmo3(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "attention_bias", "hidden_act", "hidden_size", "intermediate_size", "layer_types", "max_position_embeddings",
+      "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "rms_norm_eps", "rope_parameters",
+      "rope_scaling", "rope_theta", "sliding_window", "vocab_size"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c;
+  c.family = "olmo3";
+  c.format = "hf";
+  c.d_vocab = get_int(j, "vocab_size", 50304, origin);
+  c.d_model = get_int(j, "hidden_size", 4096, origin);
+  c.d_mlp = get_int(j, "intermediate_size", 11008, origin);
+  c.n_layers = get_int(j, "num_hidden_layers", 32, origin);
+  c.n_heads = get_int(j, "num_attention_heads", 32, origin);
+  c.n_kv_heads = get_int(j, "num_key_value_heads", c.n_heads, origin);
+  if (c.n_heads <= 0) fail("{}: num_attention_heads must be positive", origin);
+  c.d_head = c.d_model / c.n_heads;
+  c.n_ctx = get_int(j, "max_position_embeddings", 2048, origin);
+  c.norm = NormKind::RMSNorm;
+  c.norm_eps = get_or<double>(j, "rms_norm_eps", 1e-5, origin);
+  c.norm_placement = NormPlacement::PostSublayer;
+  c.qk_norm = QKNorm::FullProjection;
+  c.activation = parse_activation(get_or<std::string>(j, "hidden_act", "silu", origin), "hidden_act", origin);
+  c.gated_mlp = true;
+  c.attn_qkv_bias = c.attn_o_bias = get_or<bool>(j, "attention_bias", false, origin);
+  c.attn_scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  c.rope.style = RopeStyle::RotateHalf;
+  c.rope.theta = get_or<double>(j, "rope_theta", 10000.0, origin);
+  parse_rope_scaling(j, c.rope, origin);
+  c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, origin);
+
+  // Olmo3Config: layer_types default to three sliding layers then one full layer, repeated.
+  std::vector<std::string> types;
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    types = parse_layer_types(j, c.n_layers, origin);
+  } else {
+    for (int64_t l = 0; l < c.n_layers; ++l) types.push_back((l + 1) % 4 != 0 ? "sliding_attention" : "full_attention");
+  }
+  int64_t window = get_int(j, "sliding_window", 4096, origin);
+  if (window <= 0) fail("{}: sliding_window must be positive, got {}", origin, window);
+  // Olmo3Model builds the sliding layers' rotary embedding with rope_type "default": scaling applies to
+  // full-attention layers only.
+  RopeConfig unscaled;
+  unscaled.style = RopeStyle::RotateHalf;
+  unscaled.theta = c.rope.theta;
+  c.layers.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (types[l] == "sliding_attention") {
+      c.layers[l].sliding_window = window;
+      c.layers[l].rope = unscaled;
+    }
+  }
+  return c;
+}
+
+// Gemma 4 text model (Gemma4TextConfig; the "E" variants with per-layer inputs and KV sharing). Keys whose HF
+// default tdyn cannot confirm are required.
+ModelConfig parse_gemma4_text(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "attention_bias", "attention_k_eq_v", "enable_moe_block", "final_logit_softcapping", "global_head_dim",
+      "head_dim", "hidden_activation", "hidden_size", "hidden_size_per_layer_input", "intermediate_size",
+      "layer_types", "max_position_embeddings", "moe_intermediate_size", "num_attention_heads", "num_experts",
+      "num_global_key_value_heads", "num_hidden_layers", "num_key_value_heads", "num_kv_shared_layers",
+      "rms_norm_eps", "rope_parameters", "sliding_window", "top_k_experts", "use_bidirectional_attention",
+      "use_double_wide_mlp", "vocab_size", "vocab_size_per_layer_input"};
+  check_keys(j, keys, origin, opts);
+  require_value(j, "attention_bias", false, origin, "Gemma 4 attention biases are not implemented");
+  require_value(j, "attention_k_eq_v", false, origin, "keys-as-values attention is not implemented");
+  require_value(j, "enable_moe_block", false, origin, "the Gemma 4 mixture-of-experts block is not implemented");
+  require_value<int64_t>(j, "num_experts", 0, origin, "mixture-of-experts is not implemented");
+  if (j.contains("use_bidirectional_attention") && !j["use_bidirectional_attention"].is_null())
+    fail("{}: use_bidirectional_attention = {} is not supported (only causal text attention is implemented)", origin,
+         j["use_bidirectional_attention"].dump());
+  ModelConfig c;
+  c.family = "gemma4";
+  c.format = "hf";
+  c.d_vocab = required_int(j, "vocab_size", origin);
+  c.d_model = required_int(j, "hidden_size", origin);
+  c.d_mlp = required_int(j, "intermediate_size", origin);
+  c.n_layers = required_int(j, "num_hidden_layers", origin);
+  c.n_heads = required_int(j, "num_attention_heads", origin);
+  c.n_kv_heads = required_int(j, "num_key_value_heads", origin);
+  c.d_head = required_int(j, "head_dim", origin);
+  c.n_ctx = required_int(j, "max_position_embeddings", origin);
+  c.norm = NormKind::RMSNorm;  // Gemma4RMSNorm multiplies by w (not 1 + w as Gemma 1-3)
+  required(j, "rms_norm_eps", origin);
+  c.norm_eps = get_or<double>(j, "rms_norm_eps", 0.0, origin);
+  c.norm_placement = NormPlacement::Sandwich;
+  c.qk_norm = QKNorm::PerHead;
+  c.v_norm = true;
+  c.activation = parse_activation(get_or<std::string>(j, "hidden_activation", "gelu_pytorch_tanh", origin), "hidden_activation", origin);
+  c.gated_mlp = true;
+  c.attn_scale = 1.0;  // Gemma 4 text attention: scaling 1.0 (q/k are RMS-normalised instead)
+  // Gemma4TextScaledWordEmbedding: embed_scale = hidden_size ** 0.5, cast to the weight dtype.
+  c.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.d_model)));
+  c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", true, origin);
+  c.final_logit_softcap = get_or<double>(j, "final_logit_softcapping", 0.0, origin);
+  c.layer_scalar = true;
+  c.d_per_layer_input = get_int(j, "hidden_size_per_layer_input", 0, origin);
+  if (c.d_per_layer_input > 0) c.d_vocab_per_layer = get_int(j, "vocab_size_per_layer_input", c.d_vocab, origin);
+  parse_token_ids(j, c);
+  const int64_t global_head_dim = get_int(j, "global_head_dim", c.d_head, origin);
+  const int64_t window = required_int(j, "sliding_window", origin);
+  if (window <= 0) fail("{}: sliding_window must be positive, got {}", origin, window);
+  required(j, "layer_types", origin);
+  std::vector<std::string> types = parse_layer_types(j, c.n_layers, origin);
+
+  // rope_parameters: one RoPE per layer type.
+  const nlohmann::json& rp = required(j, "rope_parameters", origin);
+  auto rope_for = [&](const std::string& type) {
+    if (!rp.is_object() || !rp.contains(type) || !rp[type].is_object())
+      fail("{}: rope_parameters has no object for layer type '{}'", origin, type);
+    RopeConfig r;
+    r.style = RopeStyle::RotateHalf;
+    parse_rope_object(rp[type], r, origin);
+    return r;
+  };
+  c.rope = rope_for(types[0]);
+
+  // KV sharing (Gemma4TextModel): the last num_kv_shared_layers layers compute no keys/values and reuse those
+  // of the last earlier non-shared layer of the same type; use_double_wide_mlp doubles their MLP width.
+  const int64_t n_shared = get_int(j, "num_kv_shared_layers", 0, origin);
+  if (n_shared < 0 || n_shared >= c.n_layers)
+    fail("{}: num_kv_shared_layers must be in [0, num_hidden_layers), got {}", origin, n_shared);
+  const int64_t first_shared = c.n_layers - n_shared;
+  const bool double_wide = get_or<bool>(j, "use_double_wide_mlp", false, origin);
+  c.layers.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerOverrides& o = c.layers[l];
+    const bool full = types[l] == "full_attention";
+    o.d_head = full ? global_head_dim : c.d_head;
+    o.sliding_window = full ? 0 : window;
+    o.rope = rope_for(types[l]);
+    if (l >= first_shared && n_shared > 0) {
+      for (int64_t s = first_shared - 1; s >= 0; --s) {
+        if (types[s] == types[l]) {
+          o.kv_source = s;
+          break;
+        }
+      }
+      if (o.kv_source < 0) fail("{}: KV-shared layer {} ({}) has no earlier layer of its type to share with", origin, l, types[l]);
+      if (double_wide) o.d_mlp = 2 * c.d_mlp;
+    }
+  }
+  return c;
+}
+
+// Gemma4ForConditionalGeneration: the text model's settings live in text_config; the vision and audio towers
+// are not run (tdyn analyses the language model).
+ModelConfig parse_gemma4(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "audio_config", "audio_token_id", "boa_token_id", "boi_token_id", "eoa_token_index", "eoi_token_id",
+      "image_token_id", "text_config", "video_token_id", "vision_config"};
+  check_keys(j, keys, origin, opts);
+  if (!j.contains("text_config") || !j["text_config"].is_object()) fail("{}: gemma4 config has no text_config object", origin);
+  nlohmann::json text = j["text_config"];
+  std::string inner = get_or<std::string>(text, "model_type", "gemma4_text", origin);
+  if (inner != "gemma4_text") fail("{}: text_config.model_type is '{}', expected gemma4_text", origin, inner);
+  // The wrapper's tie_word_embeddings governs the LM head of the conditional-generation model.
+  if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_null()) text["tie_word_embeddings"] = j["tie_word_embeddings"];
+  ModelConfig c = parse_gemma4_text(text, origin + " (text_config)", opts);
   return c;
 }
 
@@ -164,8 +635,20 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& origin, 
   if (!j.is_object()) fail("{}: config must be a JSON object", origin);
   if (!j.contains("model_type") || !j["model_type"].is_string()) fail("{}: config has no \"model_type\"", origin);
   std::string type = j["model_type"].get<std::string>();
-  if (type == "llama") return parse_llama(j, origin, opts);
-  fail("{}: unknown model_type '{}' (supported: llama)", origin, type);
+  ModelConfig c;
+  if (type == "llama") c = parse_llama(j, origin, opts);
+  else if (type == "gpt2") c = parse_gpt2(j, origin, opts);
+  else if (type == "gpt_neo") c = parse_gpt_neo(j, origin, opts);
+  else if (type == "bert") c = parse_bert(j, origin, opts);
+  else if (type == "albert") c = parse_albert(j, origin, opts);
+  else if (type == "olmo3") c = parse_olmo3(j, origin, opts);
+  else if (type == "gemma4") c = parse_gemma4(j, origin, opts);
+  else if (type == "gemma4_text") c = parse_gemma4_text(j, origin, opts);
+  else fail("{}: unknown model_type '{}' (supported: llama, gpt2, gpt_neo, bert, albert, olmo3, gemma4, gemma4_text)", origin, type);
+  if (!c.bos_id && !c.eos_id) parse_token_ids(j, c);  // gemma4 takes them from text_config
+  c.source = j;
+  c.validate(origin);
+  return c;
 }
 
 ModelConfig read_hf_config(const fs::path& config_json, const ConfigParseOptions& opts) {
@@ -184,6 +667,12 @@ std::vector<double> rope_inv_freq(const RopeConfig& rope, int64_t d_head) {
   for (int64_t i = 0; i < d_head / 2; ++i) inv[i] = 1.0 / std::pow(rope.theta, (2.0 * i) / d_head);
   if (rope.scaling == "linear") {
     for (double& f : inv) f /= rope.factor;
+  } else if (rope.scaling == "proportional") {
+    // Gemma 4 (modeling_rope_utils "proportional"): the first int(partial_rotary_factor * d_head // 2)
+    // frequencies keep their exponents 2i / d_head over the FULL head dimension; the others are 0, so those
+    // rotate-half pairs pass through unrotated. All divided by `factor`.
+    const auto rope_angles = static_cast<int64_t>(std::floor(rope.partial_rotary_factor * static_cast<double>(d_head) / 2.0));
+    for (int64_t i = 0; i < d_head / 2; ++i) inv[i] = (i < rope_angles ? inv[i] : 0.0) / rope.factor;
   } else if (rope.scaling == "llama3") {
     // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, and the band between them
     // interpolated smoothly (HF modeling_rope_utils._compute_llama3_parameters).

@@ -12,7 +12,16 @@
 
 namespace tdyn {
 
-enum class Role { Embed, AttnNorm, AttnQ, AttnK, AttnV, AttnO, MlpNorm, MlpGate, MlpUp, MlpDown, FinalNorm, Unembed };
+enum class Role {
+  // model-wide
+  Embed, PosEmbed, TokenTypeEmbed, EmbedNorm, EmbedMap, PleEmbed, PleModelProj, PleProjNorm,
+  FinalNorm, HeadDense, HeadNorm, Unembed,
+  // per layer
+  AttnNorm, AttnQ, AttnK, AttnV, AttnO, AttnQNorm, AttnKNorm, AttnPostNorm,
+  MlpNorm, MlpGate, MlpUp, MlpDown, MlpPostNorm, PleGate, PleProj, PlePostNorm, LayerScalar,
+  // accepted when present and not used: HF buffers, tensors HF ignores or ties on load
+  Ignored, IgnoredPerLayer,
+};
 enum class Part { Weight, Bias };
 // Vector: [n]; OutIn: nn.Linear [out, in]; InOut: GPT-2 Conv1D [in, out].
 enum class Layout { Vector, OutIn, InOut };
@@ -20,16 +29,22 @@ enum class Layout { Vector, OutIn, InOut };
 struct TensorSpec {
   Role role;
   Part part;
-  std::string name;  // "{l}" stands for the layer index
-  std::function<Shape(const ModelConfig&)> shape;
+  std::string name;  // "{l}" stands for the stored layer index, "{p}" for the checkpoint's name prefix
+  // Expected stored shape for stored layer `layer` (0 for model-wide tensors); null: not checked (Ignored).
+  std::function<Shape(const ModelConfig&, int64_t layer)> shape;
   Layout layout;
-  std::function<bool(const ModelConfig&)> present;  // null: always present
+  std::function<bool(const ModelConfig&, int64_t layer)> present;  // null: always present
+  // A slice of a fused tensor along its output axis, used in place: part `fused_index` of `fused_count`
+  // equal parts (GPT-2 c_attn holds q|k|v). The shape above is the whole fused tensor's.
+  int fused_index = 0, fused_count = 1;
 };
 
 struct FamilyTable {
-  std::string family, format;
-  std::vector<TensorSpec> tensors;
-  std::vector<std::string> ignored_suffixes;  // on-disk tensors the forward pass does not use (buffers)
+  std::string family = {}, format = {};
+  std::vector<TensorSpec> tensors = {};  // the first one (the token embedding) identifies the name prefix
+  std::vector<std::string> ignored_suffixes = {};  // on-disk tensors the forward pass does not use (buffers)
+  std::vector<std::string> prefixes = {""};   // alternatives for "{p}", tried in order
+  std::vector<std::string> ignored_prefixes = {};  // whole sub-models not run (Gemma 4 vision/audio towers)
 };
 
 const FamilyTable& family_table(const std::string& family, const std::string& format);

@@ -57,6 +57,11 @@ void activate_inplace(Activation a, float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = activate(a, x[i]);
 }
 
+void softcap_inplace(float* x, int64_t n, double cap) {
+  const float c = static_cast<float>(cap);
+  for (int64_t i = 0; i < n; ++i) x[i] = c * std::tanh(x[i] / c);
+}
+
 void apply_rope(RopeStyle style, const std::vector<double>& inv_freq, float* x, int64_t rows, int64_t n_heads,
                 int64_t d_head, int64_t start_pos) {
   if (style == RopeStyle::None) return;
@@ -83,10 +88,19 @@ void apply_rope(RopeStyle style, const std::vector<double>& inv_freq, float* x, 
   }
 }
 
+KeyRange visible_keys(const AttentionShape& s, int64_t pos) {
+  if (!s.causal) return {0, s.n_keys - 1};
+  const int64_t last = std::min(pos, s.n_keys - 1);
+  const int64_t first = s.sliding_window > 0 ? std::max<int64_t>(0, pos - s.sliding_window + 1) : 0;
+  return {first, last};
+}
+
 void attention(const AttentionShape& s, const float* q, const float* k, const float* v, float* z, float* pattern) {
   const int64_t group = s.n_heads / s.n_kv_heads;
   const int64_t q_stride = s.n_heads * s.d_head, kv_stride = s.n_kv_heads * s.d_head;
-#pragma omp parallel
+  // Threads only pay off above ~10^5 multiply-adds; below that, waking them costs more than the work.
+  const int64_t work = s.n_heads * s.n_queries * s.n_keys * s.d_head;
+#pragma omp parallel if (work > 100000)
   {
     std::vector<float> p(s.n_keys);
 #pragma omp for collapse(2) schedule(static)
@@ -94,9 +108,9 @@ void attention(const AttentionShape& s, const float* q, const float* k, const fl
       for (int64_t i = 0; i < s.n_queries; ++i) {
         const int64_t kvh = h / group;
         const float* qi = q + i * q_stride + h * s.d_head;
-        const int64_t last = s.causal ? std::min(s.start_pos + i, s.n_keys - 1) : s.n_keys - 1;
+        const KeyRange keys = visible_keys(s, s.start_pos + i);
         float max_score = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = keys.first; j <= keys.last; ++j) {
           const float* kj = k + j * kv_stride + kvh * s.d_head;
           float dot = 0;
           for (int64_t e = 0; e < s.d_head; ++e) dot += qi[e] * kj[e];
@@ -104,22 +118,22 @@ void attention(const AttentionShape& s, const float* q, const float* k, const fl
           max_score = std::max(max_score, p[j]);
         }
         double sum = 0;
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = keys.first; j <= keys.last; ++j) {
           p[j] = std::exp(p[j] - max_score);
           sum += p[j];
         }
         const float inv = static_cast<float>(1.0 / sum);
         float* zi = z + i * q_stride + h * s.d_head;
         std::fill(zi, zi + s.d_head, 0.0f);
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = keys.first; j <= keys.last; ++j) {
           p[j] *= inv;
           const float* vj = v + j * kv_stride + kvh * s.d_head;
           for (int64_t e = 0; e < s.d_head; ++e) zi[e] += p[j] * vj[e];
         }
         if (pattern) {
           float* row = pattern + (h * s.n_queries + i) * s.n_keys;
-          std::copy(p.begin(), p.begin() + last + 1, row);
-          std::fill(row + last + 1, row + s.n_keys, 0.0f);
+          std::fill(row, row + s.n_keys, 0.0f);
+          std::copy(p.begin() + keys.first, p.begin() + keys.last + 1, row + keys.first);
         }
       }
     }

@@ -18,6 +18,9 @@ void apply_norm(NormKind kind, const float* x, int64_t rows, int64_t d, const No
 float activate(Activation a, float x);
 void activate_inplace(Activation a, float* x, int64_t n);
 
+// x = cap * tanh(x / cap) elementwise (Gemma final logit soft-capping).
+void softcap_inplace(float* x, int64_t n, double cap);
+
 // Rotates each head of x [rows, n_heads*d_head] in place; row r is at position start_pos + r.
 void apply_rope(RopeStyle style, const std::vector<double>& inv_freq, float* x, int64_t rows, int64_t n_heads,
                 int64_t d_head, int64_t start_pos);
@@ -28,8 +31,15 @@ struct AttentionShape {
   int64_t start_pos;     // absolute position of the first query; keys are at absolute positions 0..n_keys-1
   int64_t n_heads, n_kv_heads, d_head;
   double scale;
-  bool causal;
+  bool causal;                // false: every query sees every key (encoders)
+  int64_t sliding_window = 0; // >0: query at position p sees keys p - window < j <= p (HF sliding-window layers)
 };
+
+// Visible keys of the query at absolute position `pos`: [first, last] (inclusive).
+struct KeyRange {
+  int64_t first, last;
+};
+KeyRange visible_keys(const AttentionShape& s, int64_t pos);
 
 // z [n_queries, n_heads*d_head] = softmax(scale * q k^T + mask) v per head (query head h reads kv head
 // h / (n_heads / n_kv_heads)). q: [n_queries, n_heads*d_head]; k, v: [n_keys, n_kv_heads*d_head].

@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -14,107 +15,340 @@ void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+void hook(ActivationCache* hooks, const std::string& name, const float* data, Shape shape) {
+  if (hooks) hooks->capture(name, data, std::move(shape));
+}
+
+// One residual step around a sublayer output f [n, d] (the output projection incl. bias), by norm placement:
+// Pre and PostResidual add f itself; PostSublayer and Sandwich add post_norm(f) (HF Olmo3 / Gemma 4
+// post_*_layernorm); PostResidual then normalises the sum (BERT/ALBERT Add & LayerNorm). Returns what was added.
+Tensor residual_step(const ModelConfig& c, Tensor& x, Tensor f, const Norm& post_norm) {
+  const int64_t n = x.dim(0), d = x.dim(1);
+  switch (c.norm_placement) {
+    case NormPlacement::Pre:
+      add_inplace(x.ptr(), f.ptr(), x.size());
+      break;
+    case NormPlacement::PostSublayer:
+    case NormPlacement::Sandwich:
+      apply_norm(c.norm, f.ptr(), n, d, post_norm, c.norm_eps, f.ptr());
+      add_inplace(x.ptr(), f.ptr(), x.size());
+      break;
+    case NormPlacement::PostResidual:
+      add_inplace(x.ptr(), f.ptr(), x.size());
+      apply_norm(c.norm, x.ptr(), n, d, post_norm, c.norm_eps, x.ptr());
+      break;
+  }
+  return f;
+}
+
 }  // namespace
 
-Transformer::Transformer(std::shared_ptr<const Model> model)
-    : model_(std::move(model)), inv_freq_(rope_inv_freq(model_->config.rope, model_->config.d_head)) {}
+Transformer::Transformer(std::shared_ptr<const Model> model) : model_(std::move(model)) {
+  const ModelConfig& c = config();
+  is_kv_source_.assign(c.n_layers, false);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    layers_.push_back(c.layer(l));
+    inv_freq_.push_back(rope_inv_freq(layers_[l].rope, layers_[l].d_head));
+    if (layers_[l].kv_source != l) is_kv_source_[layers_[l].kv_source] = true;
+  }
+}
 
 KVCache Transformer::new_cache(int64_t max_positions) const {
   const ModelConfig& c = config();
+  if (c.is_encoder()) fail("{} is a bidirectional encoder: it has no KV cache (run whole sequences)", c.family);
+  if (max_positions <= 0) fail("a KV cache needs a positive number of positions, got {}", max_positions);
   KVCache cache;
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    cache.k.emplace_back(Shape{max_positions, c.kv_dim()});
-    cache.v.emplace_back(Shape{max_positions, c.kv_dim()});
+    const bool own = layers_[l].kv_source == l;
+    const Shape shape = own ? Shape{max_positions, c.n_kv_heads * layers_[l].d_head} : Shape{0, 0};
+    cache.k.emplace_back(shape);
+    cache.v.emplace_back(shape);
   }
   return cache;
 }
 
-Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks, KVCache* cache) const {
+Tensor Transformer::embed(std::span<const int32_t> ids, int64_t start, std::span<const int32_t> token_types,
+                          ActivationCache* hooks) const {
   const ModelConfig& c = config();
   const ModelWeights& W = model_->weights;
-  const int64_t n = static_cast<int64_t>(ids.size());
-  const int64_t d = c.d_model, start = cache ? cache->length : 0, n_keys = start + n;
-  if (n == 0) fail("no tokens to run");
-  if (cache && n_keys > cache->capacity())
-    fail("sequence of {} positions exceeds the KV cache ({} positions)", n_keys, cache->capacity());
+  const int64_t n = static_cast<int64_t>(ids.size()), E = c.embed_dim();
   for (int64_t i = 0; i < n; ++i) {
-    if (ids[i] < 0 || ids[i] >= c.d_vocab) fail("token id {} at position {} is outside the vocabulary [0, {})", ids[i], start + i, c.d_vocab);
+    if (ids[i] < 0 || ids[i] >= c.d_vocab)
+      fail("token id {} at position {} is outside the vocabulary [0, {})", ids[i], start + i, c.d_vocab);
   }
-  auto hook = [&](const std::string& name, const float* data, Shape shape) {
-    if (hooks) hooks->capture(name, data, std::move(shape));
-  };
+  if (!token_types.empty()) {
+    if (static_cast<int64_t>(token_types.size()) != n)
+      fail("{} token types given for {} tokens", token_types.size(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (c.n_token_types == 0 && token_types[i] != 0)
+        fail("token type {} at position {}: {} has no token-type embeddings (only encoders such as BERT do)",
+             token_types[i], start + i, c.family);
+      if (c.n_token_types > 0 && (token_types[i] < 0 || token_types[i] >= c.n_token_types))
+        fail("token type {} at position {} is outside [0, {}) (type_vocab_size)", token_types[i], start + i, c.n_token_types);
+    }
+  }
+  if (c.learned_positions && start + n > c.n_ctx)
+    fail("positions {}..{} exceed the {} learned positions of this {} model", start, start + n - 1, c.n_ctx, c.family);
 
-  Tensor x({n, d});                                          // residual stream [pos, d_model]
-  for (int64_t i = 0; i < n; ++i) std::memcpy(x.row(i), W.embed + static_cast<int64_t>(ids[i]) * d, d * sizeof(float));
-  hook("hook_embed", x.ptr(), {n, d});
+  Tensor e({n, E});  // summed embeddings [pos, d_embed]
+  const float scale = static_cast<float>(c.embed_scale);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = W.embed + static_cast<int64_t>(ids[i]) * E;
+    for (int64_t j = 0; j < E; ++j) e.row(i)[j] = c.embed_scale == 1.0 ? row[j] : row[j] * scale;
+  }
+  hook(hooks, "hook_embed", e.ptr(), {n, E});
+  if (c.n_token_types > 0) {  // BertEmbeddings: word + token_type, then + position
+    Tensor types({n, E});
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t type = token_types.empty() ? 0 : token_types[i];
+      std::memcpy(types.row(i), W.token_type_embed + type * E, E * sizeof(float));
+    }
+    hook(hooks, "hook_token_type_embed", types.ptr(), {n, E});
+    add_inplace(e.ptr(), types.ptr(), e.size());
+  }
+  if (c.learned_positions) {
+    const float* pos = W.pos_embed + start * E;
+    hook(hooks, "hook_pos_embed", pos, {n, E});
+    add_inplace(e.ptr(), pos, e.size());
+  }
+  if (c.embed_norm) {
+    apply_norm(c.norm, e.ptr(), n, E, W.embed_norm, c.norm_eps, e.ptr());
+    hook(hooks, "embed.ln.hook_normalized", e.ptr(), {n, E});
+  }
+  if (!W.embed_map) return e;
+  Tensor x({n, c.d_model});  // ALBERT embedding_hidden_mapping_in: [pos, d_embed] -> [pos, d_model]
+  W.embed_map.apply(e.ptr(), n, x.ptr());
+  return x;
+}
 
-  Tensor h({n, d});                                          // normalised stream
-  Tensor q({n, c.q_dim()}), k({n, c.kv_dim()}), v({n, c.kv_dim()});
-  Tensor z({n, c.q_dim()});                                  // attention mix per head, before W_O
-  Tensor attn_out({n, d}), mlp_out({n, d});
-  Tensor gate({n, c.d_mlp}), up({n, c.d_mlp});
-  Tensor pattern;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = W.layers[l];
-    hook(block_hook(l, "hook_resid_pre"), x.ptr(), {n, d});
+Tensor Transformer::per_layer_inputs(std::span<const int32_t> ids, const Tensor& embeddings, ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  const ModelWeights& W = model_->weights;
+  if (c.d_per_layer_input == 0) return {};
+  // Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs:
+  //   (RMSNorm_P(per_layer_model_projection(x0) * d_model^-0.5) + embed_tokens_per_layer(ids) * sqrt(P)) * 2^-0.5
+  const int64_t n = static_cast<int64_t>(ids.size()), L = c.n_layers, P = c.d_per_layer_input, width = L * P;
+  Tensor tokens({n, width});  // [pos, n_layers * d_per_layer]
+  const float token_scale = static_cast<float>(std::sqrt(static_cast<double>(P)));
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] >= c.d_vocab_per_layer)
+      fail("token id {} has no per-layer embedding (vocab_size_per_layer_input = {})", ids[i], c.d_vocab_per_layer);
+    const float* row = W.ple_embed + static_cast<int64_t>(ids[i]) * width;
+    for (int64_t j = 0; j < width; ++j) tokens.row(i)[j] = row[j] * token_scale;
+  }
+  Tensor out({n, L, P});
+  W.ple_model_proj.apply(embeddings.ptr(), n, out.ptr());
+  const float proj_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d_model)));
+  for (float& v : out.data) v *= proj_scale;
+  rms_norm(out.ptr(), n * L, P, W.ple_proj_norm, c.norm_eps, out.ptr());
+  const float mix = static_cast<float>(1.0 / std::sqrt(2.0));
+  for (int64_t i = 0; i < out.size(); ++i) out.data[i] = (out.data[i] + tokens.data[i]) * mix;
+  hook(hooks, "hook_per_layer_inputs", out.ptr(), {n, L, P});
+  return out;
+}
 
-    // Attention sub-layer: resid_mid = resid_pre + attn_out.
-    apply_norm(c.norm, x.ptr(), n, d, L.attn_norm, c.norm_eps, h.ptr());
-    hook(block_hook(l, "ln1.hook_normalized"), h.ptr(), {n, d});
-    L.q.apply(h.ptr(), n, q.ptr());
-    L.k.apply(h.ptr(), n, k.ptr());
-    L.v.apply(h.ptr(), n, v.ptr());
-    apply_rope(c.rope.style, inv_freq_, q.ptr(), n, c.n_heads, c.d_head, start);
-    apply_rope(c.rope.style, inv_freq_, k.ptr(), n, c.n_kv_heads, c.d_head, start);
-    hook(block_hook(l, "attn.hook_q"), q.ptr(), {n, c.n_heads, c.d_head});
-    hook(block_hook(l, "attn.hook_k"), k.ptr(), {n, c.n_kv_heads, c.d_head});
-    hook(block_hook(l, "attn.hook_v"), v.ptr(), {n, c.n_kv_heads, c.d_head});
-    const float* keys = k.ptr();
-    const float* values = v.ptr();
-    if (cache) {
+Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  const LayerWeights& L = model_->weights.layers[l];
+  const LayerConfig& lc = layers_[l];
+  const int64_t n = input.dim(0), hd = lc.d_head, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  const int64_t src = lc.kv_source;
+  const bool own_kv = src == l;
+
+  Tensor q({n, q_dim});  // [pos, n_heads * d_head]
+  L.q.apply(input.ptr(), n, q.ptr());
+  // QK-norm before RoPE: OLMo 3 over the whole projection, Gemma 4 per head.
+  if (c.qk_norm == QKNorm::FullProjection) rms_norm(q.ptr(), n, q_dim, L.q_norm, c.norm_eps, q.ptr());
+  if (c.qk_norm == QKNorm::PerHead) rms_norm(q.ptr(), n * c.n_heads, hd, L.q_norm, c.norm_eps, q.ptr());
+  apply_rope(lc.rope.style, inv_freq_[l], q.ptr(), n, c.n_heads, hd, start);
+  hook(hooks, block_hook(l, "attn.hook_q"), q.ptr(), {n, c.n_heads, hd});
+
+  Tensor k, v;  // [pos, n_kv_heads * d_head], this chunk's own keys/values
+  if (own_kv) {
+    k = Tensor({n, kv_dim});
+    v = Tensor({n, kv_dim});
+    L.k.apply(input.ptr(), n, k.ptr());
+    L.v.apply(input.ptr(), n, v.ptr());
+    if (c.qk_norm == QKNorm::FullProjection) rms_norm(k.ptr(), n, kv_dim, L.k_norm, c.norm_eps, k.ptr());
+    if (c.qk_norm == QKNorm::PerHead) rms_norm(k.ptr(), n * c.n_kv_heads, hd, L.k_norm, c.norm_eps, k.ptr());
+    if (c.v_norm) rms_norm(v.ptr(), n * c.n_kv_heads, hd, Norm{}, c.norm_eps, v.ptr());  // Gemma 4 v_norm: no scale
+    apply_rope(lc.rope.style, inv_freq_[l], k.ptr(), n, c.n_kv_heads, hd, start);
+    hook(hooks, block_hook(l, "attn.hook_k"), k.ptr(), {n, c.n_kv_heads, hd});
+    hook(hooks, block_hook(l, "attn.hook_v"), v.ptr(), {n, c.n_kv_heads, hd});
+  }
+  const float* keys = k.ptr();
+  const float* values = v.ptr();
+  int64_t n_keys = n;
+  const bool stored = cache && !cache->k[src].data.empty();
+  if (stored) {
+    if (start + n > cache->k[src].dim(0))
+      fail("sequence of {} positions exceeds the KV cache ({} positions)", start + n, cache->k[src].dim(0));
+    if (own_kv) {
       std::memcpy(cache->k[l].row(start), k.ptr(), k.size() * sizeof(float));
       std::memcpy(cache->v[l].row(start), v.ptr(), v.size() * sizeof(float));
-      keys = cache->k[l].ptr();
-      values = cache->v[l].ptr();
     }
-    const std::string pattern_name = block_hook(l, "attn.hook_pattern");
-    const bool want_pattern = hooks && hooks->wants(pattern_name);
-    if (want_pattern) pattern = Tensor({c.n_heads, n, n_keys});
-    AttentionShape shape{n, n_keys, start, c.n_heads, c.n_kv_heads, c.d_head, c.attn_scale, c.causal};
-    attention(shape, q.ptr(), keys, values, z.ptr(), want_pattern ? pattern.ptr() : nullptr);
-    if (want_pattern) hook(pattern_name, pattern.ptr(), pattern.shape);
-    hook(block_hook(l, "attn.hook_z"), z.ptr(), {n, c.n_heads, c.d_head});
-    L.o.apply(z.ptr(), n, attn_out.ptr());
-    hook(block_hook(l, "hook_attn_out"), attn_out.ptr(), {n, d});
-    add_inplace(x.ptr(), attn_out.ptr(), x.size());
-    hook(block_hook(l, "hook_resid_mid"), x.ptr(), {n, d});
-
-    // MLP sub-layer: resid_post = resid_mid + mlp_out.
-    apply_norm(c.norm, x.ptr(), n, d, L.mlp_norm, c.norm_eps, h.ptr());
-    hook(block_hook(l, "ln2.hook_normalized"), h.ptr(), {n, d});
-    L.up.apply(h.ptr(), n, up.ptr());
-    if (c.gated_mlp) {
-      L.gate.apply(h.ptr(), n, gate.ptr());
-      hook(block_hook(l, "mlp.hook_pre"), gate.ptr(), {n, c.d_mlp});
-      hook(block_hook(l, "mlp.hook_pre_linear"), up.ptr(), {n, c.d_mlp});
-      for (int64_t i = 0; i < up.size(); ++i) up.data[i] *= activate(c.activation, gate.data[i]);
-    } else {
-      hook(block_hook(l, "mlp.hook_pre"), up.ptr(), {n, c.d_mlp});
-      activate_inplace(c.activation, up.ptr(), up.size());
-    }
-    hook(block_hook(l, "mlp.hook_post"), up.ptr(), {n, c.d_mlp});
-    L.down.apply(up.ptr(), n, mlp_out.ptr());
-    hook(block_hook(l, "hook_mlp_out"), mlp_out.ptr(), {n, d});
-    add_inplace(x.ptr(), mlp_out.ptr(), x.size());
-    hook(block_hook(l, "hook_resid_post"), x.ptr(), {n, d});
+    keys = cache->k[src].ptr();
+    values = cache->v[src].ptr();
+    n_keys = start + n;
+  } else {
+    TDYN_CHECK(own_kv && start == 0);  // a KV-shared layer needs its source's keys; a later chunk its past
   }
-  if (cache) cache->length = n_keys;
 
-  apply_norm(c.norm, x.ptr(), n, d, W.final_norm, c.norm_eps, h.ptr());
-  hook("ln_final.hook_normalized", h.ptr(), {n, d});
+  const std::string pattern_name = block_hook(l, "attn.hook_pattern");
+  const bool want_pattern = hooks && hooks->wants(pattern_name);
+  Tensor pattern = want_pattern ? Tensor({c.n_heads, n, n_keys}) : Tensor();
+  Tensor z({n, q_dim});  // attention mix per head, before W_O
+  AttentionShape shape{n, n_keys, start, c.n_heads, c.n_kv_heads, hd, lc.attn_scale, c.causal, lc.sliding_window};
+  tdyn::attention(shape, q.ptr(), keys, values, z.ptr(), want_pattern ? pattern.ptr() : nullptr);
+  if (want_pattern) hook(hooks, pattern_name, pattern.ptr(), pattern.shape);
+  hook(hooks, block_hook(l, "attn.hook_z"), z.ptr(), {n, c.n_heads, hd});
+  Tensor out({n, c.d_model});
+  L.o.apply(z.ptr(), n, out.ptr());
+  hook(hooks, block_hook(l, "attn.hook_out_proj"), out.ptr(), {n, c.d_model});
+  return out;
+}
+
+Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  const LayerWeights& L = model_->weights.layers[l];
+  const int64_t n = input.dim(0), d_mlp = layers_[l].d_mlp;
+  Tensor up({n, d_mlp});  // [pos, d_mlp]
+  L.up.apply(input.ptr(), n, up.ptr());
+  if (c.gated_mlp) {
+    Tensor gate({n, d_mlp});
+    L.gate.apply(input.ptr(), n, gate.ptr());
+    hook(hooks, block_hook(l, "mlp.hook_pre"), gate.ptr(), {n, d_mlp});
+    hook(hooks, block_hook(l, "mlp.hook_pre_linear"), up.ptr(), {n, d_mlp});
+    for (int64_t i = 0; i < up.size(); ++i) up.data[i] *= activate(c.activation, gate.data[i]);
+  } else {
+    hook(hooks, block_hook(l, "mlp.hook_pre"), up.ptr(), {n, d_mlp});
+    activate_inplace(c.activation, up.ptr(), up.size());
+  }
+  hook(hooks, block_hook(l, "mlp.hook_post"), up.ptr(), {n, d_mlp});
+  Tensor out({n, c.d_model});
+  L.down.apply(up.ptr(), n, out.ptr());
+  hook(hooks, block_hook(l, "mlp.hook_out_proj"), out.ptr(), {n, c.d_model});
+  return out;
+}
+
+void Transformer::attention_block(int64_t l, Tensor& x, int64_t start, KVCache* cache, ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  const LayerWeights& L = model_->weights.layers[l];
+  const int64_t n = x.dim(0), d = c.d_model;
+  Tensor f;
+  if (has_pre_norm(c.norm_placement)) {
+    Tensor h({n, d});  // normalised stream
+    apply_norm(c.norm, x.ptr(), n, d, L.attn_norm, c.norm_eps, h.ptr());
+    hook(hooks, block_hook(l, "ln1.hook_normalized"), h.ptr(), {n, d});
+    f = attention(l, h, start, cache, hooks);
+  } else {
+    f = attention(l, x, start, cache, hooks);
+  }
+  Tensor added = residual_step(c, x, std::move(f), L.attn_post_norm);
+  hook(hooks, block_hook(l, "hook_attn_out"), added.ptr(), {n, d});
+  hook(hooks, block_hook(l, "hook_resid_mid"), x.ptr(), {n, d});
+}
+
+void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  const LayerWeights& L = model_->weights.layers[l];
+  const int64_t n = x.dim(0), d = c.d_model;
+  Tensor f;
+  if (has_pre_norm(c.norm_placement)) {
+    Tensor h({n, d});
+    apply_norm(c.norm, x.ptr(), n, d, L.mlp_norm, c.norm_eps, h.ptr());
+    hook(hooks, block_hook(l, "ln2.hook_normalized"), h.ptr(), {n, d});
+    f = mlp(l, h, hooks);
+  } else {
+    f = mlp(l, x, hooks);
+  }
+  Tensor added = residual_step(c, x, std::move(f), L.mlp_post_norm);
+  hook(hooks, block_hook(l, "hook_mlp_out"), added.ptr(), {n, d});
+
+  if (c.d_per_layer_input > 0) {
+    // Gemma4TextDecoderLayer, after the MLP residual: x += post_per_layer_input_norm(per_layer_projection(
+    //   act(per_layer_input_gate(x)) * per_layer_input[:, layer]))
+    TDYN_CHECK(per_layer_input != nullptr);
+    hook(hooks, block_hook(l, "hook_resid_after_mlp"), x.ptr(), {n, d});
+    const int64_t P = c.d_per_layer_input;
+    Tensor gate({n, P});  // [pos, d_per_layer]
+    L.ple_gate.apply(x.ptr(), n, gate.ptr());
+    for (int64_t i = 0; i < n; ++i) {
+      const float* input = per_layer_input + (i * c.n_layers + l) * P;
+      for (int64_t j = 0; j < P; ++j) gate.row(i)[j] = activate(c.activation, gate.row(i)[j]) * input[j];
+    }
+    Tensor branch({n, d});
+    L.ple_proj.apply(gate.ptr(), n, branch.ptr());
+    rms_norm(branch.ptr(), n, d, L.ple_post_norm, c.norm_eps, branch.ptr());
+    hook(hooks, block_hook(l, "hook_ple_out"), branch.ptr(), {n, d});
+    add_inplace(x.ptr(), branch.ptr(), x.size());
+    hook(hooks, block_hook(l, "hook_resid_after_ple"), x.ptr(), {n, d});
+  }
+  if (c.layer_scalar) {
+    const float s = L.layer_scalar[0];
+    for (float& v : x.data) v *= s;
+  }
+  hook(hooks, block_hook(l, "hook_resid_post"), x.ptr(), {n, d});
+}
+
+Tensor Transformer::unembed(const Tensor& x, ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  const ModelWeights& W = model_->weights;
+  const int64_t n = x.dim(0), d = c.d_model;
+  Tensor h = x;  // [pos, d_model], then [pos, d_embed] after an MLM transform
+  if (W.final_norm.w) {
+    apply_norm(c.norm, h.ptr(), n, d, W.final_norm, c.norm_eps, h.ptr());
+    hook(hooks, "ln_final.hook_normalized", h.ptr(), {n, d});
+  }
+  if (c.mlm_head) {
+    // BertLMPredictionHead / AlbertMLMHead: LayerNorm(act(dense(x))) before the (tied) decoder.
+    const int64_t E = c.embed_dim();
+    Tensor t({n, E});
+    W.head_dense.apply(h.ptr(), n, t.ptr());
+    activate_inplace(c.activation, t.ptr(), t.size());
+    apply_norm(c.norm, t.ptr(), n, E, W.head_norm, c.norm_eps, t.ptr());
+    hook(hooks, "mlm.hook_transform", t.ptr(), {n, E});
+    h = std::move(t);
+  }
   Tensor logits({n, c.d_vocab});
   W.unembed.apply(h.ptr(), n, logits.ptr());
+  if (c.final_logit_softcap > 0) {
+    hook(hooks, "hook_logits_pre_softcap", logits.ptr(), logits.shape);
+    softcap_inplace(logits.ptr(), logits.size(), c.final_logit_softcap);
+  }
   return logits;
+}
+
+Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks, KVCache* cache,
+                            std::span<const int32_t> token_types) const {
+  const ModelConfig& c = config();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t start = cache ? cache->length : 0;
+  if (n == 0) fail("no tokens to run");
+  if (cache && c.is_encoder()) fail("{} is a bidirectional encoder: it takes no KV cache (run whole sequences)", c.family);
+  if (cache && start + n > cache->capacity())
+    fail("sequence of {} positions exceeds the KV cache ({} positions)", start + n, cache->capacity());
+
+  Tensor x = embed(ids, start, token_types, hooks);  // residual stream [pos, d_model]
+  Tensor per_layer = per_layer_inputs(ids, x, hooks);  // [pos, n_layers, d_per_layer] or empty
+
+  // Without a cache, keep this chunk's keys/values only for the layers that KV-shared layers read.
+  KVCache chunk;
+  if (!cache) {
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const Shape shape = is_kv_source_[l] ? Shape{n, c.n_kv_heads * layers_[l].d_head} : Shape{0, 0};
+      chunk.k.emplace_back(shape);
+      chunk.v.emplace_back(shape);
+    }
+  }
+  KVCache* kv = cache ? cache : &chunk;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    hook(hooks, block_hook(l, "hook_resid_pre"), x.ptr(), {n, c.d_model});
+    attention_block(l, x, start, kv, hooks);
+    mlp_block(l, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), hooks);
+  }
+  if (cache) cache->length = start + n;
+  return unembed(x, hooks);
 }
 
 }  // namespace tdyn

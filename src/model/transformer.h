@@ -1,6 +1,35 @@
 // The forward pass: one generic block driven by ModelConfig fields, evaluating a chunk of positions at a
 // time. A whole sequence (analysis) is one chunk starting at position 0; generation feeds one token per
 // chunk against a KV cache. Activations are exposed through an optional ActivationCache (model/hooks.h).
+//
+// A layer is two (Gemma 4: three) residual steps, each a named public function so that analyses can run one
+// sublayer on inputs of their choice:
+//   attention_block:  resid_pre -> resid_mid   (pre-norm, attention, post-norm, residual add, per NormPlacement)
+//   mlp_block:        resid_mid -> resid_post  (likewise; Gemma 4 adds its per-layer-input branch and layer_scalar)
+//
+// Hook names follow TransformerLens; what each holds for every norm placement:
+//   hook_embed [pos, d_embed]           token embeddings (times embed_scale)
+//   hook_pos_embed, hook_token_type_embed [pos, d_embed]   learned position / token-type rows
+//   embed.ln.hook_normalized [pos, d_embed]   BERT/ALBERT embedding LayerNorm output (ALBERT: before mapping_in)
+//   hook_per_layer_inputs [pos, n_layers, d_per_layer]      Gemma 4 per-layer inputs
+//   blocks.{l}.hook_resid_pre / hook_resid_mid / hook_resid_post [pos, d_model]
+//   blocks.{l}.ln1.hook_normalized, ln2.hook_normalized     pre-norm outputs (Pre, Sandwich)
+//   blocks.{l}.attn.hook_q [pos, n_heads, d_head], hook_k / hook_v [pos, n_kv_heads, d_head] (after QK-norm,
+//       v-norm and RoPE; not emitted by KV-shared layers), attn.hook_pattern [n_heads, pos, n_keys],
+//       attn.hook_z [pos, n_heads, d_head]
+//   blocks.{l}.attn.hook_out_proj / mlp.hook_out_proj [pos, d_model]  output projection incl. bias, before any
+//       post-norm (equal to hook_attn_out / hook_mlp_out for Pre and PostResidual placements)
+//   blocks.{l}.hook_attn_out / hook_mlp_out [pos, d_model]   what the sublayer adds to the stream:
+//       Pre, PostSublayer, Sandwich: resid_mid = resid_pre + attn_out, resid_post = resid_mid + mlp_out (exact)
+//       PostResidual (BERT, ALBERT): resid_mid = LN(resid_pre + attn_out), resid_post = LN(resid_mid + mlp_out)
+//   blocks.{l}.mlp.hook_pre [pos, d_mlp] (gated: the gate), mlp.hook_pre_linear (gated: up), mlp.hook_post
+//   Gemma 4 only: blocks.{l}.hook_resid_after_mlp = resid_mid + mlp_out;
+//       blocks.{l}.hook_ple_out (the post-normed per-layer-input branch);
+//       blocks.{l}.hook_resid_after_ple = hook_resid_after_mlp + hook_ple_out;
+//       hook_resid_post = hook_resid_after_ple * layer_scalar
+//   ln_final.hook_normalized [pos, d_model]   final norm output (families with one)
+//   mlm.hook_transform [pos, d_embed]         BERT/ALBERT MLM head transform output
+//   hook_logits_pre_softcap [pos, d_vocab]    Gemma logits before soft-capping
 #pragma once
 
 #include <memory>
@@ -11,7 +40,8 @@
 
 namespace tdyn {
 
-// Keys and values of past positions, per layer: [max_positions, n_kv_heads * d_head] each.
+// Keys and values of past positions, per layer: [max_positions, n_kv_heads * d_head(layer)] each. Layers that
+// read another layer's keys/values (Gemma 4 KV sharing) hold empty tensors.
 struct KVCache {
   std::vector<Tensor> k, v;
   int64_t length = 0;  // positions filled
@@ -24,16 +54,48 @@ class Transformer {
 
   const ModelConfig& config() const { return model_->config; }
   const Model& model() const { return *model_; }
+  const LayerConfig& layer_config(int64_t layer) const { return layers_.at(layer); }
 
   // Evaluates tokens `ids` at positions cache->length .. + ids.size() - 1 (0.. without a cache) and returns
-  // logits [ids.size(), d_vocab]. With a cache the new keys/values are appended to it.
-  Tensor forward(std::span<const int32_t> ids, ActivationCache* hooks = nullptr, KVCache* cache = nullptr) const;
+  // logits [ids.size(), d_vocab]. With a cache the new keys/values are appended to it. `token_types` (segment
+  // ids, one per token; default all 0) only for encoders with a token-type table. Learned-position models
+  // reject positions >= n_ctx; encoders take no cache.
+  Tensor forward(std::span<const int32_t> ids, ActivationCache* hooks = nullptr, KVCache* cache = nullptr,
+                 std::span<const int32_t> token_types = {}) const;
 
   KVCache new_cache(int64_t max_positions) const;
 
+  // ---- The steps of forward(), for analyses that run pieces of the model. `start`: absolute position of
+  // the first row; x: residual stream [n, d_model].
+
+  // Residual stream entering layer 0 [n, d_model]: token (+ position, + token-type) embeddings, embedding norm,
+  // ALBERT mapping_in. `token_types` empty: all 0. Validates ids, types and positions.
+  Tensor embed(std::span<const int32_t> ids, int64_t start, std::span<const int32_t> token_types = {},
+               ActivationCache* hooks = nullptr) const;
+  // Gemma 4 per-layer inputs [n, n_layers, d_per_layer] from the ids and the embeddings [n, d_model];
+  // an empty tensor for families without them.
+  Tensor per_layer_inputs(std::span<const int32_t> ids, const Tensor& embeddings, ActivationCache* hooks = nullptr) const;
+  // resid_pre -> resid_mid in place. Keys/values of the layer (positions start..) are written to `cache` when
+  // it has storage for the layer, and attention reads keys 0 .. start + n - 1 from there; a layer without
+  // storage (no cache, or an empty tensor in it) attends within the chunk only, which must then start at 0.
+  // A KV-shared layer reads its source layer's storage, which must hold this chunk (forward() keeps it).
+  void attention_block(int64_t layer, Tensor& x, int64_t start, KVCache* cache, ActivationCache* hooks = nullptr) const;
+  // resid_mid -> resid_post in place. per_layer_input: row-major [n, n_layers, d_per_layer] (Gemma 4) or null.
+  void mlp_block(int64_t layer, Tensor& x, const float* per_layer_input, ActivationCache* hooks = nullptr) const;
+  // The residual stream after the last layer [n, d_model] -> logits [n, d_vocab] (final norm, MLM head
+  // transform, unembedding, soft-capping).
+  Tensor unembed(const Tensor& x, ActivationCache* hooks = nullptr) const;
+
+  // The sublayer functions themselves, without norms around them or the residual: input [n, d_model] (already
+  // pre-normed where the family pre-norms) -> output projection incl. bias [n, d_model].
+  Tensor attention(int64_t layer, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks = nullptr) const;
+  Tensor mlp(int64_t layer, const Tensor& input, ActivationCache* hooks = nullptr) const;
+
  private:
   std::shared_ptr<const Model> model_;
-  std::vector<double> inv_freq_;
+  std::vector<LayerConfig> layers_;                // resolved per-layer settings
+  std::vector<std::vector<double>> inv_freq_;      // per layer: RoPE inverse frequencies [d_head / 2]
+  std::vector<bool> is_kv_source_;                 // read by a later KV-shared layer
 };
 
 }  // namespace tdyn

@@ -32,18 +32,39 @@ struct Norm {
   const float* b = nullptr;  // [d] bias (LayerNorm only; may be null)
 };
 
+// One transformer block. Which fields are bound depends on the family's features (model/config.h); an
+// unbound Linear / Norm has w == nullptr. d_head and d_mlp are the layer's own (LayerConfig).
 struct LayerWeights {
-  Norm attn_norm;
-  Linear q, k, v, o;  // q: [n_heads*d_head, d_model], k/v: [n_kv_heads*d_head, d_model], o: [d_model, n_heads*d_head]
-  Norm mlp_norm;
-  Linear gate, up, down;  // gate/up: [d_mlp, d_model], down: [d_model, d_mlp]; gate only for gated MLPs
+  Norm attn_norm;        // [d_model] pre-norm on the attention input (NormPlacement Pre, Sandwich)
+  Linear q, k, v, o;     // q: [n_heads*d_head, d_model], k/v: [n_kv_heads*d_head, d_model], o: [d_model, n_heads*d_head]
+                         // k/v unbound on KV-shared layers (Gemma 4), which read an earlier layer's keys/values
+  Norm q_norm, k_norm;   // QK-norm scales: [n_heads*d_head] / [n_kv_heads*d_head] (FullProjection) or [d_head] (PerHead)
+  Norm attn_post_norm;   // [d_model] PostSublayer/Sandwich: on the attention output; PostResidual: on resid_pre + attn_out
+  Norm mlp_norm;         // [d_model] pre-norm on the MLP input (Pre, Sandwich)
+  Linear gate, up, down; // gate/up: [d_mlp, d_model], down: [d_model, d_mlp]; gate only for gated MLPs
+  Norm mlp_post_norm;    // [d_model] as attn_post_norm, for the MLP
+  // Gemma 4 per-layer-input branch, added after the MLP: ple_post_norm(ple_proj(act(ple_gate x) * ple_input)).
+  Linear ple_gate;       // [d_per_layer, d_model]
+  Linear ple_proj;       // [d_model, d_per_layer]
+  Norm ple_post_norm;    // [d_model]
+  const float* layer_scalar = nullptr;  // [1] Gemma 4: the layer's output is multiplied by it
 };
 
 struct ModelWeights {
-  const float* embed = nullptr;  // [d_vocab, d_model]
-  std::vector<LayerWeights> layers;
-  Norm final_norm;
-  Linear unembed;  // [d_vocab, d_model]
+  const float* embed = nullptr;             // [d_vocab, d_embed] token embeddings
+  const float* pos_embed = nullptr;         // [n_ctx, d_embed] learned absolute positions
+  const float* token_type_embed = nullptr;  // [n_token_types, d_embed]
+  Norm embed_norm;                          // [d_embed] LayerNorm of the summed embeddings (BERT, ALBERT)
+  Linear embed_map;                         // [d_model, d_embed] ALBERT embedding_hidden_mapping_in
+  // Gemma 4 per-layer inputs.
+  const float* ple_embed = nullptr;         // [d_vocab_per_layer, n_layers * d_per_layer]
+  Linear ple_model_proj;                    // [n_layers * d_per_layer, d_model]
+  Norm ple_proj_norm;                       // [d_per_layer]
+  std::vector<LayerWeights> layers;         // one per layer (shared layers repeat the same views)
+  Norm final_norm;                          // [d_model]; unbound for BERT/ALBERT (their stream ends post-LN)
+  Linear head_dense;                        // [d_embed, d_model] MLM head transform (BERT, ALBERT)
+  Norm head_norm;                           // [d_embed]
+  Linear unembed;                           // [d_vocab, d_embed] (+ [d_vocab] bias: MLM decoder bias)
   std::vector<FloatBuffer> storage;  // owns converted copies; views point into the store's mappings
 };
 
