@@ -1,11 +1,67 @@
-// GGUF (llama.cpp) checkpoints, versions 2 and 3.
+// GGUF (llama.cpp / ggml) checkpoints, versions 2 and 3: reader. The writer is io/gguf_writer.h.
+//
+// On-disk format (all integers little-endian; a "string" is a uint64 byte length followed by that many
+// UTF-8 bytes, no terminator):
+//
+//   uint32  magic          "GGUF" (bytes 47 47 55 46)
+//   uint32  version        2 or 3 (v3 only added big-endian files, whose version reads byte-swapped here;
+//                          v1 used uint32 counts and string lengths and is rejected)
+//   uint64  tensor_count
+//   uint64  kv_count
+//   kv_count key/value pairs:
+//     string  key          unique; "general.alignment" (uint32, a power of two) sets the data alignment
+//     uint32  value_type   one of GgufType below
+//     value                scalar: its fixed-size little-endian bytes (bool: one byte, 0 or 1);
+//                          string: as above;
+//                          array: uint32 element type, uint64 count, then count values of that type
+//                          (arrays may nest: an array of arrays gives every inner array its own header)
+//   tensor_count tensor infos:
+//     string  name         unique
+//     uint32  n_dims       1..4
+//     uint64  ne[n_dims]   element counts, fastest-varying first (row-major shape = ne reversed)
+//     uint32  type         ggml type id (0 F32, 1 F16, 30 BF16, 2 Q4_0, 8 Q8_0, 12 Q4_K, ...)
+//     uint64  offset       from the start of the data section; a multiple of the alignment
+//   padding to the next multiple of the alignment (default 32)
+//   data section: the tensors' bytes, each at its offset, in ggml's layout (ne[0] contiguous)
+//
+// Validation happens before any tensor data is touched: magic, version, every count bounded by the bytes
+// that remain (so no allocation is driven by an unchecked count), string lengths, value types, array
+// nesting depth, duplicate keys and tensor names, n_dims, dimension products overflowing, tensor types,
+// offsets aligned and inside the file, no two tensors overlapping. tdyn reads F32, F16 and BF16 tensors;
+// any other (quantized) type is an error naming the type and the tensor.
+//
+// Metadata: every key/value lands in TensorStore::metadata() as JSON (integers as numbers, float32/64 as
+// numbers, bool, strings, arrays as JSON arrays, nested arrays as nested JSON arrays), tokenizer arrays
+// included.
 #pragma once
+
+#include <cstdint>
+#include <string>
 
 #include "io/tensor_store.h"
 
 namespace tdyn {
 
-bool is_gguf_file(const fs::path& file);
+inline constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian uint32
+inline constexpr uint32_t kGgufVersion = 3;         // what the writer emits
+inline constexpr uint32_t kGgufDefaultAlignment = 32;
+inline constexpr uint32_t kGgufMaxDims = 4;
+
+// Metadata value types, with their on-disk ids.
+enum class GgufType : uint32_t {
+  UInt8 = 0, Int8 = 1, UInt16 = 2, Int16 = 3, UInt32 = 4, Int32 = 5, Float32 = 6, Bool = 7,
+  String = 8, Array = 9, UInt64 = 10, Int64 = 11, Float64 = 12,
+};
+const char* gguf_type_name(GgufType t);  // "uint32", "string", ...
+size_t gguf_scalar_size(GgufType t);     // bytes of a scalar value; 0 for string and array
+
+// ggml tensor type ids that tdyn reads.
+inline constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
+
+// The ggml name of a tensor type id ("F32", "Q4_K", ...), or nullptr for an id ggml does not define.
+const char* ggml_type_name(uint32_t type);
+
+bool is_gguf_file(const fs::path& file);  // the file starts with the magic "GGUF"
 void read_gguf(const fs::path& file, TensorStore& store);
 
 }  // namespace tdyn
