@@ -5,8 +5,10 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache
   libeigen3-dev libopenblas-dev liblapacke-dev libspectra-dev libboost-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
+  libigraph-dev libarpack2-dev libglpk-dev libplfit-dev
+  libicu-dev
   gnuplot-nox
-  python3-numpy
+  python3-numpy python3-scipy python3-leidenalg python3-torch
 )
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi

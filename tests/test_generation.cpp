@@ -1,0 +1,101 @@
+// Generation end to end through the CLI: llama2.c checkpoints must print byte for byte what llama2.c's run
+// printed for the same prompt and -n (the goldens in ../shared/models/*/gen_*.txt), and --save-logits /
+// --save-hooks must write what the library computes.
+#include <nlohmann/json.hpp>
+
+#include "core/npy.h"
+#include "model/generate.h"
+#include "test_util.h"
+
+namespace tdyn {
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+class Llama2cGeneration : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Llama2cGeneration, StdoutIsByteIdenticalToRunC) {
+  const std::string model = GetParam();
+  TDYN_REQUIRE_SHARED("models/" + model + "/golden.json");
+  fs::path dir = test::shared_dir() / "models" / model;
+  auto golden = nlohmann::json::parse(read_file(dir / "golden.json"));
+  int checked = 0;
+  for (const auto& entry : golden) {
+    if (entry.value("kind", "") != "generation") continue;
+    // argv: MODEL -z TOKENIZER -t 0 -n STEPS -i PROMPT
+    const auto& argv = entry["argv"];
+    std::string steps, prompt, tokenizer;
+    for (size_t i = 1; i + 1 < argv.size(); i += 2) {
+      if (argv[i] == "-n") steps = argv[i + 1];
+      if (argv[i] == "-i") prompt = argv[i + 1];
+      if (argv[i] == "-z") tokenizer = argv[i + 1];
+    }
+    std::string expected = read_file(dir / entry["file"].get<std::string>());
+    expected = expected.substr(expected.find('\n') + 1);  // line 1 is the command
+    std::string out, err;
+    int rc = test::run_cli(fmt::format("run {} --tokenizer {} --steps {} --prompt {}", (dir / argv[0].get<std::string>()).string(),
+                                       (dir / tokenizer).string(), steps, shell_quote(prompt)),
+                           &out, &err);
+    ASSERT_EQ(rc, 0) << err;
+    EXPECT_EQ(out, expected) << model << " " << entry["file"] << "\nstderr: " << err;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Llama2cGeneration, ::testing::Values("stories260K", "llama2xs", "aidreams260K"));
+
+TEST(RunCommand, SavesLogitsAndHooksAsTheLibraryComputes) {
+  TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  fs::path dir = test::scratch_dir("run_save");
+  fs::path model = test::shared_dir() / "models/stories260K/stories260K.bin";
+  std::string out, err;
+  ASSERT_EQ(test::run_cli(fmt::format("run {} --ids 1,403,407,261,378 --max-new-tokens 0 --save-logits {} --save-hooks {} "
+                                      "--hooks 'blocks.*.hook_resid_post,blocks.0.attn.hook_pattern'",
+                                      model.string(), (dir / "logits.npy").string(), (dir / "hooks").string()),
+                          &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "Once upon a time\n");
+  Transformer t(load_model(model));
+  ActivationCache cache("*");
+  std::vector<int32_t> ids = {1, 403, 407, 261, 378};
+  Tensor logits = t.forward(ids, &cache);
+  NpyArray saved = read_npy(dir / "logits.npy");
+  EXPECT_EQ(saved.shape, (Shape{5, 512}));
+  EXPECT_EQ(saved.as_float(), logits.data);
+  auto index = nlohmann::json::parse(read_file(dir / "hooks/index.json"));
+  EXPECT_EQ(index.size(), 5u + 1u);
+  NpyArray pattern = read_npy(dir / "hooks/blocks.0.attn.hook_pattern.npy");
+  EXPECT_EQ(pattern.shape, (Shape{8, 5, 5}));
+  EXPECT_EQ(pattern.as_float(), cache.at("blocks.0.attn.hook_pattern").data);
+  EXPECT_EQ(read_npy(dir / "hooks/blocks.4.hook_resid_post.npy").as_float(), cache.at("blocks.4.hook_resid_post").data);
+}
+
+TEST(RunCommand, TemperatureSamplingIsSeededAndDeterministic) {
+  TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  fs::path model = test::shared_dir() / "models/stories260K/stories260K.bin";
+  std::string a, b, c;
+  std::string cmd = "run " + model.string() + " --prompt 'Once' --max-new-tokens 40 --temperature 1.0 --seed ";
+  ASSERT_EQ(test::run_cli(cmd + "7", &a), 0);
+  ASSERT_EQ(test::run_cli(cmd + "7", &b), 0);
+  ASSERT_EQ(test::run_cli(cmd + "8", &c), 0);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Generate, ChooseTokenTakesTheFirstMaximumWhenGreedy) {
+  std::mt19937_64 rng(0);
+  std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f};
+  EXPECT_EQ(choose_token(logits.data(), 4, 0.0, rng), 1);
+  // A very low temperature concentrates the sample on the maximum; a very peaked distribution too.
+  std::vector<float> peaked = {0.0f, 50.0f, 0.0f};
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(choose_token(peaked.data(), 3, 1.0, rng), 1);
+}
+
+}  // namespace
+}  // namespace tdyn

@@ -1,0 +1,24 @@
+// Flag helpers shared by the subcommands: model loading options and list parsing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "model/loader.h"
+
+namespace tdyn::cli {
+
+// "1,2,3" -> {1, 2, 3}; throws CLI::ValidationError naming the flag on anything else.
+std::vector<int32_t> parse_int_list(const std::string& text, const std::string& flag);
+
+// Adds the model argument and loading flags (--allow-unknown-config-keys) to a subcommand.
+struct ModelArgs {
+  std::string path;
+  bool allow_unknown_config_keys = false;
+  void add_to(CLI::App* cmd);
+  std::shared_ptr<const Model> load() const;
+};
+
+}  // namespace tdyn::cli

@@ -1,0 +1,158 @@
+// tdyn run MODEL (--prompt TEXT | --ids 1,2,3) [...]: runs a model on a prompt, optionally generates, and
+// saves logits and hooked activations. With temperature 0, stdout holds exactly the decoded prompt, the
+// greedy continuation and one newline (for llama2.c checkpoints, byte for byte what llama2.c's run prints).
+#include <chrono>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "command.h"
+#include "core/error.h"
+#include "core/npy.h"
+#include "model/generate.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tdyn::cli {
+namespace {
+
+struct RunArgs {
+  ModelArgs model;
+  std::string tokenizer, prompt, ids, save_logits, save_hooks, hooks = "*", overflow;
+  int64_t max_new_tokens = 32, steps = -1;
+  double temperature = 0.0;
+  uint64_t seed = 0;
+  bool no_special = false;
+};
+
+void save_hooks(const ActivationCache& cache, const fs::path& dir) {
+  fs::create_directories(dir);
+  nlohmann::json index = nlohmann::json::object();
+  for (const auto& [name, t] : cache.tensors()) {
+    write_npy(dir / (name + ".npy"), t);
+    index[name] = {{"file", name + ".npy"}, {"shape", t.shape}, {"dtype", "float32"}};
+  }
+  write_file_atomic(dir / "index.json", index.dump(2) + "\n");
+}
+
+int run(const RunArgs& a) {
+  auto model = a.model.load();
+  const ModelConfig& c = model->config;
+  Transformer transformer(model);
+
+  std::unique_ptr<Tokenizer> tok;
+  if (!a.tokenizer.empty()) {
+    tok = load_tokenizer(a.tokenizer);
+  } else {
+    try {
+      tok = load_tokenizer_for_model(a.model.path);
+    } catch (const Error& e) {
+      if (!a.prompt.empty()) throw;  // text needs a tokenizer
+      std::cerr << "tdyn: note: no tokenizer (" << e.what() << "); printing token ids\n";
+    }
+  }
+  std::vector<int32_t> prompt = !a.ids.empty() ? parse_int_list(a.ids, "--ids") : tok->encode(a.prompt, !a.no_special);
+  if (prompt.empty()) fail("the prompt encodes to no tokens");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= c.d_vocab)
+      fail("token id {} at position {} is outside the vocabulary [0, {})", prompt[i], i, c.d_vocab);
+  }
+  if (tok && tok->vocab_size() > c.d_vocab)
+    fail("the tokenizer has {} tokens but the model's vocabulary has {}", tok->vocab_size(), c.d_vocab);
+
+  GenerateOptions gen;
+  gen.temperature = a.temperature;
+  gen.seed = a.seed;
+  gen.max_new_tokens = a.max_new_tokens;
+  const bool llama2c = c.format == "llama2c";
+  if (a.steps >= 0) {
+    // llama2.c's -n: positions including the prompt (0 or > seq_len means seq_len); the token chosen at the
+    // last position is printed too, so steps positions yield steps - prompt + 1 new tokens.
+    int64_t steps = (a.steps == 0 || a.steps > c.n_ctx) ? c.n_ctx : a.steps;
+    if (static_cast<int64_t>(prompt.size()) > steps) prompt.resize(steps);
+    gen.max_new_tokens = steps - static_cast<int64_t>(prompt.size()) + 1;
+  }
+  if (!c.causal && gen.max_new_tokens > 0) {
+    if (a.steps >= 0 || a.max_new_tokens != 32) fail("{} is an encoder (bidirectional): it does not generate; use --max-new-tokens 0", c.family);
+    gen.max_new_tokens = 0;
+  }
+  // llama2.c ends a sequence when the model emits BOS; other models end at their EOS token.
+  if (llama2c && c.bos_id) gen.stop_tokens.insert(*c.bos_id);
+  else if (c.eos_id) gen.stop_tokens.insert(*c.eos_id);
+  if (a.overflow == "crop") gen.overflow = ContextOverflow::Crop;
+  else if (a.overflow == "stop" || (a.overflow.empty() && llama2c)) gen.overflow = ContextOverflow::Stop;
+  else gen.overflow = ContextOverflow::Error;
+
+  std::unique_ptr<ActivationCache> hooks;
+  if (!a.save_hooks.empty()) hooks = std::make_unique<ActivationCache>(a.hooks);
+
+  // Echo the prompt as decoded from its tokens (never its first token when that is BOS, as llama2.c).
+  std::string echo;
+  if (tok) {
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (i == 0 && c.bos_id && prompt[0] == *c.bos_id) continue;
+      echo += tok->decode_step(i == 0 ? -1 : prompt[i - 1], prompt[i]);
+    }
+  } else {
+    for (int32_t id : prompt) echo += std::to_string(id) + " ";
+  }
+  std::cout << echo << std::flush;
+
+  auto start = std::chrono::steady_clock::now();
+  Tensor prompt_logits;
+  Generation g = generate(transformer, prompt, gen,
+                          [&](int32_t prev, int32_t next) {
+                            std::cout << (tok ? tok->decode_step(prev, next) : std::to_string(next) + " ") << std::flush;
+                          },
+                          hooks.get(), a.save_logits.empty() ? nullptr : &prompt_logits);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "\n" << std::flush;
+
+  if (!a.save_logits.empty()) write_npy(a.save_logits, prompt_logits);
+  if (hooks) save_hooks(*hooks, a.save_hooks);
+  int64_t positions = static_cast<int64_t>(g.tokens.size()) - 1;
+  std::cerr << fmt::format("tdyn: {} prompt tokens, {} new tokens, {:.1f} tok/s{}{}\n", prompt.size(), g.new_tokens,
+                           positions > 0 ? positions / seconds : 0.0, g.stopped_on_token ? " (stopped at a stop token)" : "",
+                           g.stopped_on_context ? " (stopped at the end of the context)" : "");
+  return 0;
+}
+
+std::function<int()> setup(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Run a model on a prompt: generate text, save logits and activations");
+  auto a = std::make_shared<RunArgs>();
+  a->model.add_to(cmd);
+  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: the one shipped beside/inside MODEL)");
+  auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer)");
+  auto* ids = cmd->add_option("--ids", a->ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
+  prompt->excludes(ids);
+  cmd->add_flag("--no-special", a->no_special, "Do not add the tokenizer's special tokens (BOS, [CLS]/[SEP]) to --prompt");
+  auto* max_new = cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate after the prompt")
+                      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--steps", a->steps,
+                  "llama2.c's -n: total positions including the prompt (0 = the model's context); "
+                  "overrides --max-new-tokens")
+      ->excludes(max_new)->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", a->temperature, "Sampling temperature; 0 = greedy (argmax, first maximum)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", a->seed, "Random seed for sampling (temperature > 0)")->capture_default_str();
+  cmd->add_option("--context-overflow", a->overflow,
+                  "What to do when generation runs past the model's context: error (default), stop (default for "
+                  "llama2.c checkpoints, as its run does), or crop (keep the last n_ctx tokens and recompute them "
+                  "from position 0 each step, as nanoGPT/minGPT generate())")
+      ->check(CLI::IsMember({"error", "stop", "crop"}));
+  cmd->add_option("--save-logits", a->save_logits, "Write prompt logits, float32 [pos, d_vocab], to this .npy file");
+  cmd->add_option("--save-hooks", a->save_hooks,
+                  "Write each captured activation of the prompt to DIR/<hook name>.npy, plus DIR/index.json");
+  cmd->add_option("--hooks", a->hooks,
+                  "Comma-separated globs over TransformerLens hook names, e.g. 'blocks.*.hook_resid_post' ('*' = all)")
+      ->capture_default_str();
+  return [cmd, a] {
+    if (cmd->count("--prompt") == 0 && cmd->count("--ids") == 0) throw CLI::RequiredError("--prompt or --ids");
+    return run(*a);
+  };
+}
+
+TDYN_REGISTER_COMMAND("run", 20, setup);
+
+}  // namespace
+}  // namespace tdyn::cli
