@@ -1,0 +1,271 @@
+// Operator metrics, dominant spectrum, Schur surgery and cumulative products; definitions in operator_metrics.h.
+#include "analysis/operator_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tdyn {
+namespace {
+
+nlohmann::json complex_json(Complex z) { return nlohmann::json::array({z.real(), z.imag()}); }
+
+// JSON has no infinity; an infinite condition number is written as null.
+nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+
+// Phase that makes the largest-modulus entry of v real and positive (so results do not depend on LAPACK's sign).
+Complex normalising_phase(const ComplexVector& v) {
+  Index largest = 0;
+  v.cwiseAbs().maxCoeff(&largest);
+  const Complex entry = v[largest];
+  return std::abs(entry) > 0 ? std::conj(entry) / std::abs(entry) : Complex(1, 0);
+}
+
+}  // namespace
+
+// ---- Effective ranks ------------------------------------------------------------------------------------
+
+EffectiveRanks effective_ranks(const Vector& singular_values, double energy_fraction) {
+  EffectiveRanks ranks;
+  ranks.energy_fraction = energy_fraction;
+  if (singular_values.size() == 0) return ranks;
+  if ((singular_values.array() < 0).any()) fail("effective_ranks: singular values must be non-negative");
+  Vector sigma = singular_values;
+  std::sort(sigma.data(), sigma.data() + sigma.size(), std::greater<>());
+  const double sigma1 = sigma[0];
+  if (!(sigma1 > 0)) return ranks;  // the zero matrix: rank 0 by every definition
+
+  // Scaling by σ_1 keeps σ⁴ far from overflow for long cumulative products; every rank is scale-invariant.
+  const Vector scaled = sigma / sigma1;
+  const double total = scaled.sum();
+  double entropy = 0;
+  for (double s : scaled) {
+    const double p = s / total;
+    if (p > 0) entropy -= p * std::log(p);
+  }
+  ranks.roy_vetterli = std::exp(entropy);
+
+  const Vector energy = scaled.array().square();
+  const double total_energy = energy.sum();
+  ranks.participation_ratio = total_energy * total_energy / energy.squaredNorm();
+  ranks.stable_rank = total_energy;  // ‖J‖_F²/σ_1² with σ_1 = 1 after scaling
+
+  const double threshold = energy_fraction * total_energy * (1 - 1e-12);
+  double cumulative = 0;
+  ranks.energy_rank = energy.size();
+  for (Index i = 0; i < energy.size(); ++i) {
+    cumulative += energy[i];
+    if (cumulative >= threshold) {
+      ranks.energy_rank = i + 1;
+      break;
+    }
+  }
+  return ranks;
+}
+
+// ---- Operator metrics -----------------------------------------------------------------------------------
+
+OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const OperatorMetricsOptions& options) {
+  if (j.rows() != j.cols()) fail("operator_metrics: expected a square matrix, got {} × {}", j.rows(), j.cols());
+  linalg::require_finite(j, "operator_metrics input");
+  const Index d = j.rows();
+  OperatorMetrics m;
+  m.d = d;
+  if (d == 0) return m;
+
+  const linalg::ComplexSchur schur = linalg::complex_schur(j);
+  const linalg::SingularValueDecomposition svd = linalg::svd(j, true);
+  const ComplexVector eigenvalues = schur.eigenvalues();
+  m.eigenvalues = eigenvalues(linalg::order_by_modulus(eigenvalues));
+  m.singular_values = svd.singular_values;
+
+  const double frobenius_squared = j.squaredNorm();
+  m.frobenius_norm = std::sqrt(frobenius_squared);
+  const auto normalised = [&](double x) { return m.frobenius_norm > 0 ? x / m.frobenius_norm : 0.0; };
+
+  const double sigma_min = m.singular_values[d - 1];
+  m.condition_number = sigma_min > 0 ? m.singular_values[0] / sigma_min : std::numeric_limits<double>::infinity();
+
+  m.departure.schur = schur.strictly_upper().norm();
+  m.departure.identity = std::sqrt(std::max(0.0, frobenius_squared - eigenvalues.squaredNorm()));
+  m.departure.schur_normalized = normalised(m.departure.schur);
+  m.departure.identity_normalized = normalised(m.departure.identity);
+
+  for (Index k_requested : options.alignment_ks) {
+    if (k_requested < 1) fail("operator_metrics: self-alignment k must be ≥ 1, got {}", k_requested);
+    const Index k = std::min(k_requested, d);
+    const double value = (svd.u.leftCols(k).transpose() * svd.v.leftCols(k)).squaredNorm() / static_cast<double>(k);
+    m.self_alignment.push_back({k_requested, k, value});
+  }
+
+  Index expanding = 0, complex_count = 0;
+  for (const Complex& lambda : eigenvalues) {
+    if (std::abs(lambda) > 1) ++expanding;
+    if (std::abs(lambda.imag()) > options.complex_tolerance * std::abs(lambda)) ++complex_count;
+  }
+  m.expanding_fraction = static_cast<double>(expanding) / static_cast<double>(d);
+  m.complex_fraction = static_cast<double>(complex_count) / static_cast<double>(d);
+  m.complex_tolerance = options.complex_tolerance;
+
+  m.symmetry_index = normalised((j - j.transpose()).norm());
+  m.effective_rank = effective_ranks(m.singular_values);
+  return m;
+}
+
+nlohmann::json OperatorMetrics::to_json(bool include_spectra) const {
+  nlohmann::json alignment = nlohmann::json::array();
+  for (const SubspaceAlignment& a : self_alignment)
+    alignment.push_back({{"k_requested", a.k_requested}, {"k", a.k}, {"value", a.value}});
+  nlohmann::json out = {
+      {"d", d},
+      {"frobenius_norm", frobenius_norm},
+      {"spectral_norm", singular_values.size() > 0 ? singular_values[0] : 0.0},
+      {"smallest_singular_value", singular_values.size() > 0 ? singular_values[d - 1] : 0.0},
+      {"spectral_radius", eigenvalues.size() > 0 ? std::abs(eigenvalues[0]) : 0.0},
+      {"condition_number", finite_or_null(condition_number)},
+      {"henrici_departure",
+       {{"schur", departure.schur},
+        {"identity", departure.identity},
+        {"schur_normalized", departure.schur_normalized},
+        {"identity_normalized", departure.identity_normalized}}},
+      {"self_alignment", alignment},
+      {"expanding_fraction", expanding_fraction},
+      {"complex_fraction", complex_fraction},
+      {"complex_tolerance", complex_tolerance},
+      {"symmetry_index", symmetry_index},
+      {"effective_rank",
+       {{"roy_vetterli", effective_rank.roy_vetterli},
+        {"participation_ratio", effective_rank.participation_ratio},
+        {"participation_ratio_convention", "(sum sigma^2)^2 / sum sigma^4"},
+        {"stable_rank", effective_rank.stable_rank},
+        {"energy_rank", effective_rank.energy_rank},
+        {"energy_fraction", effective_rank.energy_fraction}}},
+  };
+  if (include_spectra) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const Complex& lambda : eigenvalues) values.push_back(complex_json(lambda));
+    out["eigenvalues"] = values;
+    out["singular_values"] = std::vector<double>(singular_values.data(), singular_values.data() + singular_values.size());
+  }
+  return out;
+}
+
+// ---- Dominant spectrum ----------------------------------------------------------------------------------
+
+DominantSpectrum dominant_spectrum(const Eigen::Ref<const Matrix>& f) {
+  return dominant_spectrum(linalg::eigen_general(f, true));
+}
+
+DominantSpectrum dominant_spectrum(const linalg::Eigendecomposition& decomposition) {
+  const Index d = decomposition.eigenvalues.size();
+  if (d == 0) fail("dominant_spectrum: empty matrix");
+  if (decomposition.eigenvectors.cols() != d)
+    fail("dominant_spectrum: the decomposition has no eigenvectors (call eigen_general with want_vectors)");
+  const linalg::Eigendecomposition sorted = linalg::sorted_by_modulus(decomposition);
+
+  DominantSpectrum s;
+  s.lambda1 = sorted.eigenvalues[0];
+  // dgeev returns a real eigenvalue with Im exactly 0, and a pair as exact conjugates with +Im first, which
+  // order_by_modulus keeps adjacent: the partner is entry 1.
+  s.complex_pair = s.lambda1.imag() != 0;
+  const Index next = s.complex_pair ? 2 : 1;
+  const double modulus1 = std::abs(s.lambda1);
+  if (next < d) {
+    s.lambda2 = sorted.eigenvalues[next];
+    const double modulus2 = std::abs(*s.lambda2);
+    s.modulus_ratio = modulus1 > 0 ? modulus2 / modulus1 : 1.0;
+    s.gap = modulus1 - modulus2;
+  } else {
+    s.gap = modulus1;
+  }
+
+  ComplexVector v1 = sorted.eigenvectors.col(0);
+  v1 *= normalising_phase(v1);
+  v1.normalize();
+  s.eigenvector_real = v1.real();
+  if (s.complex_pair) s.eigenvector_imag = v1.imag();
+  return s;
+}
+
+nlohmann::json DominantSpectrum::to_json() const {
+  return {
+      {"lambda1", complex_json(lambda1)},
+      {"lambda1_modulus", std::abs(lambda1)},
+      {"lambda1_argument", std::arg(lambda1)},
+      {"complex_pair", complex_pair},
+      {"lambda2", lambda2 ? complex_json(*lambda2) : nlohmann::json(nullptr)},
+      {"lambda2_excludes_conjugate_partner", true},
+      {"modulus_ratio", modulus_ratio},
+      {"gap", gap},
+  };
+}
+
+// ---- Schur surgery --------------------------------------------------------------------------------------
+
+ComplexMatrix schur_surgery(const linalg::ComplexSchur& schur, double alpha) {
+  ComplexMatrix t = schur.strictly_upper() * alpha;
+  t.diagonal() = schur.t.diagonal();
+  return schur.q * t * schur.q.adjoint();
+}
+
+ComplexMatrix random_strictly_upper(Index d, double frobenius_norm, std::uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::normal_distribution<double> gaussian(0.0, 1.0);
+  ComplexMatrix n = ComplexMatrix::Zero(d, d);
+  for (Index col = 0; col < d; ++col)  // fixed fill order: column by column, rows above the diagonal
+    for (Index row = 0; row < col; ++row) {
+      const double re = gaussian(generator), im = gaussian(generator);
+      n(row, col) = Complex(re, im) / std::sqrt(2.0);
+    }
+  const double norm = n.norm();
+  if (norm > 0) n *= frobenius_norm / norm;
+  return n;
+}
+
+ComplexMatrix schur_surgery_control(const linalg::ComplexSchur& schur, double alpha, std::uint64_t seed) {
+  const Index d = schur.t.rows();
+  ComplexMatrix t = random_strictly_upper(d, schur.strictly_upper().norm(), seed) * alpha;
+  t.diagonal() = schur.t.diagonal();
+  return schur.q * t * schur.q.adjoint();
+}
+
+double imaginary_fraction(const ComplexMatrix& a) {
+  const double norm = a.norm();
+  return norm > 0 ? a.imag().norm() / norm : 0.0;
+}
+
+// ---- Cumulative products --------------------------------------------------------------------------------
+
+namespace {
+
+template <typename MatrixType>
+std::vector<MatrixType> cumulative_products_impl(const std::vector<MatrixType>& layers) {
+  std::vector<MatrixType> products;
+  products.reserve(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    if (l == 0) {
+      products.push_back(layers[0]);
+      continue;
+    }
+    const MatrixType& previous = products.back();
+    if (layers[l].cols() != previous.rows())
+      fail("cumulative_products: layer {} is {} × {} but the product of the layers before it is {} × {}", l,
+           layers[l].rows(), layers[l].cols(), previous.rows(), previous.cols());
+    products.push_back(layers[l] * previous);
+  }
+  return products;
+}
+
+}  // namespace
+
+std::vector<Matrix> cumulative_products(const std::vector<Matrix>& layers) { return cumulative_products_impl(layers); }
+std::vector<ComplexMatrix> cumulative_products(const std::vector<ComplexMatrix>& layers) {
+  return cumulative_products_impl(layers);
+}
+
+}  // namespace tdyn

@@ -1,0 +1,89 @@
+// Dense decompositions of real d × d matrices (d up to a few thousand): thin wrappers that call LAPACK
+// through LAPACKE directly, in float64.
+//
+// Why not Eigen's own solvers: Eigen::EigenSolver / JacobiSVD are 19–47× slower than LAPACK (OpenBLAS) at
+// d ≥ 1024, and EIGEN_USE_LAPACKE would route SVD to the slow dgesvd; bench/bench_linalg.cpp measures this.
+// Eigen is used only for the matrix types.
+//
+// Every function here checks its input first: a NaN or Inf throws tdyn::Error naming the matrix and the
+// (row, col) of the first bad entry, so it never reaches a metric; a LAPACK failure (info != 0) throws
+// tdyn::Error naming the routine and info. The functions are plain: they take a matrix and return a result
+// struct; nothing is cached.
+#pragma once
+
+#include <complex>
+#include <string_view>
+#include <vector>
+
+#include <Eigen/Dense>
+
+namespace tdyn::linalg {
+
+using Matrix = Eigen::MatrixXd;          // column-major, as LAPACK wants it
+using ComplexMatrix = Eigen::MatrixXcd;
+using Vector = Eigen::VectorXd;
+using ComplexVector = Eigen::VectorXcd;
+using Complex = std::complex<double>;
+using Index = Eigen::Index;
+
+// Throws Error "<what>: non-finite value nan at (row r, col c) of a R × C matrix" on the first NaN/Inf.
+void require_finite(const Eigen::Ref<const Matrix>& a, std::string_view what);
+void require_finite(const Eigen::Ref<const ComplexMatrix>& a, std::string_view what);
+
+// ---- General real eigendecomposition (dgeev) ----------------------------------------------------------
+
+struct Eigendecomposition {
+  // In LAPACK's order unless sorted: a complex-conjugate pair is stored adjacently, the member with positive
+  // imaginary part first, and the two are exact conjugates (LAPACK returns them as (wr, ±wi)).
+  ComplexVector eigenvalues;  // (d)
+  // Right eigenvectors as columns, A v_i = λ_i v_i, each of unit Euclidean norm with its largest component
+  // real (LAPACK's normalisation); the vectors of a conjugate pair are conjugates. Empty unless requested.
+  ComplexMatrix eigenvectors;  // (d × d) or (0 × 0)
+};
+
+// All eigenvalues of a square matrix, and the right eigenvectors when want_vectors.
+Eigendecomposition eigen_general(const Eigen::Ref<const Matrix>& a, bool want_vectors = false);
+
+// Permutation that sorts eigenvalues by modulus, largest first. Ties are broken by real part, then imaginary
+// part, both descending, so a conjugate pair (equal modulus and real part) stays adjacent with +Im first.
+std::vector<Index> order_by_modulus(const ComplexVector& eigenvalues);
+
+// The same decomposition with eigenvalues (and eigenvectors, if present) in order_by_modulus order.
+Eigendecomposition sorted_by_modulus(const Eigendecomposition& decomposition);
+
+// ---- Singular value decomposition (dgesdd) -----------------------------------------------------------
+
+struct SingularValueDecomposition {
+  Vector singular_values;  // (min(m, n)), descending
+  // A = U diag(σ) Vᵀ (thin). Empty unless requested.
+  Matrix u;  // (m × min(m, n)), left singular vectors as columns
+  Matrix v;  // (n × min(m, n)), right singular vectors as columns (V, not Vᵀ)
+};
+
+SingularValueDecomposition svd(const Eigen::Ref<const Matrix>& a, bool want_vectors = false);
+
+// Singular values only, of a real or a complex matrix (dgesdd / zgesdd), descending.
+Vector singular_values(const Eigen::Ref<const Matrix>& a);
+Vector singular_values(const Eigen::Ref<const ComplexMatrix>& a);
+
+// ---- Complex Schur form -------------------------------------------------------------------------------
+
+// J = Q T Q*, Q unitary, T upper triangular with the eigenvalues on its diagonal; T = Λ + N with Λ = diag(T)
+// and N strictly upper triangular (SPEC §3: Henrici departure ‖N‖_F, Schur surgery).
+//
+// Computed as LAPACK's real Schur form (dgees, J = Z S Zᵀ with 1×1 and 2×2 diagonal blocks) followed by one
+// 2×2 unitary rotation per 2×2 block that triangularises it, rather than zgees on the complexified matrix:
+// the rotations cost O(d²) in total, while zgees would redo the whole O(d³) reduction in complex arithmetic
+// (about 4× the flops of dgees). The eigenvalue order is dgees's (not sorted); a conjugate pair is adjacent
+// with +Im first.
+struct ComplexSchur {
+  ComplexMatrix q;  // (d × d) unitary
+  ComplexMatrix t;  // (d × d) upper triangular
+
+  ComplexVector eigenvalues() const { return t.diagonal(); }
+  ComplexMatrix strictly_upper() const;  // N = T − diag(T)
+};
+
+ComplexSchur complex_schur(const Eigen::Ref<const Matrix>& a);
+
+}  // namespace tdyn::linalg

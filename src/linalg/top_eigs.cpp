@@ -1,0 +1,55 @@
+// Spectra GenEigsSolver behind a small function; see top_eigs.h.
+#include "linalg/top_eigs.h"
+
+#include <algorithm>
+
+#include <Spectra/GenEigsSolver.h>
+#include <Spectra/MatOp/DenseGenMatProd.h>
+
+#include "core/error.h"
+
+namespace tdyn::linalg {
+namespace {
+
+template <typename Operator>
+TopEigenpairs run_arnoldi(Operator& op, Index k, const TopEigenOptions& options) {
+  const Index d = op.rows();
+  if (op.cols() != d) fail("top_eigenpairs: expected a square operator, got {} × {}", op.rows(), op.cols());
+  if (k < 1 || k > d - 2) fail("top_eigenpairs: k = {} must satisfy 1 ≤ k ≤ d − 2 = {} (use eigen_general)", k, d - 2);
+  const Index subspace =
+      options.subspace_dimension > 0 ? options.subspace_dimension : std::min(d, std::max<Index>(2 * k + 1, 20));
+  if (subspace < k + 2 || subspace > d)
+    fail("top_eigenpairs: subspace dimension {} must satisfy k + 2 = {} ≤ ncv ≤ d = {}", subspace, k + 2, d);
+
+  Spectra::GenEigsSolver<Operator> solver(op, k, subspace);
+  solver.init();  // Spectra's fixed-seed random start vector: runs are reproducible
+  solver.compute(Spectra::SortRule::LargestMagn, options.max_restarts, options.tolerance,
+                 Spectra::SortRule::LargestMagn);
+  if (solver.info() != Spectra::CompInfo::Successful)
+    fail("top_eigenpairs: Arnoldi (Spectra GenEigsSolver) did not converge to {} eigenvalues in {} restarts "
+         "(ncv = {}, tolerance = {:g})",
+         k, options.max_restarts, subspace, options.tolerance);
+
+  TopEigenpairs result;
+  result.eigenvalues = solver.eigenvalues();
+  result.eigenvectors = solver.eigenvectors();
+  for (Index j = 0; j < result.eigenvectors.cols(); ++j) result.eigenvectors.col(j).normalize();
+  result.iterations = solver.num_iterations();
+  result.operator_applications = solver.num_operations();
+  return result;
+}
+
+}  // namespace
+
+TopEigenpairs top_eigenpairs(const Eigen::Ref<const Matrix>& a, Index k, const TopEigenOptions& options) {
+  require_finite(a, "top_eigenpairs input");
+  Spectra::DenseGenMatProd<double> op(a);
+  return run_arnoldi(op, k, options);
+}
+
+TopEigenpairs top_eigenpairs(const MatrixFreeOperator& op, Index k, const TopEigenOptions& options) {
+  MatrixFreeOperator solver_op = op;  // Spectra's solver holds a non-const reference
+  return run_arnoldi(solver_op, k, options);
+}
+
+}  // namespace tdyn::linalg

@@ -1,0 +1,283 @@
+// Tests of the LAPACK / Spectra wrappers (src/linalg): identities (‖AV − VΛ‖, ‖UᵀU − I‖, Q T Q* = J) on random
+// matrices, and agreement with numpy on the saved matrices of tests/data/linalg (make_linalg_refs.py):
+// eigenvalues as multisets, eigenvectors up to phase.
+#include <cmath>
+#include <numbers>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/npy.h"
+#include "linalg/dense.h"
+#include "linalg/top_eigs.h"
+#include "test_util.h"
+
+namespace tdyn::linalg {
+namespace {
+
+using RowMajorMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+Matrix random_gaussian(Index rows, Index cols, uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::normal_distribution<double> gaussian;
+  Matrix a(rows, cols);
+  for (Index j = 0; j < cols; ++j)
+    for (Index i = 0; i < rows; ++i) a(i, j) = gaussian(generator);
+  return a;
+}
+
+std::vector<double> load_vector(const fs::path& path) {
+  const NpyArray array = read_npy(path);
+  EXPECT_EQ(array.shape.size(), 1u) << path;
+  return array.as_double();
+}
+
+fs::path reference_dir() { return test::source_dir() / "tests" / "data" / "linalg"; }
+
+// A C-order float64 .npy of shape (rows, cols).
+Matrix load_matrix(const fs::path& path) {
+  const NpyArray array = read_npy(path);
+  EXPECT_EQ(array.shape.size(), 2u) << path;
+  const std::vector<double> values = array.as_double();
+  return Eigen::Map<const RowMajorMatrix>(values.data(), array.shape[0], array.shape[1]);
+}
+
+// Greedy multiset match: for each expected value, the nearest not-yet-used computed value. Returns the
+// permutation (computed index for each expected index) and the largest distance.
+std::pair<std::vector<Index>, double> match_multisets(const ComplexVector& computed, const ComplexVector& expected) {
+  std::vector<bool> used(computed.size(), false);
+  std::vector<Index> match(expected.size(), -1);
+  double worst = 0;
+  for (Index i = 0; i < expected.size(); ++i) {
+    Index best = -1;
+    double best_distance = INFINITY;
+    for (Index j = 0; j < computed.size(); ++j)
+      if (!used[j] && std::abs(computed[j] - expected[i]) < best_distance) {
+        best = j;
+        best_distance = std::abs(computed[j] - expected[i]);
+      }
+    used[best] = true;
+    match[i] = best;
+    worst = std::max(worst, best_distance);
+  }
+  return {match, worst};
+}
+
+void expect_conjugate_pairs_adjacent(const ComplexVector& values) {
+  for (Index i = 0; i < values.size(); ++i) {
+    if (values[i].imag() == 0) continue;
+    ASSERT_GT(values[i].imag(), 0) << "pair at " << i << " should start with +Im";
+    ASSERT_LT(i + 1, values.size());
+    EXPECT_EQ(values[i + 1], std::conj(values[i])) << "conjugate partner of entry " << i;
+    ++i;
+  }
+}
+
+TEST(LinalgReference, EigenvaluesSingularValuesAndEigenvectorsMatchNumpy) {
+  const char* cases[] = {"gaussian8", "gaussian32", "symmetric16", "triangular12", "orthogonal10", "rectangular20x12"};
+  for (const char* name : cases) {
+    SCOPED_TRACE(name);
+    const Matrix a = load_matrix(reference_dir() / (std::string(name) + ".matrix.npy"));
+    const double scale = a.norm();
+
+    const std::vector<double> sigma_expected = load_vector(reference_dir() / (std::string(name) + ".singular_values.npy"));
+    const Vector sigma = singular_values(a);
+    test::expect_close(std::vector<double>(sigma.begin(), sigma.end()), sigma_expected, 1e-12, 1e-13 * scale,
+                       "singular values");
+
+    if (a.rows() != a.cols()) continue;
+    const Index d = a.rows();
+    const Matrix eig_columns = load_matrix(reference_dir() / (std::string(name) + ".eigenvalues.npy"));
+    const ComplexVector expected = eig_columns.col(0) + Complex(0, 1) * eig_columns.col(1);
+    const Eigendecomposition e = eigen_general(a, true);
+    const auto [match, worst] = match_multisets(e.eigenvalues, expected);
+    EXPECT_LE(worst, 1e-10 * scale) << "eigenvalues differ from numpy's as multisets";
+    expect_conjugate_pairs_adjacent(e.eigenvalues);
+
+    // numpy's vectors, (d, d, 2) in C order: element (row, col, part) at (row·d + col)·2 + part.
+    const std::vector<double> raw = read_npy(reference_dir() / (std::string(name) + ".eigenvectors.npy")).as_double();
+    for (Index col = 0; col < d; ++col) {
+      ComplexVector reference(d);
+      for (Index row = 0; row < d; ++row)
+        reference[row] = Complex(raw[(row * d + col) * 2], raw[(row * d + col) * 2 + 1]);
+      // Both unit-norm: equal up to phase iff |⟨v, w⟩| = 1.
+      const double overlap = std::abs(e.eigenvectors.col(match[col]).dot(reference));
+      EXPECT_NEAR(overlap, 1.0, 1e-9) << "eigenvector " << col;
+    }
+  }
+}
+
+TEST(LinalgEigen, RightEigenvectorsSatisfyAVEqualsVLambda) {
+  const Matrix a = random_gaussian(60, 60, 1);
+  const Eigendecomposition e = eigen_general(a, true);
+  ASSERT_EQ(e.eigenvalues.size(), 60);
+  ASSERT_EQ(e.eigenvectors.rows(), 60);
+  const ComplexMatrix residual = a.cast<Complex>() * e.eigenvectors - e.eigenvectors * e.eigenvalues.asDiagonal();
+  EXPECT_LE(residual.norm(), 1e-12 * a.norm() * 60);
+  for (Index j = 0; j < 60; ++j) EXPECT_NEAR(e.eigenvectors.col(j).norm(), 1.0, 1e-13);
+
+  expect_conjugate_pairs_adjacent(e.eigenvalues);
+  Index pairs = 0;
+  for (Index j = 0; j + 1 < 60; ++j)
+    if (e.eigenvalues[j].imag() > 0) {
+      ++pairs;
+      EXPECT_EQ((e.eigenvectors.col(j + 1) - e.eigenvectors.col(j).conjugate()).norm(), 0.0);
+      ++j;
+    }
+  EXPECT_GT(pairs, 0) << "a random Gaussian matrix should have complex pairs";
+
+  // Eigenvalues only give the same values.
+  EXPECT_EQ((eigen_general(a, false).eigenvalues - e.eigenvalues).cwiseAbs().maxCoeff(), 0.0);
+}
+
+TEST(LinalgEigen, SortByModulusKeepsPairsAdjacent) {
+  ComplexVector values(6);
+  values << Complex(0.5, 0), Complex(1, -2), Complex(-3, 0), Complex(1, 2), Complex(2, 1), Complex(2, -1);
+  const std::vector<Index> order = order_by_modulus(values);
+  const ComplexVector sorted = values(order);
+  // |−3| > |1 ± 2i| = sqrt 5 = |2 ± i| > 0.5; equal moduli ordered by real part, then +Im first.
+  const ComplexVector expected = (ComplexVector(6) << Complex(-3, 0), Complex(2, 1), Complex(2, -1), Complex(1, 2),
+                                  Complex(1, -2), Complex(0.5, 0)).finished();
+  EXPECT_EQ((sorted - expected).norm(), 0.0);
+
+  const Matrix a = random_gaussian(40, 40, 2);
+  const Eigendecomposition e = sorted_by_modulus(eigen_general(a, true));
+  for (Index i = 1; i < 40; ++i) EXPECT_GE(std::abs(e.eigenvalues[i - 1]), std::abs(e.eigenvalues[i]));
+  expect_conjugate_pairs_adjacent(e.eigenvalues);
+  const ComplexMatrix residual = a.cast<Complex>() * e.eigenvectors - e.eigenvectors * e.eigenvalues.asDiagonal();
+  EXPECT_LE(residual.norm(), 1e-11 * a.norm());
+}
+
+TEST(LinalgSvd, FactorsAreOrthonormalAndReconstruct) {
+  for (auto [rows, cols] : {std::pair<Index, Index>{50, 50}, {40, 25}, {25, 40}}) {
+    SCOPED_TRACE(fmt::format("{} x {}", rows, cols));
+    const Matrix a = random_gaussian(rows, cols, 3);
+    const SingularValueDecomposition s = svd(a, true);
+    const Index k = std::min(rows, cols);
+    ASSERT_EQ(s.u.rows(), rows);
+    ASSERT_EQ(s.u.cols(), k);
+    ASSERT_EQ(s.v.rows(), cols);
+    ASSERT_EQ(s.v.cols(), k);
+    EXPECT_LE((s.u.transpose() * s.u - Matrix::Identity(k, k)).norm(), 1e-13 * k);
+    EXPECT_LE((s.v.transpose() * s.v - Matrix::Identity(k, k)).norm(), 1e-13 * k);
+    EXPECT_LE((s.u * s.singular_values.asDiagonal() * s.v.transpose() - a).norm(), 1e-13 * a.norm() * k);
+    for (Index i = 1; i < k; ++i) EXPECT_GE(s.singular_values[i - 1], s.singular_values[i]);
+    EXPECT_LE((singular_values(a) - s.singular_values).norm(), 1e-13 * a.norm());
+  }
+}
+
+TEST(LinalgSvd, ComplexSingularValuesMatchEigen) {
+  const ComplexMatrix a = random_gaussian(30, 30, 4).cast<Complex>() + Complex(0, 1) * random_gaussian(30, 30, 5);
+  const Vector sigma = singular_values(a);
+  const Vector reference = Eigen::BDCSVD<ComplexMatrix>(a).singularValues();  // small: Eigen is fine as a check
+  EXPECT_LE((sigma - reference).norm(), 1e-12 * reference[0]);
+}
+
+void expect_valid_schur(const Matrix& j, const ComplexSchur& s) {
+  const Index d = j.rows();
+  ASSERT_EQ(s.q.rows(), d);
+  ASSERT_EQ(s.t.rows(), d);
+  EXPECT_LE((s.q.adjoint() * s.q - ComplexMatrix::Identity(d, d)).norm(), 1e-13 * d) << "Q not unitary";
+  EXPECT_LE((s.q * s.t * s.q.adjoint() - j.cast<Complex>()).norm(), 1e-13 * std::max(1.0, j.norm()) * d)
+      << "Q T Q* != J";
+  const ComplexMatrix strictly_lower = s.t.triangularView<Eigen::StrictlyLower>();
+  EXPECT_EQ(strictly_lower.norm(), 0.0) << "T not upper triangular";
+  EXPECT_LE((s.strictly_upper() + ComplexMatrix(s.t.diagonal().asDiagonal()) - s.t).norm(), 0.0);
+  // diag(T) = the eigenvalues of J.
+  const auto [match, worst] = match_multisets(s.eigenvalues(), eigen_general(j).eigenvalues);
+  EXPECT_LE(worst, 1e-10 * std::max(1.0, j.norm()));
+}
+
+TEST(LinalgSchur, UnitaryTriangularAndReconstructs) {
+  {
+    SCOPED_TRACE("random Gaussian 40");
+    const Matrix j = random_gaussian(40, 40, 6);
+    expect_valid_schur(j, complex_schur(j));
+  }
+  {
+    SCOPED_TRACE("real spectrum");
+    Matrix t = random_gaussian(12, 12, 7).triangularView<Eigen::Upper>();
+    const Matrix basis = random_gaussian(12, 12, 8);
+    expect_valid_schur(basis * t * basis.inverse(), complex_schur(basis * t * basis.inverse()));
+  }
+  {
+    SCOPED_TRACE("2x2 rotation");
+    const double theta = 0.7;
+    Matrix r(2, 2);
+    r << std::cos(theta), -std::sin(theta), std::sin(theta), std::cos(theta);
+    const ComplexSchur s = complex_schur(r);
+    expect_valid_schur(r, s);
+    EXPECT_NEAR(std::abs(s.t(0, 1)), 0.0, 1e-14) << "a rotation is normal: its Schur form is diagonal";
+    EXPECT_NEAR(std::abs(s.t(0, 0) - std::polar(1.0, theta)), 0.0, 1e-14) << "λ with Im > 0 first";
+  }
+  {
+    SCOPED_TRACE("1x1");
+    const Matrix j = Matrix::Constant(1, 1, -2.5);
+    const ComplexSchur s = complex_schur(j);
+    EXPECT_EQ(s.t(0, 0), Complex(-2.5, 0));
+  }
+}
+
+TEST(LinalgTopEigs, SpectraMatchesFullSpectrumOnRandom300) {
+  const Index d = 300, k = 6;
+  const Matrix a = random_gaussian(d, d, 9) / std::sqrt(double(d));
+  const ComplexVector full = sorted_by_modulus(eigen_general(a)).eigenvalues;
+  TopEigenOptions options;
+  options.subspace_dimension = 40;
+  const TopEigenpairs top = top_eigenpairs(a, k, options);
+  ASSERT_EQ(top.eigenvalues.size(), k);
+  for (Index i = 0; i < k; ++i) {
+    EXPECT_NEAR(std::abs(top.eigenvalues[i]), std::abs(full[i]), 1e-9) << "modulus " << i;
+    // Each Arnoldi value is one of dgeev's top-k (or the partner of the k-th, if a pair straddles k).
+    double nearest = INFINITY;
+    for (Index j = 0; j <= std::min(k, d - 1); ++j) nearest = std::min(nearest, std::abs(top.eigenvalues[i] - full[j]));
+    EXPECT_LE(nearest, 1e-9) << "eigenvalue " << i;
+    const ComplexVector v = top.eigenvectors.col(i);
+    EXPECT_NEAR(v.norm(), 1.0, 1e-12);
+    EXPECT_LE((a.cast<Complex>() * v - top.eigenvalues[i] * v).norm(), 1e-8) << "residual of pair " << i;
+  }
+
+  // The same through the matrix-free interface.
+  Index applications = 0;
+  const MatrixFreeOperator op(d, [&](const double* x, double* y) {
+    ++applications;
+    Eigen::Map<Vector>(y, d).noalias() = a * Eigen::Map<const Vector>(x, d);
+  });
+  const TopEigenpairs matrix_free = top_eigenpairs(op, k, options);
+  EXPECT_LE((matrix_free.eigenvalues - top.eigenvalues).norm(), 1e-10);
+  EXPECT_EQ(applications, matrix_free.operator_applications);
+}
+
+TEST(LinalgErrors, NonFiniteInputNamesTheEntry) {
+  Matrix a = random_gaussian(5, 5, 10);
+  a(2, 3) = NAN;
+  const auto expect_names_entry = [](auto&& call, const char* routine) {
+    try {
+      call();
+      ADD_FAILURE() << routine << ": no error for NaN input";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("(row 2, col 3)"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(routine), std::string::npos) << e.what();
+    }
+  };
+  expect_names_entry([&] { eigen_general(a); }, "dgeev");
+  expect_names_entry([&] { svd(a, true); }, "dgesdd");
+  expect_names_entry([&] { complex_schur(a); }, "dgees");
+  expect_names_entry([&] { top_eigenpairs(a, 2); }, "top_eigenpairs");
+  a(2, 3) = INFINITY;
+  expect_names_entry([&] { singular_values(a); }, "dgesdd");
+  ComplexMatrix c = a.cast<Complex>();
+  expect_names_entry([&] { singular_values(c); }, "zgesdd");
+}
+
+TEST(LinalgErrors, BadShapesAndArguments) {
+  EXPECT_THROW(eigen_general(Matrix::Zero(3, 4)), Error);
+  EXPECT_THROW(complex_schur(Matrix::Zero(3, 4)), Error);
+  const Matrix a = random_gaussian(10, 10, 11);
+  EXPECT_THROW(top_eigenpairs(a, 0), Error);
+  EXPECT_THROW(top_eigenpairs(a, 9), Error);  // needs k ≤ d − 2
+}
+
+}  // namespace
+}  // namespace tdyn::linalg
