@@ -1,0 +1,338 @@
+// Dynamics and integrators of the self-attention particle system (see particles.h for the equations).
+#include "analysis/particles.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <cmath>
+
+#include <boost/numeric/odeint.hpp>
+#include <unsupported/Eigen/MatrixFunctions>
+
+#include "core/error.h"
+
+namespace tdyn::particles {
+namespace {
+
+// C = A · op(B) for row-major matrices, through OpenBLAS: the O(n² d) products dominate every step.
+void multiply(const Matrix& A, const Matrix& B, bool transpose_b, Matrix& C) {
+  const int64_t rows = A.rows(), inner = A.cols(), cols = transpose_b ? B.rows() : B.cols();
+  TDYN_CHECK((transpose_b ? B.cols() : B.rows()) == inner);
+  if (C.rows() != rows || C.cols() != cols) C.resize(rows, cols);
+  if (rows == 0 || cols == 0) return;
+  if (inner == 0) {
+    C.setZero();
+    return;
+  }
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, rows, cols, inner, 1.0, A.data(),
+              A.cols(), B.data(), B.cols(), 0.0, C.data(), C.cols());
+}
+
+// Row-wise softmax in place with the row maximum subtracted (log-sum-exp): exact for any score magnitude.
+// Single-threaded on purpose: its O(n²) exps cost a few percent of the O(n² d) products, and an OpenMP pool
+// spinning beside OpenBLAS's own threads slowed whole steps several-fold on a loaded machine.
+void softmax_rows(Matrix& scores) {
+  const int64_t n = scores.rows();
+  for (int64_t i = 0; i < n; ++i) {
+    auto row = scores.row(i);
+    const double top = row.maxCoeff();
+    row = (row.array() - top).exp();
+    row /= row.sum();
+  }
+}
+
+std::string shape_of(const Matrix& m) { return fmt::format("[{}, {}]", m.rows(), m.cols()); }
+
+}  // namespace
+
+Matrix AttentionHead::value_map() const { return output.size() == 0 ? value : Matrix(output * value); }
+
+void AttentionHead::validate() const {
+  const int64_t d = query.cols();
+  if (d == 0 || query.rows() == 0) fail("query matrix Q is empty (expected [d_head, d])");
+  if (key.rows() != query.rows() || key.cols() != d)
+    fail("key matrix K: expected shape [{}, {}] (like Q), got {}", query.rows(), d, shape_of(key));
+  if (value.cols() != d) fail("value matrix V: expected {} columns (d), got shape {}", d, shape_of(value));
+  if (output.size() == 0) {
+    if (value.rows() != d) fail("value matrix V: expected shape [{}, {}] when there is no output matrix, got {}", d, d, shape_of(value));
+  } else if (output.rows() != d || output.cols() != value.rows()) {
+    fail("output matrix O: expected shape [{}, {}] (d × d_value), got {}", d, value.rows(), shape_of(output));
+  }
+  if (!query.allFinite() || !key.allFinite() || !value.allFinite() || !output.allFinite())
+    fail("attention matrices contain NaN or infinite entries");
+}
+
+void FeedForward::validate(int64_t d) const {
+  if (w_in.cols() != d || w_in.rows() == 0) fail("feed-forward W_in: expected shape [d_ff, {}], got {}", d, shape_of(w_in));
+  if (w_out.rows() != d || w_out.cols() != w_in.rows())
+    fail("feed-forward W_out: expected shape [{}, {}], got {}", d, w_in.rows(), shape_of(w_out));
+  if (b_in.size() != 0 && b_in.size() != w_in.rows())
+    fail("feed-forward b_in: expected {} entries, got {}", w_in.rows(), b_in.size());
+  if (b_out.size() != 0 && b_out.size() != d) fail("feed-forward b_out: expected {} entries, got {}", d, b_out.size());
+}
+
+Matrix attention_matrix(const AttentionHead& head, const Matrix& X) {
+  Matrix queries, keys, scores;
+  multiply(X, head.query, true, queries);  // (n × d_head)
+  multiply(X, head.key, true, keys);        // (n × d_head)
+  multiply(queries, keys, true, scores);    // (n × n): ⟨Q x_i, K x_j⟩
+  softmax_rows(scores);
+  return scores;
+}
+
+ValueFlow::ValueFlow(const Matrix& value_map) : value_map_(value_map) {
+  const double scale = std::max(1.0, value_map.norm());
+  symmetric_ = value_map.rows() == value_map.cols() && (value_map - value_map.transpose()).norm() <= 1e-13 * scale;
+  if (symmetric_) {
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(Eigen::MatrixXd(0.5 * (value_map + value_map.transpose())));
+    TDYN_CHECK(eig.info() == Eigen::Success);
+    eigenvectors_ = eig.eigenvectors();
+    eigenvalues_ = eig.eigenvalues();
+  }
+}
+
+Matrix ValueFlow::exp(double t) const {
+  if (symmetric_) {
+    // e^{tW} = U e^{tΛ} Uᵀ
+    Matrix scaled = eigenvectors_ * (t * eigenvalues_).array().exp().matrix().asDiagonal(), result;
+    multiply(scaled, eigenvectors_, true, result);
+    return result;
+  }
+  Eigen::MatrixXd scaled = t * value_map_;
+  return Matrix(scaled.exp());
+}
+
+VelocityField::VelocityField(const ParticleSystem& system)
+    : system_(system), value_map_(system.head.value_map()), flow_(value_map_) {
+  system.head.validate();
+  if (system.ffn) system.ffn->validate(system.head.d_model());
+}
+
+void VelocityField::compute_attention(const Matrix& X) {
+  multiply(X, system_.head.query, true, queries_);
+  multiply(X, system_.head.key, true, keys_);
+  multiply(queries_, keys_, true, attention_);
+  softmax_rows(attention_);
+  ++evaluations_;
+}
+
+// Adds ffn(X) (n × d) to dX, mapped by rotate_back (e^{−tW}, for the rescaled variables) when given.
+void VelocityField::add_ffn(const Matrix& X, Matrix& dX, const Matrix* rotate_back) {
+  if (!system_.ffn) return;
+  const FeedForward& ffn = *system_.ffn;
+  multiply(X, ffn.w_in, true, hidden_);
+  if (ffn.b_in.size()) hidden_.rowwise() += ffn.b_in.transpose();
+  if (ffn.activation == Activation::relu)
+    hidden_ = hidden_.cwiseMax(0.0);
+  else
+    hidden_ = hidden_.array().tanh().matrix();
+  multiply(hidden_, ffn.w_out, true, ffn_out_);
+  if (ffn.b_out.size()) ffn_out_.rowwise() += ffn.b_out.transpose();
+  if (rotate_back) {
+    Matrix rotated;
+    multiply(ffn_out_, *rotate_back, true, rotated);
+    dX += rotated;
+  } else {
+    dX += ffn_out_;
+  }
+}
+
+void VelocityField::x_velocity(const Matrix& X, Matrix& dX) {
+  compute_attention(X);
+  multiply(attention_, X, false, mixed_);  // Σ_j P_ij x_j (n × d)
+  multiply(mixed_, value_map_, true, dX);  // W Σ_j P_ij x_j
+  add_ffn(X, dX, nullptr);
+  if (system_.project_to_sphere) {
+    // Tangent projection v_i − ⟨v_i, x_i⟩ x_i / ‖x_i‖² keeps ‖x_i‖ constant.
+    Eigen::VectorXd along = (dX.cwiseProduct(X)).rowwise().sum().cwiseQuotient(X.rowwise().squaredNorm());
+    dX -= along.asDiagonal() * X;
+  }
+}
+
+void VelocityField::z_velocity(double t, const Matrix& Z, Matrix& dZ) {
+  TDYN_CHECK(!system_.project_to_sphere);  // the rescaling e^{−tW} does not commute with the projection
+  Matrix forward = flow_.exp(t);
+  Matrix X;
+  multiply(Z, forward, true, X);  // x_i = e^{tW} z_i
+  compute_attention(X);
+  multiply(attention_, Z, false, mixed_);
+  mixed_ -= Z;                             // Σ_j P_ij (z_j − z_i), using Σ_j P_ij = 1
+  multiply(mixed_, value_map_, true, dZ);  // W Σ_j P_ij (z_j − z_i)
+  if (system_.ffn) {
+    Matrix backward = flow_.exp(-t);
+    add_ffn(X, dZ, &backward);
+  }
+}
+
+Integrator parse_integrator(const std::string& name) {
+  if (name == "euler") return Integrator::euler_frozen;
+  if (name == "rk4") return Integrator::rk4;
+  if (name == "dopri5") return Integrator::dopri5;
+  fail("--integrator: expected one of euler, rk4, dopri5; got '{}'", name);
+}
+
+std::string to_string(Integrator integrator) {
+  switch (integrator) {
+    case Integrator::euler_frozen: return "euler";
+    case Integrator::rk4: return "rk4";
+    case Integrator::dopri5: return "dopri5";
+  }
+  return "?";
+}
+
+StateVariable parse_state_variable(const std::string& name) {
+  if (name == "x") return StateVariable::x;
+  if (name == "z") return StateVariable::z;
+  fail("--integrate: expected x (original tokens) or z (rescaled tokens e^{{-tV}} x); got '{}'", name);
+}
+
+std::string to_string(StateVariable variable) { return variable == StateVariable::x ? "x" : "z"; }
+
+int64_t step_count(double t_end, double dt) {
+  if (!(dt > 0) || !std::isfinite(dt)) fail("--dt must be positive and finite, got {}", dt);
+  if (!(t_end > 0) || !std::isfinite(t_end)) fail("--T must be positive and finite, got {}", t_end);
+  const double ratio = t_end / dt;
+  const int64_t steps = std::llround(ratio);
+  if (steps < 1 || std::abs(ratio - steps) > 1e-9 * std::max(1.0, ratio))
+    fail("--T = {} is not a whole number of steps --dt = {} (T / dt = {})", t_end, dt, ratio);
+  return steps;
+}
+
+double Trajectory::rescale_factor(double lambda, double t) const {
+  if (euler_rescaling_dt > 0) return std::pow(1.0 + euler_rescaling_dt * lambda, std::llround(t / euler_rescaling_dt));
+  return std::exp(lambda * t);
+}
+
+std::string Trajectory::rescaling() const { return euler_rescaling_dt > 0 ? "(I + dt V)^-k" : "exp(-tV)"; }
+
+void normalize_rows(Matrix& X) {
+  for (int64_t i = 0; i < X.rows(); ++i) {
+    const double norm = X.row(i).norm();
+    if (!(norm > 0)) fail("token {} has zero norm and cannot be projected onto the sphere", i);
+    X.row(i) /= norm;
+  }
+}
+
+Trajectory simulate(const ParticleSystem& system, const Matrix& X0, const SimulationOptions& options) {
+  const int64_t n = X0.rows(), d = X0.cols();
+  if (d != system.head.d_model())
+    fail("initial tokens have d = {} but Q has {} columns (d)", d, system.head.d_model());
+  if (n < 1) fail("need at least one token");
+  if (!X0.allFinite()) fail("initial tokens contain NaN or infinite entries");
+  if (options.save_every < 1) fail("--save-every must be at least 1, got {}", options.save_every);
+  if (system.project_to_sphere && options.variable == StateVariable::z)
+    fail("--sphere cannot be combined with --integrate z: the rescaling e^(-tV) leaves the sphere; integrate x");
+  const int64_t steps = step_count(options.t_end, options.dt);
+  const double dt = options.t_end / steps;  // exact grid: t_k = k · dt ends at t_end
+  const bool in_z = options.variable == StateVariable::z;
+
+  VelocityField field(system);
+  auto rhs = [&](double t, const Matrix& Y, Matrix& dY) {
+    if (in_z)
+      field.z_velocity(t, Y, dY);
+    else
+      field.x_velocity(Y, dY);
+  };
+
+  Trajectory out;
+  std::vector<Matrix> states;
+  auto keep = [&](int64_t k) { return k % options.save_every == 0 || k == steps; };
+  Matrix Y = X0;
+  if (system.project_to_sphere) normalize_rows(Y);
+
+  if (options.integrator == Integrator::dopri5) {
+    namespace odeint = boost::numeric::odeint;
+    using State = std::vector<double>;
+    std::vector<double> save_times;
+    for (int64_t k = 0; k <= steps; ++k)
+      if (keep(k)) save_times.push_back(k * dt);
+    Matrix Ybuf(n, d), dYbuf(n, d);
+    auto ode = [&](const State& y, State& dy, double t) {
+      std::copy(y.begin(), y.end(), Ybuf.data());
+      rhs(t, Ybuf, dYbuf);
+      std::copy(dYbuf.data(), dYbuf.data() + n * d, dy.begin());
+    };
+    auto observe = [&](const State& y, double t) {
+      out.times.push_back(t);
+      states.emplace_back(Eigen::Map<const Matrix>(y.data(), n, d));
+    };
+    State y(Y.data(), Y.data() + n * d);
+    auto stepper = odeint::make_dense_output(options.abs_tol, options.rel_tol, odeint::runge_kutta_dopri5<State>());
+    out.steps = odeint::integrate_times(stepper, ode, y, save_times.begin(), save_times.end(), dt, observe);
+  } else {
+    Matrix k1(n, d), k2(n, d), k3(n, d), k4(n, d), stage(n, d);
+    out.times.push_back(0.0);
+    states.push_back(Y);
+    for (int64_t k = 0; k < steps; ++k) {
+      const double t = k * dt;
+      if (options.integrator == Integrator::euler_frozen) {
+        // P is evaluated once at x^k and held for the whole step.
+        rhs(t, Y, k1);
+        Y += dt * k1;
+      } else {
+        rhs(t, Y, k1);
+        stage = Y + 0.5 * dt * k1;
+        rhs(t + 0.5 * dt, stage, k2);
+        stage = Y + 0.5 * dt * k2;
+        rhs(t + 0.5 * dt, stage, k3);
+        stage = Y + dt * k3;
+        rhs(t + dt, stage, k4);
+        Y += (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4);
+      }
+      if (system.project_to_sphere) normalize_rows(Y);
+      if (!Y.allFinite()) fail("the tokens became non-finite at t = {} (try a smaller --dt)", t + dt);
+      if (keep(k + 1)) {
+        out.times.push_back((k + 1) * dt);
+        states.push_back(Y);
+      }
+    }
+    out.steps = steps;
+  }
+  out.velocity_evaluations = field.evaluations();
+
+  // The other variable on the saved grid: z = R(t)⁻¹ x, x = R(t) z (rows: Z = X R⁻ᵀ); see Trajectory.
+  const Matrix& W = field.value_map();
+  ValueFlow flow(W);
+  const bool euler_rescaling = options.integrator == Integrator::euler_frozen && !in_z;
+  Matrix step_inverse;  // (I + ΔtW)⁻¹
+  if (euler_rescaling) {
+    out.euler_rescaling_dt = dt;
+    // LAPACK (not Eigen's LU, whose OpenMP pool would then spin beside OpenBLAS's threads).
+    Matrix step = Matrix::Identity(d, d) + dt * W;
+    step_inverse = Matrix::Identity(d, d);
+    std::vector<lapack_int> pivots(d);
+    const lapack_int info = LAPACKE_dgesv(LAPACK_ROW_MAJOR, d, d, step.data(), d, pivots.data(), step_inverse.data(), d);
+    if (info != 0 || !step_inverse.allFinite())
+      fail("I + dt V is singular (V has the eigenvalue -1/dt = {}): the rescaled tokens of the Euler scheme are undefined; "
+           "change --dt", -1.0 / dt);
+  }
+  Matrix power = Matrix::Identity(d, d);  // (I + ΔtW)^{-k}
+  int64_t power_k = 0;
+  for (size_t k = 0; k < states.size(); ++k) {
+    Matrix other;
+    if (euler_rescaling) {
+      // (I + ΔtW)^{-k} by squaring from the previous saved power: O(d³ log gap), not O(d³) per step.
+      const int64_t target = std::llround(out.times[k] / dt);
+      Matrix base = step_inverse;
+      Matrix product;
+      for (int64_t gap = target - power_k; gap > 0; gap >>= 1) {
+        if (gap & 1) multiply(base, power, false, product), power.swap(product);
+        if (gap > 1) multiply(base, base, false, product), base.swap(product);
+      }
+      power_k = target;
+      multiply(states[k], power, true, other);
+    } else {
+      multiply(states[k], flow.exp(in_z ? out.times[k] : -out.times[k]), true, other);
+    }
+    if (in_z) {
+      out.z.push_back(std::move(states[k]));
+      out.x.push_back(std::move(other));
+    } else {
+      out.x.push_back(std::move(states[k]));
+      out.z.push_back(std::move(other));
+    }
+  }
+  return out;
+}
+
+}  // namespace tdyn::particles
