@@ -73,6 +73,7 @@ void ModelConfig::validate(const std::string& origin) const {
   };
   positive("d_model", d_model);
   positive("n_layers", n_layers);
+  if (n_layers > kMaxLayers) fail("{}: {} layers is more than the {} tdyn accepts", origin, n_layers, kMaxLayers);
   positive("n_heads", n_heads);
   positive("n_kv_heads", n_kv_heads);
   positive("d_head", d_head);
@@ -149,6 +150,14 @@ int64_t get_int(const nlohmann::json& j, const char* key, int64_t fallback, cons
   if (j.contains(key) && !j[key].is_null() && !j[key].is_number_integer())
     fail("{}: config key '{}' must be an integer, got {}", origin, key, j[key].dump());
   return get_or<int64_t>(j, key, fallback, origin);
+}
+
+// Per-layer settings are built before validate() runs, so the layer count is bounded as it is read: a corrupt
+// count must not drive a huge allocation or loop.
+int64_t get_layer_count(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& origin) {
+  int64_t n = get_int(j, key, fallback, origin);
+  if (n <= 0 || n > kMaxLayers) fail("{}: config key '{}' must be in [1, {}], got {}", origin, key, kMaxLayers, n);
+  return n;
 }
 
 // For keys whose HF default tdyn cannot vouch for: absent is an error rather than a guess.
@@ -263,7 +272,7 @@ ModelConfig parse_llama(const nlohmann::json& j, const std::string& origin, cons
   c.d_vocab = get_int(j, "vocab_size", 32000, origin);
   c.d_model = get_int(j, "hidden_size", 4096, origin);
   c.d_mlp = get_int(j, "intermediate_size", 11008, origin);
-  c.n_layers = get_int(j, "num_hidden_layers", 32, origin);
+  c.n_layers = get_layer_count(j, "num_hidden_layers", 32, origin);
   c.n_heads = get_int(j, "num_attention_heads", 32, origin);
   c.n_kv_heads = get_int(j, "num_key_value_heads", c.n_heads, origin);
   if (c.n_heads <= 0) fail("{}: num_attention_heads must be positive", origin);
@@ -300,7 +309,7 @@ ModelConfig parse_gpt2(const nlohmann::json& j, const std::string& origin, const
   c.d_vocab = get_int(j, "vocab_size", 50257, origin);
   c.n_ctx = get_int(j, "n_positions", 1024, origin);
   c.d_model = get_int(j, "n_embd", 768, origin);
-  c.n_layers = get_int(j, "n_layer", 12, origin);
+  c.n_layers = get_layer_count(j, "n_layer", 12, origin);
   c.n_heads = c.n_kv_heads = get_int(j, "n_head", 12, origin);
   if (c.n_heads <= 0) fail("{}: n_head must be positive", origin);
   c.d_head = c.d_model / c.n_heads;
@@ -337,7 +346,7 @@ ModelConfig parse_gpt_neo(const nlohmann::json& j, const std::string& origin, co
   c.d_vocab = get_int(j, "vocab_size", 50257, origin);
   c.n_ctx = get_int(j, "max_position_embeddings", 2048, origin);
   c.d_model = get_int(j, "hidden_size", 2048, origin);
-  c.n_layers = get_int(j, "num_layers", 24, origin);
+  c.n_layers = get_layer_count(j, "num_layers", 24, origin);
   c.n_heads = c.n_kv_heads = get_int(j, "num_heads", 16, origin);
   if (c.n_heads <= 0) fail("{}: num_heads must be positive", origin);
   c.d_head = c.d_model / c.n_heads;
@@ -389,7 +398,7 @@ void encoder_common(const nlohmann::json& j, ModelConfig& c, const std::string& 
     fail("{}: is_decoder = true (a causal {}) is not supported", origin, c.family);
   c.d_vocab = get_int(j, "vocab_size", c.d_vocab, origin);
   c.d_model = get_int(j, "hidden_size", c.d_model, origin);
-  c.n_layers = get_int(j, "num_hidden_layers", 12, origin);
+  c.n_layers = get_layer_count(j, "num_hidden_layers", 12, origin);
   c.n_heads = c.n_kv_heads = get_int(j, "num_attention_heads", c.n_heads, origin);
   if (c.n_heads <= 0) fail("{}: num_attention_heads must be positive", origin);
   c.d_head = c.d_model / c.n_heads;
@@ -477,7 +486,7 @@ ModelConfig parse_olmo3(const nlohmann::json& j, const std::string& origin, cons
   c.d_vocab = get_int(j, "vocab_size", 50304, origin);
   c.d_model = get_int(j, "hidden_size", 4096, origin);
   c.d_mlp = get_int(j, "intermediate_size", 11008, origin);
-  c.n_layers = get_int(j, "num_hidden_layers", 32, origin);
+  c.n_layers = get_layer_count(j, "num_hidden_layers", 32, origin);
   c.n_heads = get_int(j, "num_attention_heads", 32, origin);
   c.n_kv_heads = get_int(j, "num_key_value_heads", c.n_heads, origin);
   if (c.n_heads <= 0) fail("{}: num_attention_heads must be positive", origin);
@@ -558,8 +567,8 @@ ModelConfig parse_gemma4_text(const nlohmann::json& j, const std::string& origin
   c.activation = parse_activation(get_or<std::string>(j, "hidden_activation", "gelu_pytorch_tanh", origin), "hidden_activation", origin);
   c.gated_mlp = true;
   c.attn_scale = 1.0;  // Gemma 4 text attention: scaling 1.0 (q/k are RMS-normalised instead)
-  // Gemma4TextScaledWordEmbedding: embed_scale = hidden_size ** 0.5, cast to the weight dtype.
-  c.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.d_model)));
+  // Gemma4TextScaledWordEmbedding: embed_scale = hidden_size ** 0.5 (cast to the weight dtype at run time).
+  c.embed_scale = std::sqrt(static_cast<double>(c.d_model));
   c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", true, origin);
   c.final_logit_softcap = get_or<double>(j, "final_logit_softcapping", 0.0, origin);
   c.layer_scalar = true;

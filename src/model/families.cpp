@@ -456,6 +456,8 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
         (spec.part == Part::Bias ? norm->b : norm->w) = data;
       } else if (const float** table_ptr = table_for(L, m, spec.role)) {
         *table_ptr = data;
+        if (spec.role == Role::Embed) m.embed_dtype = t->dtype;
+        if (spec.role == Role::PleEmbed) m.ple_embed_dtype = t->dtype;
       } else {
         TDYN_CHECK(false);
       }

@@ -41,6 +41,36 @@ Tensor residual_step(const ModelConfig& c, Tensor& x, Tensor f, const Norm& post
   return f;
 }
 
+// `f` rounded to the nearest float16 (even on ties). Compilers without a _Float16 type (clang 14 on x86-64) use
+// the same rounding done on the bits: 13 mantissa bits dropped, 2^-24 steps below the normal range.
+float round_to_half(float f) {
+#ifdef __FLT16_MANT_DIG__
+  return static_cast<float>(static_cast<_Float16>(f));
+#else
+  if (std::isnan(f)) return f;
+  if (std::fabs(f) >= 65520.0f) return std::copysign(INFINITY, f);  // past 65504 + half a step
+  if (std::fabs(f) < 0x1p-14f) return std::nearbyint(f * 0x1p24f) * 0x1p-24f;
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits = (bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
+// `value` rounded to a checkpoint dtype, as torch's `scale.to(weight.dtype)` does (round to nearest even).
+float round_to_dtype(double value, DType dtype) {
+  float f = static_cast<float>(value);
+  if (dtype == DType::F16) return round_to_half(f);
+  if (dtype == DType::BF16) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+    std::memcpy(&f, &bits, sizeof f);
+  }
+  return f;
+}
+
 }  // namespace
 
 Transformer::Transformer(std::shared_ptr<const Model> model) : model_(std::move(model)) {
@@ -91,10 +121,10 @@ Tensor Transformer::embed(std::span<const int32_t> ids, int64_t start, std::span
     fail("positions {}..{} exceed the {} learned positions of this {} model", start, start + n - 1, c.n_ctx, c.family);
 
   Tensor e({n, E});  // summed embeddings [pos, d_embed]
-  const float scale = static_cast<float>(c.embed_scale);
+  const float scale = round_to_dtype(c.embed_scale, W.embed_dtype);
   for (int64_t i = 0; i < n; ++i) {
     const float* row = W.embed + static_cast<int64_t>(ids[i]) * E;
-    for (int64_t j = 0; j < E; ++j) e.row(i)[j] = c.embed_scale == 1.0 ? row[j] : row[j] * scale;
+    for (int64_t j = 0; j < E; ++j) e.row(i)[j] = row[j] * scale;
   }
   hook(hooks, "hook_embed", e.ptr(), {n, E});
   if (c.n_token_types > 0) {  // BertEmbeddings: word + token_type, then + position
@@ -129,7 +159,7 @@ Tensor Transformer::per_layer_inputs(std::span<const int32_t> ids, const Tensor&
   //   (RMSNorm_P(per_layer_model_projection(x0) * d_model^-0.5) + embed_tokens_per_layer(ids) * sqrt(P)) * 2^-0.5
   const int64_t n = static_cast<int64_t>(ids.size()), L = c.n_layers, P = c.d_per_layer_input, width = L * P;
   Tensor tokens({n, width});  // [pos, n_layers * d_per_layer]
-  const float token_scale = static_cast<float>(std::sqrt(static_cast<double>(P)));
+  const float token_scale = round_to_dtype(std::sqrt(static_cast<double>(P)), W.ple_embed_dtype);
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] >= c.d_vocab_per_layer)
       fail("token id {} has no per-layer embedding (vocab_size_per_layer_input = {})", ids[i], c.d_vocab_per_layer);

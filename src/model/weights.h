@@ -52,6 +52,9 @@ struct LayerWeights {
 
 struct ModelWeights {
   const float* embed = nullptr;             // [d_vocab, d_embed] token embeddings
+  // Storage dtypes of the token and per-layer embedding tables: HF's scaled embeddings (Gemma) cast their
+  // scale to the table's dtype before multiplying, so a bf16 checkpoint uses bf16(sqrt(d_model)).
+  DType embed_dtype = DType::F32, ple_embed_dtype = DType::F32;
   const float* pos_embed = nullptr;         // [n_ctx, d_embed] learned absolute positions
   const float* token_type_embed = nullptr;  // [n_token_types, d_embed]
   Norm embed_norm;                          // [d_embed] LayerNorm of the summed embeddings (BERT, ALBERT)
