@@ -99,3 +99,47 @@ TEST(Generate, ChooseTokenTakesTheFirstMaximumWhenGreedy) {
 
 }  // namespace
 }  // namespace tdyn
+
+namespace tdyn {
+namespace {
+
+// slm4096 (GPT-2 layout, 128 learned positions, character vocabulary): its authors' generate() crops to the
+// last 128 tokens and recomputes from position 0 each step; --context-overflow crop reproduces it exactly.
+TEST(Slm4096Generation, CropModeReproducesTheAuthorsGreedyText) {
+  TDYN_REQUIRE_SHARED("models/slm4096/golden.json");
+  fs::path dir = test::shared_dir() / "models/slm4096";
+  Transformer model(load_model(dir));
+  for (const char* name : {"q_slm", "q_cats"}) {
+    std::vector<int64_t> expected64 = read_npy(dir / fmt::format("gen_{}_200_ids.npy", name)).as_int64();
+    std::vector<int32_t> expected(expected64.begin(), expected64.end());
+    std::vector<int32_t> prompt(expected.begin(), expected.end() - 200);
+    GenerateOptions opts;
+    opts.max_new_tokens = 200;
+    opts.overflow = ContextOverflow::Crop;
+    Generation g = generate(model, prompt, opts, [](int32_t, int32_t) {});
+    EXPECT_EQ(g.tokens, expected) << name;
+
+    std::string ids;
+    for (int32_t id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    std::string out, err;
+    ASSERT_EQ(test::run_cli(fmt::format("run {} --ids {} --max-new-tokens 200 --context-overflow crop", dir.string(), ids), &out, &err), 0) << err;
+    EXPECT_EQ(out, read_file(dir / fmt::format("gen_{}_200.txt", name)) + "\n");
+    // Without crop the default is HF's behaviour: a clear error past the 128 learned positions.
+    EXPECT_EQ(test::run_cli(fmt::format("run {} --ids {} --max-new-tokens 200", dir.string(), ids), &out, &err), 1);
+    EXPECT_NE(err.find("context"), std::string::npos) << err;
+  }
+}
+
+TEST(Slm4096Generation, StopModeEndsAtTheContext) {
+  TDYN_REQUIRE_SHARED("models/slm4096/golden.json");
+  Transformer model(load_model(test::shared_dir() / "models/slm4096"));
+  GenerateOptions opts;
+  opts.max_new_tokens = 500;
+  opts.overflow = ContextOverflow::Stop;
+  Generation g = generate(model, {23, 8, 1}, opts, [](int32_t, int32_t) {});
+  EXPECT_TRUE(g.stopped_on_context);
+  EXPECT_EQ(g.tokens.size(), 129u);  // positions 0..127 run; the token chosen at 127 is kept
+}
+
+}  // namespace
+}  // namespace tdyn

@@ -148,5 +148,26 @@ TEST(TokSpBpe, ReportsWhatItDoesNotSupport) {
   EXPECT_THROW(write_and_load("tok_sp_bpe_bad", root), Error);
 }
 
+// Llama 3 features: ignore_merges, added tokens with rstrip, BOS/EOS named by tokenizer_config.json.
+TEST(TokBpeOptions, IgnoreMergesAddedTokensAndConfig) {
+  Json root = {
+      {"added_tokens", {{{"id", 4}, {"content", "<|x|>"}, {"special", true}, {"rstrip", true}}}},
+      {"model",
+       {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}, {"abab", 3}}}, {"merges", Json::array({Json::array({"a", "b"})})}}},
+  };
+  EXPECT_EQ(write_and_load("tok_bpe_merges", root)->encode("abab"), (Ids{2, 2}));
+  root["model"]["ignore_merges"] = true;
+  fs::path dir = test::scratch_dir("tok_bpe_options");
+  write_file_atomic(dir / "tokenizer.json", root.dump());
+  write_file_atomic(dir / "tokenizer_config.json", R"({"bos_token": {"content": "<|x|>"}, "eos_token": "b"})");
+  auto tok = load_tokenizer_for_model(dir);
+  EXPECT_EQ(tok->encode("abab"), (Ids{3}));
+  EXPECT_EQ(tok->encode("ab<|x|>  a"), (Ids{2, 4, 0}));  // rstrip swallows the spaces after the token
+  EXPECT_EQ(tok->bos_id(), 4);
+  EXPECT_EQ(tok->eos_id(), 1);
+  EXPECT_EQ(tok->decode(Ids{2, 4}), "ab <|x|>");  // no decoder: pieces joined by spaces
+  EXPECT_THROW(tok->encode(" "), Error);          // ' ' has no piece, no unk, no byte fallback
+}
+
 }  // namespace
 }  // namespace tdyn

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cmath>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -23,9 +25,9 @@ inline fs::path shared_dir() {
 inline fs::path source_dir() { return TDYN_SOURCE_DIR; }
 inline fs::path cli_path() { return TDYN_CLI_PATH; }
 
-// A per-test scratch directory, emptied first.
+// A scratch directory for one test process, emptied first (ctest runs tests in parallel processes).
 inline fs::path scratch_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("tdyn_test_" + name);
+  fs::path dir = fs::temp_directory_path() / ("tdyn_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -51,7 +51,7 @@ void ResultsDir::add_timing(const std::string& phase, double seconds) {
 void ResultsDir::write() const {
   nlohmann::json j = json_;
   j["timings"]["total"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  write_file_atomic(file("results.json"), j.dump(2) + "\n");
+  write_file_atomic(file("results.json"), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace tdyn

@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "tokenizer/tokenizer.h"
+
 namespace tdyn::cli {
 
 std::vector<int32_t> parse_int_list(const std::string& text, const std::string& flag) {
@@ -36,6 +38,31 @@ std::shared_ptr<const Model> ModelArgs::load() const {
   LoadOptions options;
   options.config.allow_unknown_keys = allow_unknown_config_keys;
   return load_model(path, options);
+}
+
+void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples) {
+  options.samples = default_samples;
+  auto* data = cmd->add_option("--data", options.data,
+                               "Input: a text file split into passages (paragraphs; default: ../shared/data/wikitext-2/"
+                               "wiki.test.raw), a .npy of token ids [T] or [S, T], or a .ids file (one sample per line)");
+  auto* prompt = cmd->add_option("--prompt", options.prompt, "Input: one text sample");
+  auto* ids = cmd->add_option("--ids", options.ids, "Input: one sample as comma-separated token ids");
+  data->excludes(prompt)->excludes(ids);
+  prompt->excludes(ids);
+  cmd->add_option("--samples", options.samples, "S: number of passages drawn from --data")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--max-len", options.max_len, "Tokens per sample (longer passages are truncated)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--min-len", options.min_len, "Skip passages shorter than this many tokens")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--sample-seed", options.seed, "Seed of the uniform draw of passages (kept in corpus order)")->capture_default_str();
+  cmd->add_option("--tokenizer", tokenizer, "Tokenizer file (default: the one shipped with MODEL)");
+}
+
+std::vector<Sample> SampleArgs::load(const std::string& model_path, int64_t d_vocab) const {
+  std::unique_ptr<Tokenizer> tok;
+  const bool needs_text = options.ids.empty() && fs::path(options.data).extension() != ".npy" &&
+                          fs::path(options.data).extension() != ".ids";
+  if (!tokenizer.empty()) tok = load_tokenizer(tokenizer);
+  else if (needs_text) tok = load_tokenizer_for_model(model_path);
+  return load_samples(options, tok.get(), d_vocab);
 }
 
 }  // namespace tdyn::cli

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "analysis/samples.h"
 #include "model/loader.h"
 
 namespace tdyn::cli {
@@ -19,6 +20,16 @@ struct ModelArgs {
   bool allow_unknown_config_keys = false;
   void add_to(CLI::App* cmd);
   std::shared_ptr<const Model> load() const;
+};
+
+// The inputs of an analysis: --data FILE | --prompt TEXT | --ids LIST, --samples, --max-len, --min-len,
+// --sample-seed, --tokenizer. Defaults follow seed 003 (S = 1000 WikiText-2 test passages).
+struct SampleArgs {
+  SampleOptions options;
+  std::string tokenizer;
+  void add_to(CLI::App* cmd, int64_t default_samples = 1000);
+  // Loads the samples for `model` (its own tokenizer unless --tokenizer).
+  std::vector<Sample> load(const std::string& model_path, int64_t d_vocab) const;
 };
 
 }  // namespace tdyn::cli

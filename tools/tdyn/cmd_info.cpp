@@ -44,7 +44,7 @@ std::function<int()> setup(CLI::App& app) {
     auto model = args->load();
     nlohmann::json d = describe(*model);
     if (*json) {
-      std::cout << d.dump(2) << "\n";
+      std::cout << d.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       return 0;
     }
     const auto& c = d["config"];

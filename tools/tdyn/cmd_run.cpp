@@ -18,7 +18,7 @@ namespace {
 
 struct RunArgs {
   ModelArgs model;
-  std::string tokenizer, prompt, ids, save_logits, save_hooks, hooks = "*", overflow;
+  std::string tokenizer, prompt, ids, token_types, save_logits, save_hooks, hooks = "*", overflow;
   int64_t max_new_tokens = 32, steps = -1;
   double temperature = 0.0;
   uint64_t seed = 0;
@@ -83,6 +83,14 @@ int run(const RunArgs& a) {
   else if (a.overflow == "stop" || (a.overflow.empty() && llama2c)) gen.overflow = ContextOverflow::Stop;
   else gen.overflow = ContextOverflow::Error;
 
+  std::vector<int32_t> types;
+  if (!a.token_types.empty()) {
+    types = parse_int_list(a.token_types, "--token-types");
+    if (types.size() != prompt.size())
+      fail("--token-types has {} entries but the prompt has {} tokens", types.size(), prompt.size());
+    if (gen.max_new_tokens > 0) fail("--token-types applies to encoders, which do not generate");
+  }
+
   std::unique_ptr<ActivationCache> hooks;
   if (!a.save_hooks.empty()) hooks = std::make_unique<ActivationCache>(a.hooks);
 
@@ -100,6 +108,13 @@ int run(const RunArgs& a) {
 
   auto start = std::chrono::steady_clock::now();
   Tensor prompt_logits;
+  if (!types.empty()) {  // encoders: one bidirectional pass, nothing to generate
+    prompt_logits = transformer.forward(prompt, hooks.get(), nullptr, types);
+    std::cout << "\n" << std::flush;
+    if (!a.save_logits.empty()) write_npy(a.save_logits, prompt_logits);
+    if (hooks) save_hooks(*hooks, a.save_hooks);
+    return 0;
+  }
   Generation g = generate(transformer, prompt, gen,
                           [&](int32_t prev, int32_t next) {
                             std::cout << (tok ? tok->decode_step(prev, next) : std::to_string(next) + " ") << std::flush;
@@ -125,6 +140,8 @@ std::function<int()> setup(CLI::App& app) {
   auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer)");
   auto* ids = cmd->add_option("--ids", a->ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
   prompt->excludes(ids);
+  cmd->add_option("--token-types", a->token_types,
+                  "BERT/ALBERT segment ids, one per prompt token, e.g. 0,0,0,1,1 (default all 0)");
   cmd->add_flag("--no-special", a->no_special, "Do not add the tokenizer's special tokens (BOS, [CLS]/[SEP]) to --prompt");
   auto* max_new = cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate after the prompt")
                       ->capture_default_str()->check(CLI::NonNegativeNumber);

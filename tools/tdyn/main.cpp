@@ -3,7 +3,11 @@
 #include <iostream>
 
 #include "command.h"
+#include <cblas.h>
+#include <omp.h>
+
 #include "core/error.h"
+#include "report/progress.h"
 
 namespace tdyn::cli {
 
@@ -26,6 +30,14 @@ int main(int argc, char** argv) {
                "tdyn"};
   app.require_subcommand(1);
   app.set_version_flag("--version", TDYN_VERSION);
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "No progress output on stderr (errors and warnings still appear)");
+  int threads = 0;
+  app.add_option("--threads", threads,
+                 "Threads for BLAS and parallel loops (default: all cores). Use 1 on a machine busy with other work: "
+                 "idle threads spin while they wait, which costs far more than it gains when cores are shared")
+      ->check(CLI::NonNegativeNumber);
+  app.fallthrough();  // --quiet and --threads may follow the subcommand
   auto commands = command_registry();
   std::sort(commands.begin(), commands.end(), [](const Command& a, const Command& b) { return a.order < b.order; });
   std::function<int()> selected;
@@ -37,6 +49,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  tdyn::set_progress_quiet(quiet);
+  if (threads > 0) {
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
   }
   try {
     return selected ? selected() : 0;

@@ -1,0 +1,46 @@
+// The token sequences an analysis runs: passages of a text corpus (WikiText-2 by default), an id file, or a
+// single prompt. Seed 003 samples S passages of the WikiText-2 test split; seed 000 runs real text through
+// the model. Passages are paragraphs (non-empty lines that are not " = Heading = " lines), tokenised with the
+// model's tokenizer (special tokens added as the model expects) and truncated to max_len tokens.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/files.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tdyn {
+
+struct SampleOptions {
+  std::string data;        // text file (passages), .npy of int ids ([T] or [S, T]), or .ids (one sample per line)
+  std::string prompt;      // a single text sample (instead of data)
+  std::string ids;         // a single sample as "1,2,3" (instead of data)
+  int64_t samples = 1000;  // S: how many passages to draw (all if fewer qualify)
+  int64_t max_len = 128;   // tokens per sample, after special tokens; longer passages are truncated
+  int64_t min_len = 8;     // passages shorter than this (in tokens) are skipped
+  uint64_t seed = 0;       // which passages: a seeded uniform draw without replacement, kept in corpus order
+  bool add_special = true;
+
+  nlohmann::json to_json() const;
+};
+
+struct Sample {
+  std::vector<int32_t> ids;
+  int64_t source_index = 0;  // passage / row / line number in the source
+};
+
+// Paragraphs of a WikiText-style corpus, trimmed, CR removed, headings dropped.
+std::vector<std::string> split_passages(std::string_view text);
+
+// Loads the samples. `tokenizer` is needed for text (throws Error otherwise); ids are checked against d_vocab.
+std::vector<Sample> load_samples(const SampleOptions& options, const Tokenizer* tokenizer, int64_t d_vocab);
+
+// ../shared/data/wikitext-2/wiki.test.raw relative to the executable's source tree or $TDYN_SHARED, if present;
+// the default corpus when --data is not given.
+fs::path default_corpus();
+
+}  // namespace tdyn

@@ -1,0 +1,50 @@
+// tdyn info on every fixture: family, sizes and the exact parameter count (sum of the stored tensors, tied
+// matrices once), as text and JSON.
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace tdyn {
+namespace {
+
+struct Expected {
+  const char* dir;
+  const char* family;
+  int64_t d_model, n_layers, n_heads, n_kv_heads;
+};
+
+class InfoCommand : public ::testing::TestWithParam<Expected> {};
+
+TEST_P(InfoCommand, ReportsFamilySizesAndParameterCount) {
+  const Expected e = GetParam();
+  TDYN_REQUIRE_SHARED(fs::path("fixtures") / e.dir);
+  fs::path dir = test::shared_dir() / "fixtures" / e.dir;
+  std::string out, err;
+  ASSERT_EQ(test::run_cli("info --json " + dir.string(), &out, &err), 0) << err;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["family"], e.family);
+  EXPECT_EQ(j["config"]["d_model"], e.d_model);
+  EXPECT_EQ(j["config"]["n_layers"], e.n_layers);
+  EXPECT_EQ(j["config"]["n_heads"], e.n_heads);
+  EXPECT_EQ(j["config"]["n_kv_heads"], e.n_kv_heads);
+  // Independent count: every element of every tensor in the safetensors file (tied tensors are stored once).
+  TensorStore store;
+  read_safetensors(dir / "model.safetensors", store);
+  int64_t expected = 0;
+  for (const auto& name : store.names()) expected += numel(store.get(name).shape);
+  EXPECT_EQ(j["parameters"], expected);
+  ASSERT_EQ(test::run_cli("info " + dir.string(), &out, &err), 0) << err;
+  EXPECT_NE(out.find(fmt::format("family      {}", e.family)), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("parameters  {}", expected)), std::string::npos) << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, InfoCommand,
+                         ::testing::Values(Expected{"gpt2", "gpt2", 64, 3, 4, 4}, Expected{"gpt_neo", "gpt_neo", 64, 3, 4, 4},
+                                           Expected{"bert", "bert", 64, 2, 4, 4}, Expected{"albert", "albert", 64, 3, 4, 4},
+                                           Expected{"llama", "llama", 64, 3, 4, 2}, Expected{"llama_tied", "llama", 64, 2, 4, 1},
+                                           Expected{"olmo3", "olmo3", 64, 3, 4, 2}, Expected{"gemma4", "gemma4", 64, 5, 4, 2}),
+                         [](const auto& info) { return std::string(info.param.dir); });
+
+}  // namespace
+}  // namespace tdyn
