@@ -1,0 +1,76 @@
+#include "analysis/layer_matrix.h"
+
+#include "core/error.h"
+
+namespace tdyn {
+namespace {
+
+void require_layer(const Model& model, int64_t layer) {
+  if (layer < 0 || layer >= model.config.n_layers)
+    fail("layer {} is out of range: the model has {} layers (0..{})", layer, model.config.n_layers, model.config.n_layers - 1);
+}
+
+const Linear& value_projection(const Model& model, int64_t layer) {
+  const int64_t source = model.config.layer(layer).kv_source;
+  const Linear& v = model.weights.layers.at(source).v;
+  TDYN_CHECK(v && "a layer that owns its keys/values has a bound W_V");
+  return v;
+}
+
+}  // namespace
+
+linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer) {
+  require_layer(model, layer);
+  const ModelConfig& c = model.config;
+  const int64_t d_head = c.layer(layer).d_head, group = c.n_heads / c.n_kv_heads;
+  const Linear& v = value_projection(model, layer);  // [n_kv_heads * d_head, d_model]
+  TDYN_CHECK(v.out == c.n_kv_heads * d_head && v.in == c.d_model);
+  linalg::Matrix expanded(c.n_heads * d_head, c.d_model);  // [n_heads * d_head, d_model]
+  for (int64_t h = 0; h < c.n_heads; ++h) {
+    const int64_t kv_head = h / group;
+    for (int64_t r = 0; r < d_head; ++r)
+      for (int64_t i = 0; i < c.d_model; ++i) expanded(h * d_head + r, i) = v.at(kv_head * d_head + r, i);
+  }
+  return expanded;
+}
+
+linalg::Matrix output_matrix(const Model& model, int64_t layer) {
+  require_layer(model, layer);
+  const Linear& o = model.weights.layers.at(layer).o;  // [d_model, n_heads * d_head]
+  linalg::Matrix out(o.out, o.in);
+  for (int64_t r = 0; r < o.out; ++r)
+    for (int64_t i = 0; i < o.in; ++i) out(r, i) = o.at(r, i);
+  return out;
+}
+
+LayerMatrix layer_matrix(const Model& model, int64_t layer) {
+  require_layer(model, layer);
+  const ModelConfig& c = model.config;
+  LayerMatrix m;
+  m.layer = layer;
+  m.value_layer = c.layer(layer).kv_source;
+  const linalg::Matrix o = output_matrix(model, layer);                // [d_model, n_heads * d_head]
+  const linalg::Matrix v = expanded_value_matrix(model, layer);        // [n_heads * d_head, d_model]
+  TDYN_CHECK(o.cols() == v.rows());
+  m.f = o * v;
+
+  // c_t = O b_V (b_V expanded like V) + b_O.
+  const int64_t d_head = c.layer(layer).d_head, group = c.n_heads / c.n_kv_heads;
+  linalg::Vector value_bias = linalg::Vector::Zero(v.rows());
+  if (const float* b = value_projection(model, layer).b) {
+    for (int64_t h = 0; h < c.n_heads; ++h)
+      for (int64_t r = 0; r < d_head; ++r) value_bias[h * d_head + r] = b[(h / group) * d_head + r];
+  }
+  m.bias = o * value_bias;
+  if (const float* b = model.weights.layers.at(layer).o.b)
+    for (int64_t i = 0; i < c.d_model; ++i) m.bias[i] += b[i];
+  return m;
+}
+
+std::vector<LayerMatrix> layer_matrices(const Model& model) {
+  std::vector<LayerMatrix> out;
+  for (int64_t l = 0; l < model.config.n_layers; ++l) out.push_back(layer_matrix(model, l));
+  return out;
+}
+
+}  // namespace tdyn

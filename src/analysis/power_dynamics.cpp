@@ -1,0 +1,124 @@
+#include "analysis/power_dynamics.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/ops.h"
+
+namespace tdyn {
+namespace {
+
+// One sublayer f (attention or MLP) without the residual term, by norm placement (model/config.h):
+//   Pre: f(N(x))   PostResidual: N(f(x))   PostSublayer: N(f(x))   Sandwich: N_post(f(N_pre(x)))
+Tensor sublayer_without_residual(const Transformer& model, int64_t layer, bool attention, const Tensor& x, TokenState& s) {
+  const ModelConfig& c = model.config();
+  const LayerWeights& w = model.model().weights.layers[layer];
+  const int64_t n = x.dim(0), d = c.d_model;
+  Tensor input = x;
+  if (has_pre_norm(c.norm_placement))
+    apply_norm(c.norm, x.ptr(), n, d, attention ? w.attn_norm : w.mlp_norm, c.norm_eps, input.ptr());
+  Tensor f = attention ? model.attention(layer, input, 0, &s.kv) : model.mlp(layer, input);
+  if (has_post_norm(c.norm_placement))
+    apply_norm(c.norm, f.ptr(), n, d, attention ? w.attn_post_norm : w.mlp_post_norm, c.norm_eps, f.ptr());
+  return f;
+}
+
+// Recomputes the keys/values a KV-shared layer reads, from the current states, with the source layer's
+// projections (and its own pre-norm where the family has one).
+void refresh_source_kv(const Transformer& model, int64_t source, TokenState& s, DynamicsMode mode) {
+  const ModelConfig& c = model.config();
+  Tensor input = s.x;
+  if (mode != DynamicsMode::AttnOnlyL2 && has_pre_norm(c.norm_placement))
+    apply_norm(c.norm, s.x.ptr(), s.x.dim(0), c.d_model, model.model().weights.layers[source].attn_norm, c.norm_eps,
+               input.ptr());
+  model.attention(source, input, 0, &s.kv);  // writes the source's keys/values into s.kv
+}
+
+}  // namespace
+
+const char* to_string(DynamicsMode mode) {
+  switch (mode) {
+    case DynamicsMode::Full: return "full";
+    case DynamicsMode::AttnOnly: return "attn-only";
+    case DynamicsMode::AttnOnlyL2: return "attn-only-l2";
+  }
+  return "?";
+}
+
+DynamicsMode parse_dynamics_mode(std::string_view text) {
+  for (DynamicsMode m : {DynamicsMode::Full, DynamicsMode::AttnOnly, DynamicsMode::AttnOnlyL2})
+    if (text == to_string(m)) return m;
+  fail("unknown dynamics mode '{}': expected full, attn-only or attn-only-l2", text);
+}
+
+void normalize_rows(Tensor& x) {
+  const int64_t d = x.dim(1);
+  for (int64_t r = 0; r < x.dim(0); ++r) {
+    float* row = x.row(r);
+    double sum = 0;
+    for (int64_t j = 0; j < d; ++j) sum += static_cast<double>(row[j]) * row[j];
+    if (sum == 0) continue;
+    const double inv = 1.0 / std::sqrt(sum);
+    for (int64_t j = 0; j < d; ++j) row[j] = static_cast<float>(row[j] * inv);
+  }
+}
+
+TokenState initial_state(const Transformer& model, std::span<const int32_t> ids, const DynamicsOptions& options) {
+  const ModelConfig& c = model.config();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  TokenState s;
+  s.x = model.embed(ids, 0);
+  s.per_layer = model.per_layer_inputs(ids, s.x);
+  // Storage for the layers whose keys/values a KV-shared layer reads, as forward() keeps them for one chunk.
+  std::vector<bool> is_source(c.n_layers, false);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    if (c.layer(l).kv_source != l) is_source[c.layer(l).kv_source] = true;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const Shape shape = is_source[l] ? Shape{n, c.n_kv_heads * c.layer(l).d_head} : Shape{0, 0};
+    s.kv.k.emplace_back(shape);
+    s.kv.v.emplace_back(shape);
+  }
+  if (options.mode == DynamicsMode::AttnOnlyL2) normalize_rows(s.x);
+  return s;
+}
+
+void apply_layer(const Transformer& model, int64_t layer, TokenState& s, const DynamicsOptions& options,
+                 bool refresh_shared_kv) {
+  const ModelConfig& c = model.config();
+  if (layer < 0 || layer >= c.n_layers) fail("layer {} is out of range (the model has {} layers)", layer, c.n_layers);
+  const int64_t source = model.layer_config(layer).kv_source;
+  if (refresh_shared_kv && source != layer) refresh_source_kv(model, source, s, options.mode);
+  const float* per_layer = s.per_layer.data.empty() ? nullptr : s.per_layer.ptr();
+
+  switch (options.mode) {
+    case DynamicsMode::Full:
+      if (options.residual) {
+        model.attention_block(layer, s.x, 0, &s.kv);
+        model.mlp_block(layer, s.x, per_layer);
+      } else {
+        s.x = sublayer_without_residual(model, layer, true, s.x, s);
+        s.x = sublayer_without_residual(model, layer, false, s.x, s);
+        if (c.layer_scalar) {
+          const float scalar = model.model().weights.layers[layer].layer_scalar[0];
+          for (float& v : s.x.data) v *= scalar;
+        }
+      }
+      break;
+    case DynamicsMode::AttnOnly:
+      if (options.residual) model.attention_block(layer, s.x, 0, &s.kv);
+      else s.x = sublayer_without_residual(model, layer, true, s.x, s);
+      break;
+    case DynamicsMode::AttnOnlyL2: {
+      Tensor a = model.attention(layer, s.x, 0, &s.kv);  // A_t(x) [pos, d_model], biases included
+      if (options.residual) {
+        for (int64_t i = 0; i < a.size(); ++i) s.x.data[i] += a.data[i];
+      } else {
+        s.x = std::move(a);
+      }
+      normalize_rows(s.x);
+      break;
+    }
+  }
+}
+
+}  // namespace tdyn
