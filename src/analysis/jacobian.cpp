@@ -1,0 +1,690 @@
+// Exact sublayer Jacobians (plain batched-JVP path and structured factors) and their structured mean; see
+// jacobian.h for the definitions. Every op below follows model/transformer.cpp and model/ops.cpp step by step,
+// in float64.
+#include "analysis/jacobian.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/ops.h"
+
+namespace tdyn {
+
+using linalg::Matrix;
+using linalg::Vector;
+
+const char* to_string(Sublayer s) { return s == Sublayer::Attention ? "attn" : "mlp"; }
+
+// ---- float64 weights ------------------------------------------------------------------------------------
+
+struct DenseLinear {
+  Matrix w;  // [out, in] (nn.Linear convention)
+  Vector b;  // [out] or empty
+  explicit operator bool() const { return w.size() > 0; }
+};
+
+struct DenseNorm {
+  Vector w, b;  // [n] each, or empty (no scale / no bias)
+  bool present = false;
+};
+
+struct JacobianModel::Weights {
+  DenseNorm attn_norm, q_norm, k_norm, attn_post_norm, mlp_norm, mlp_post_norm, ple_post_norm;
+  DenseLinear q, k, v, o, gate, up, down, ple_gate, ple_proj;
+  // In matrices of the structured form: the projection times diag(pre-norm scale).
+  Matrix q_in, k_in, v_in, gate_in, up_in;
+  double layer_scalar = 1;
+};
+
+namespace {
+
+DenseLinear to_dense(const Linear& l) {
+  DenseLinear d;
+  if (!l) return d;
+  d.w.resize(l.out, l.in);
+  for (int64_t o = 0; o < l.out; ++o)
+    for (int64_t i = 0; i < l.in; ++i) d.w(o, i) = l.at(o, i);
+  if (l.b) d.b = Eigen::Map<const Eigen::VectorXf>(l.b, l.out).cast<double>();
+  return d;
+}
+
+DenseNorm to_dense(const Norm& n, int64_t size) {
+  DenseNorm d;
+  d.present = n.w != nullptr || n.b != nullptr;
+  if (n.w) d.w = Eigen::Map<const Eigen::VectorXf>(n.w, size).cast<double>();
+  if (n.b) d.b = Eigen::Map<const Eigen::VectorXf>(n.b, size).cast<double>();
+  return d;
+}
+
+Matrix fold_scale(const DenseLinear& l, const DenseNorm& pre) {
+  if (!l) return {};
+  return pre.w.size() ? Matrix(l.w * pre.w.asDiagonal()) : l.w;
+}
+
+// A value and its tangents: column j of t is d v / d (input direction j). t has 0 columns for values only.
+struct Dual {
+  Vector v;  // [n]
+  Matrix t;  // [n, m]
+};
+
+Dual linear(const DenseLinear& l, const Dual& x) {
+  Dual y{l.w * x.v, l.w * x.t};
+  if (l.b.size()) y.v += l.b;
+  return y;
+}
+
+// The norm of rows [off, off + len) of x, in place (ops.cpp rms_norm / layer_norm):
+//   RMSNorm   y = w ⊙ x/r,            r = sqrt(mean x² + eps),  J = diag(w)(1/r)(I − a aᵀ/n),          a = x/r
+//   LayerNorm y = w ⊙ (x − μ)/σ + b,  σ = sqrt(var + eps),      J = diag(w)(1/σ)(I − 11ᵀ/n − a aᵀ/n), a = (x − μ)/σ
+// `w`/`b` may be null (Gemma 4 v_norm has no scale). Returns the Jacobian factors when asked.
+void norm_inplace(NormKind kind, const double* w, const double* b, double eps, Dual& x, int64_t off, int64_t len,
+                  NormJacobian* jac = nullptr) {
+  auto v = x.v.segment(off, len);
+  const double mean = kind == NormKind::LayerNorm ? v.mean() : 0.0;
+  Vector a = v.array() - mean;
+  const double r = std::sqrt(a.squaredNorm() / len + eps);
+  a /= r;
+  if (x.t.cols() > 0) {
+    auto t = x.t.middleRows(off, len);
+    const Eigen::RowVectorXd at = a.transpose() * t / static_cast<double>(len);
+    if (kind == NormKind::LayerNorm) {
+      const Eigen::RowVectorXd column_means = t.colwise().mean();
+      t.rowwise() -= column_means;
+    }
+    t -= a * at;
+    t /= r;
+    if (w) t = Eigen::Map<const Vector>(w, len).asDiagonal() * t;
+  }
+  if (jac) {
+    jac->scale = 1.0 / r;
+    const double inv_sqrt_n = 1.0 / std::sqrt(static_cast<double>(len));
+    jac->u.resize(len, kind == NormKind::LayerNorm ? 2 : 1);
+    if (kind == NormKind::LayerNorm) jac->u.col(0).setConstant(inv_sqrt_n);
+    jac->u.rightCols(1) = a * inv_sqrt_n;
+  }
+  for (int64_t i = 0; i < len; ++i) v[i] = (w ? w[i] : 1.0) * a[i] + (b ? b[i] : 0.0);
+}
+
+void norm_inplace(NormKind kind, const DenseNorm& n, double eps, Dual& x, NormJacobian* jac = nullptr) {
+  norm_inplace(kind, n.w.size() ? n.w.data() : nullptr, n.b.size() ? n.b.data() : nullptr, eps, x, 0, x.v.size(), jac);
+}
+
+// Activation and its derivative in float64 (ops.cpp activate).
+double activate64(Activation a, double x) {
+  switch (a) {
+    case Activation::SiLU: return x / (1.0 + std::exp(-x));
+    case Activation::GeluErf: return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2));
+    case Activation::GeluTanh: return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case Activation::ReLU: return x > 0 ? x : 0.0;
+  }
+  return x;
+}
+
+double activate64_derivative(Activation a, double x) {
+  switch (a) {
+    case Activation::SiLU: {
+      const double s = 1.0 / (1.0 + std::exp(-x));
+      return s * (1.0 + x * (1.0 - s));
+    }
+    case Activation::GeluErf:
+      return 0.5 * (1.0 + std::erf(x * M_SQRT1_2)) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+    case Activation::GeluTanh: {
+      const double c = 0.7978845608028654, th = std::tanh(c * (x + 0.044715 * x * x * x));
+      return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * c * (1.0 + 3.0 * 0.044715 * x * x);
+    }
+    case Activation::ReLU: return x > 0 ? 1.0 : 0.0;
+  }
+  return 1.0;
+}
+
+// RoPE of every head of x (values and tangent rows) at absolute position `pos` (ops.cpp apply_rope).
+void rope_inplace(RopeStyle style, const std::vector<double>& inv_freq, Dual& x, int64_t n_heads, int64_t d_head,
+                  int64_t pos) {
+  if (style == RopeStyle::None) return;
+  const int64_t half = d_head / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double angle = static_cast<double>(pos) * inv_freq[i], c = std::cos(angle), s = std::sin(angle);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const int64_t a = h * d_head + (style == RopeStyle::RotateHalf ? i : 2 * i);
+      const int64_t b = h * d_head + (style == RopeStyle::RotateHalf ? i + half : 2 * i + 1);
+      const double x0 = x.v[a], x1 = x.v[b];
+      x.v[a] = x0 * c - x1 * s;
+      x.v[b] = x0 * s + x1 * c;
+      if (x.t.cols() > 0) {
+        const Eigen::RowVectorXd t0 = x.t.row(a), t1 = x.t.row(b);
+        x.t.row(a) = t0 * c - t1 * s;
+        x.t.row(b) = t0 * s + t1 * c;
+      }
+    }
+  }
+}
+
+Dual add(const Dual& x, const Dual& y) { return {x.v + y.v, x.t + y.t}; }
+
+Vector row64(const Tensor& t, int64_t r) {
+  return Eigen::Map<const Eigen::VectorXf>(t.row(r), t.shape.back()).cast<double>();
+}
+
+// What the structured form needs from one evaluation of a step.
+struct AttentionTrace {
+  Vector q_raw, k_raw, v_raw;  // projections before QK-/V-norm and RoPE
+  Vector q, k_self, v_self;    // after them (k/v: position p's own, on layers with their own keys/values)
+  std::vector<Matrix> mix;     // per head: scale Σ_j P_j (v_j − z)k_jᵀ = ∂z_h/∂q_h   [d_head, d_head]
+  Vector p_self;               // per head: P_pp
+  Vector z;                    // [n_heads * d_head]
+  Vector f;                    // output projection incl. bias [d]
+  NormJacobian pre;            // at the step input
+};
+
+struct MlpTrace {
+  Vector pre_act, up;  // gated: gate pre-activation and up projection; else pre_act = up projection
+  Vector f;            // down projection incl. bias
+  NormJacobian pre;
+  Vector after_mlp;    // Gemma 4: the stream after the MLP residual (input of the per-layer-input gate)
+  Vector ple_gate_pre, ple_input, ple_branch;  // per-layer-input branch: W_gate y, the input row, W_proj(...)
+};
+
+}  // namespace
+
+// ---- JacobianModel -------------------------------------------------------------------------------------
+
+JacobianModel::JacobianModel(std::shared_ptr<const Transformer> transformer) : transformer_(std::move(transformer)) {
+  const ModelConfig& c = config();
+  const Model& model = transformer_->model();
+  weights_.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerConfig& lc = transformer_->layer_config(l);
+    inv_freq_.push_back(rope_inv_freq(lc.rope, lc.d_head));
+    if (lc.weights != l && weights_[lc.weights]) continue;  // ALBERT: shares the stored layer's copy
+    const LayerWeights& L = model.weights.layers[l];
+    const int64_t d = c.d_model, q_dim = c.n_heads * lc.d_head, kv_dim = c.n_kv_heads * lc.d_head;
+    auto w = std::make_unique<Weights>();
+    const bool per_head = c.qk_norm == QKNorm::PerHead;
+    w->attn_norm = to_dense(L.attn_norm, d);
+    w->q_norm = to_dense(L.q_norm, per_head ? lc.d_head : q_dim);
+    w->k_norm = to_dense(L.k_norm, per_head ? lc.d_head : kv_dim);
+    w->attn_post_norm = to_dense(L.attn_post_norm, d);
+    w->mlp_norm = to_dense(L.mlp_norm, d);
+    w->mlp_post_norm = to_dense(L.mlp_post_norm, d);
+    w->ple_post_norm = to_dense(L.ple_post_norm, d);
+    w->q = to_dense(L.q);
+    w->k = to_dense(L.k);
+    w->v = to_dense(L.v);
+    w->o = to_dense(L.o);
+    w->gate = to_dense(L.gate);
+    w->up = to_dense(L.up);
+    w->down = to_dense(L.down);
+    w->ple_gate = to_dense(L.ple_gate);
+    w->ple_proj = to_dense(L.ple_proj);
+    const bool pre = has_pre_norm(c.norm_placement);
+    const DenseNorm none;
+    w->q_in = fold_scale(w->q, pre ? w->attn_norm : none);
+    w->k_in = fold_scale(w->k, pre ? w->attn_norm : none);
+    w->v_in = fold_scale(w->v, pre ? w->attn_norm : none);
+    w->gate_in = fold_scale(w->gate, pre ? w->mlp_norm : none);
+    w->up_in = fold_scale(w->up, pre ? w->mlp_norm : none);
+    if (c.layer_scalar) w->layer_scalar = L.layer_scalar[0];
+    weights_[l] = std::move(w);
+  }
+  // Layers sharing stored weights point at the same copy.
+  for (int64_t l = 0; l < c.n_layers; ++l) TDYN_CHECK(weights_[transformer_->layer_config(l).weights] != nullptr);
+}
+
+JacobianModel::~JacobianModel() = default;
+
+SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const int32_t> token_types) const {
+  const ModelConfig& c = config();
+  ActivationCache hooks("blocks.*.hook_resid_pre,blocks.*.hook_resid_mid,blocks.*.hook_resid_post,"
+                        "blocks.*.attn.hook_k,blocks.*.attn.hook_v,hook_per_layer_inputs");
+  transformer_->forward(ids, &hooks, nullptr, token_types);
+  SequenceState s;
+  s.n_pos = static_cast<int64_t>(ids.size());
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    auto take = [&](const std::string& name) {
+      Tensor t = hooks.at(fmt::format("blocks.{}.{}", l, name));
+      if (t.shape.size() == 3) t.shape = {t.dim(0), t.dim(1) * t.dim(2)};
+      return t;
+    };
+    s.resid_pre.push_back(take("hook_resid_pre"));
+    s.resid_mid.push_back(take("hook_resid_mid"));
+    s.resid_post.push_back(take("hook_resid_post"));
+    const bool own = transformer_->layer_config(l).kv_source == l;
+    s.keys.push_back(own ? take("attn.hook_k") : Tensor());
+    s.values.push_back(own ? take("attn.hook_v") : Tensor());
+  }
+  if (c.d_per_layer_input > 0) s.per_layer_inputs = hooks.at("hook_per_layer_inputs");
+  return s;
+}
+
+Vector JacobianModel::input(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
+  TDYN_CHECK(pos >= 0 && pos < s.n_pos);
+  return row64(which == Sublayer::Attention ? s.resid_pre.at(layer) : s.resid_mid.at(layer), pos);
+}
+
+Vector JacobianModel::output(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
+  TDYN_CHECK(pos >= 0 && pos < s.n_pos);
+  return row64(which == Sublayer::Attention ? s.resid_mid.at(layer) : s.resid_post.at(layer), pos);
+}
+
+namespace {
+
+// One residual step around a sublayer output f (transformer.cpp residual_step), with the post-norm's Jacobian
+// factors when asked.
+Dual residual_step(const ModelConfig& c, const Dual& x, Dual f, const DenseNorm& post_norm, NormJacobian* post) {
+  switch (c.norm_placement) {
+    case NormPlacement::Pre:
+      return add(x, f);
+    case NormPlacement::PostSublayer:
+    case NormPlacement::Sandwich:
+      norm_inplace(c.norm, post_norm, c.norm_eps, f, post);
+      return add(x, f);
+    case NormPlacement::PostResidual: {
+      Dual y = add(x, f);
+      norm_inplace(c.norm, post_norm, c.norm_eps, y, post);
+      return y;
+    }
+  }
+  return add(x, f);
+}
+
+// The local attention step at `pos` (transformer.cpp attention_block / attention, ops.cpp attention).
+Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W,
+                    const std::vector<double>& inv_freq, const SequenceState& s, int64_t layer, int64_t pos, const Dual& x,
+                    AttentionTrace* trace, NormJacobian* post) {
+  const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd;
+  const int64_t m = x.t.cols();
+  const bool own = lc.kv_source == layer;
+
+  Dual h = x;  // sublayer input [d]
+  if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, W.attn_norm, c.norm_eps, h, trace ? &trace->pre : nullptr);
+
+  Dual q = linear(W.q, h);  // [n_heads * d_head]
+  if (trace) trace->q_raw = q.v;
+  if (c.qk_norm == QKNorm::FullProjection) norm_inplace(c.norm, W.q_norm, c.norm_eps, q);
+  if (c.qk_norm == QKNorm::PerHead)
+    for (int64_t i = 0; i < H; ++i) norm_inplace(c.norm, W.q_norm.w.data(), nullptr, c.norm_eps, q, i * hd, hd);
+  rope_inplace(lc.rope.style, inv_freq, q, H, hd, pos);
+
+  Dual k, v;  // position p's own key and value [n_kv_heads * d_head]
+  if (own) {
+    k = linear(W.k, h);
+    v = linear(W.v, h);
+    if (trace) trace->k_raw = k.v, trace->v_raw = v.v;
+    if (c.qk_norm == QKNorm::FullProjection) norm_inplace(c.norm, W.k_norm, c.norm_eps, k);
+    if (c.qk_norm == QKNorm::PerHead)
+      for (int64_t g = 0; g < G; ++g) norm_inplace(c.norm, W.k_norm.w.data(), nullptr, c.norm_eps, k, g * hd, hd);
+    if (c.v_norm)
+      for (int64_t g = 0; g < G; ++g) norm_inplace(NormKind::RMSNorm, nullptr, nullptr, c.norm_eps, v, g * hd, hd);
+    rope_inplace(lc.rope.style, inv_freq, k, G, hd, pos);
+  }
+
+  const Tensor& keys = s.keys.at(lc.kv_source);
+  const Tensor& values = s.values.at(lc.kv_source);
+  AttentionShape shape{1, s.n_pos, pos, H, G, hd, lc.attn_scale, c.causal, lc.sliding_window};
+  const KeyRange range = visible_keys(shape, pos);
+  const int64_t n_keys = range.last - range.first + 1;
+
+  Dual z{Vector::Zero(q_dim), Matrix::Zero(q_dim, m)};
+  if (trace) {
+    trace->mix.assign(H, Matrix());
+    trace->p_self = Vector::Zero(H);
+  }
+  Matrix kh(n_keys, hd), vh(n_keys, hd);  // visible keys / values of one kv head [keys, d_head]
+  for (int64_t head = 0; head < H; ++head) {
+    const int64_t g = head / group;
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const int64_t key = range.first + j;
+      if (own && key == pos) {
+        kh.row(j) = k.v.segment(g * hd, hd).transpose();
+        vh.row(j) = v.v.segment(g * hd, hd).transpose();
+      } else {
+        kh.row(j) = Eigen::Map<const Eigen::RowVectorXf>(keys.row(key) + g * hd, hd).cast<double>();
+        vh.row(j) = Eigen::Map<const Eigen::RowVectorXf>(values.row(key) + g * hd, hd).cast<double>();
+      }
+    }
+    const auto qh = q.v.segment(head * hd, hd);
+    Vector p = lc.attn_scale * (kh * qh);  // scores, then probabilities [keys]
+    p = (p.array() - p.maxCoeff()).exp();
+    p /= p.sum();
+    const Vector zh = vh.transpose() * p;
+    z.v.segment(head * hd, hd) = zh;
+    // ∂z/∂q = scale Σ_j P_j (v_j − z) k_jᵀ (softmax derivative dP_j = P_j (ds_j − Σ_i P_i ds_i)).
+    const Matrix mix = lc.attn_scale * (vh.rowwise() - zh.transpose()).transpose() * p.asDiagonal() * kh;
+    const double p_self = own ? p[pos - range.first] : 0.0;
+    if (m > 0) {
+      auto tz = z.t.middleRows(head * hd, hd);
+      tz = mix * q.t.middleRows(head * hd, hd);
+      if (own) {
+        // Position p's own score s_p = scale q·k_p and value v_p move too.
+        const Vector vz = v.v.segment(g * hd, hd) - zh;
+        tz += (lc.attn_scale * p_self) * vz * (qh.transpose() * k.t.middleRows(g * hd, hd));
+        tz += p_self * v.t.middleRows(g * hd, hd);
+      }
+    }
+    if (trace) {
+      trace->mix[head] = mix;
+      trace->p_self[head] = p_self;
+    }
+  }
+  Dual f = linear(W.o, z);  // [d]
+  if (trace) {
+    trace->q = q.v;
+    if (own) trace->k_self = k.v, trace->v_self = v.v;
+    trace->z = z.v;
+    trace->f = f.v;
+  }
+  return residual_step(c, x, std::move(f), W.attn_post_norm, post);
+}
+
+// The local MLP step at `pos` (transformer.cpp mlp_block / mlp), up to hook_resid_post.
+Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W, const SequenceState& s,
+              int64_t layer, int64_t pos, const Dual& x, MlpTrace* trace, NormJacobian* post, NormJacobian* ple_post) {
+  (void)lc;
+  Dual h = x;
+  if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, W.mlp_norm, c.norm_eps, h, trace ? &trace->pre : nullptr);
+  Dual up = linear(W.up, h);  // [d_mlp]
+  Dual hidden;
+  if (c.gated_mlp) {
+    Dual gate = linear(W.gate, h);
+    const Vector act = gate.v.unaryExpr([&](double g) { return activate64(c.activation, g); });
+    const Vector dact = gate.v.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); });
+    hidden.v = act.cwiseProduct(up.v);
+    hidden.t = (dact.cwiseProduct(up.v)).asDiagonal() * gate.t + act.asDiagonal() * up.t;
+    if (trace) trace->pre_act = gate.v, trace->up = up.v;
+  } else {
+    hidden.v = up.v.unaryExpr([&](double u) { return activate64(c.activation, u); });
+    const Vector dact = up.v.unaryExpr([&](double u) { return activate64_derivative(c.activation, u); });
+    hidden.t = dact.asDiagonal() * up.t;
+    if (trace) trace->pre_act = up.v;
+  }
+  Dual f = linear(W.down, hidden);
+  if (trace) trace->f = f.v;
+  Dual y = residual_step(c, x, std::move(f), W.mlp_post_norm, post);
+
+  if (c.d_per_layer_input > 0) {
+    // Gemma 4: y += post_per_layer_input_norm(W_proj(act(W_gate y) ⊙ per_layer_input[p, l])).
+    const int64_t P = c.d_per_layer_input;
+    const float* row = s.per_layer_inputs.ptr() + (pos * c.n_layers + layer) * P;
+    const Vector input = Eigen::Map<const Eigen::VectorXf>(row, P).cast<double>();
+    Dual gate = linear(W.ple_gate, y);
+    Dual mixed;
+    mixed.v = gate.v.unaryExpr([&](double g) { return activate64(c.activation, g); }).cwiseProduct(input);
+    mixed.t = gate.v.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); }).cwiseProduct(input).asDiagonal() *
+              gate.t;
+    Dual branch = linear(W.ple_proj, mixed);
+    if (trace) trace->after_mlp = y.v, trace->ple_gate_pre = gate.v, trace->ple_input = input, trace->ple_branch = branch.v;
+    norm_inplace(NormKind::RMSNorm, W.ple_post_norm, c.norm_eps, branch, ple_post);
+    y = add(y, branch);
+  }
+  if (c.layer_scalar) {
+    y.v *= W.layer_scalar;
+    y.t *= W.layer_scalar;
+  }
+  return y;
+}
+
+}  // namespace
+
+Vector JacobianModel::step(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos, const Vector& x) const {
+  const LayerConfig& lc = transformer_->layer_config(layer);
+  const Weights& W = *weights_[lc.weights];
+  Dual in{x, Matrix(x.size(), 0)};
+  if (which == Sublayer::Attention)
+    return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, nullptr, nullptr).v;
+  return mlp_step(config(), lc, W, s, layer, pos, in, nullptr, nullptr, nullptr).v;
+}
+
+Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
+  const LayerConfig& lc = transformer_->layer_config(layer);
+  const Weights& W = *weights_[lc.weights];
+  const int64_t d = d_model();
+  Dual in{input(s, layer, which, pos), Matrix::Identity(d, d)};
+  if (which == Sublayer::Attention)
+    return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, nullptr, nullptr).t;
+  return mlp_step(config(), lc, W, s, layer, pos, in, nullptr, nullptr, nullptr).t;
+}
+
+StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
+  const ModelConfig& c = config();
+  const LayerConfig& lc = transformer_->layer_config(layer);
+  const Weights& W = *weights_[lc.weights];
+  const int64_t d = d_model();
+  const Vector x = input(s, layer, which, pos);
+  Dual in{x, Matrix(d, 0)};
+
+  StepStructure st;
+  const bool post_residual = c.norm_placement == NormPlacement::PostResidual;
+  st.identity = post_residual ? 0.0 : 1.0;
+  st.inner_identity = post_residual ? 1.0 : 0.0;
+  const DenseNorm& post_norm = which == Sublayer::Attention ? W.attn_post_norm : W.mlp_post_norm;
+  if (has_post_norm(c.norm_placement) && post_norm.w.size()) st.post_weight = &post_norm.w;
+
+  if (which == Sublayer::Attention) {
+    AttentionTrace tr;
+    attention_step(c, lc, W, inv_freq_[layer], s, layer, pos, in, &tr, &st.post);
+    st.pre = tr.pre;
+    const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd, kv_dim = G * hd;
+    const bool own = lc.kv_source == layer;
+    const bool full_qk = c.qk_norm == QKNorm::FullProjection;
+
+    // ∂(q, k, v after QK-/V-norm and RoPE)/∂(raw projection). Per head (d_head × d_head blocks) unless the QK-norm
+    // spans the whole projection (OLMo 3), where the full [q_dim, q_dim] / [kv_dim, kv_dim] matrix is needed.
+    const DenseNorm* per_head_q = c.qk_norm == QKNorm::PerHead ? &W.q_norm : nullptr;
+    const DenseNorm* per_head_k = c.qk_norm == QKNorm::PerHead ? &W.k_norm : nullptr;
+    auto head_block = [&](const Vector& raw, int64_t head, const DenseNorm* norm, bool rope, bool v_norm) {
+      Dual b{raw.segment(head * hd, hd), Matrix::Identity(hd, hd)};
+      if (norm) norm_inplace(c.norm, norm->w.data(), nullptr, c.norm_eps, b, 0, hd);
+      if (v_norm) norm_inplace(NormKind::RMSNorm, nullptr, nullptr, c.norm_eps, b, 0, hd);
+      if (rope) rope_inplace(lc.rope.style, inv_freq_[layer], b, 1, hd, pos);
+      return b.t;
+    };
+    auto full_block = [&](const Vector& raw, const DenseNorm& norm, int64_t heads) {
+      Dual b{raw, Matrix::Identity(raw.size(), raw.size())};
+      norm_inplace(c.norm, norm, c.norm_eps, b);
+      rope_inplace(lc.rope.style, inv_freq_[layer], b, heads, hd, pos);
+      return b.t;
+    };
+    // ∂z_h/∂q_h = mix_h (softmax derivative through the scores).
+    JacobianBranch bq{&W.o.w, &W.q_in, false, {}, Matrix::Zero(q_dim, q_dim)};
+    const Matrix q_full = full_qk ? full_block(tr.q_raw, W.q_norm, H) : Matrix();
+    for (int64_t h = 0; h < H; ++h) {
+      if (full_qk) bq.m_dense.middleRows(h * hd, hd) = tr.mix[h] * q_full.middleRows(h * hd, hd);
+      else bq.m_dense.block(h * hd, h * hd, hd, hd) = tr.mix[h] * head_block(tr.q_raw, h, per_head_q, true, false);
+    }
+    st.branches.push_back(std::move(bq));
+
+    if (own) {
+      // ∂z_h/∂k_p = scale P_pp (v_p − z_h) q_hᵀ; ∂z_h/∂v_p = P_pp I (per query head h, kv head g = h / group).
+      const Matrix k_full = full_qk ? full_block(tr.k_raw, W.k_norm, G) : Matrix();
+      std::vector<Matrix> k_blocks(G), v_blocks(G);
+      for (int64_t g = 0; g < G && !full_qk; ++g) k_blocks[g] = head_block(tr.k_raw, g, per_head_k, true, false);
+      for (int64_t g = 0; g < G; ++g) v_blocks[g] = head_block(tr.v_raw, g, nullptr, false, c.v_norm);
+      JacobianBranch bk{&W.o.w, &W.k_in, false, {}, Matrix::Zero(q_dim, kv_dim)};
+      JacobianBranch bv{&W.o.w, &W.v_in, false, {}, Matrix::Zero(q_dim, kv_dim)};
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / group;
+        const Vector vz = (lc.attn_scale * tr.p_self[h]) * (tr.v_self.segment(g * hd, hd) - tr.z.segment(h * hd, hd));
+        const auto qh = tr.q.segment(h * hd, hd).transpose();
+        if (full_qk) bk.m_dense.middleRows(h * hd, hd) = vz * (qh * k_full.middleRows(g * hd, hd));
+        else bk.m_dense.block(h * hd, g * hd, hd, hd) = vz * (qh * k_blocks[g]);
+        bv.m_dense.block(h * hd, g * hd, hd, hd) = tr.p_self[h] * v_blocks[g];
+      }
+      st.branches.push_back(std::move(bk));
+      st.branches.push_back(std::move(bv));
+    }
+  } else {
+    MlpTrace tr;
+    NormJacobian ple_post;
+    mlp_step(c, lc, W, s, layer, pos, in, &tr, &st.post, &ple_post);
+    st.pre = tr.pre;
+    if (c.gated_mlp) {
+      // ∂(act(g) ⊙ u) = diag(act'(g) ⊙ u) ∂g + diag(act(g)) ∂u
+      JacobianBranch bg{&W.down.w, &W.gate_in, true, {}, {}};
+      bg.m_diag = tr.pre_act.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); }).cwiseProduct(tr.up);
+      JacobianBranch bu{&W.down.w, &W.up_in, true, {}, {}};
+      bu.m_diag = tr.pre_act.unaryExpr([&](double g) { return activate64(c.activation, g); });
+      st.branches.push_back(std::move(bg));
+      st.branches.push_back(std::move(bu));
+    } else {
+      JacobianBranch bu{&W.down.w, &W.up_in, true, {}, {}};
+      bu.m_diag = tr.pre_act.unaryExpr([&](double u) { return activate64_derivative(c.activation, u); });
+      st.branches.push_back(std::move(bu));
+    }
+    if (c.d_per_layer_input > 0) {
+      // ∂ branch/∂y = diag(w) λ'(I − U'U'ᵀ) W_proj diag(act'(W_gate y) ⊙ input) W_gate
+      const Vector e = tr.ple_gate_pre.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); })
+                           .cwiseProduct(tr.ple_input);
+      Matrix left = W.ple_proj.w * e.asDiagonal();  // [d, P]
+      left = ple_post.scale * (left - ple_post.u * (ple_post.u.transpose() * left));
+      if (W.ple_post_norm.w.size()) left = W.ple_post_norm.w.asDiagonal() * left;
+      st.ple_left = std::move(left);
+      st.ple_gate = &W.ple_gate.w;
+    }
+    st.layer_scalar = W.layer_scalar;
+  }
+  return st;
+}
+
+// ---- StepStructure -------------------------------------------------------------------------------------
+
+namespace {
+
+// X s (I − U Uᵀ) for X [k, d].
+Matrix times_projector(const Matrix& x, const NormJacobian& n) {
+  if (n.u.cols() == 0) return n.scale * x;
+  return n.scale * (x - (x * n.u) * n.u.transpose());
+}
+
+}  // namespace
+
+Matrix StepStructure::left_apply_step(const Matrix& x) const {
+  // X K = a X + (X diag(w_L)) L (b I + Σ Out M In R)
+  Matrix y = post_weight ? Matrix(x * post_weight->asDiagonal()) : x;
+  y = times_projector(y, post);
+  Matrix result = identity * x + inner_identity * y;
+  for (const auto& br : branches) {
+    Matrix t = y * *br.out;  // [k, r_out]
+    if (br.diagonal) t = t * br.m_diag.asDiagonal();
+    else t = t * br.m_dense;
+    result += times_projector(t * *br.in, pre);
+  }
+  return result;
+}
+
+Matrix StepStructure::left_apply(const Matrix& x) const {
+  Matrix y = layer_scalar * x;
+  if (ple_gate) y += (y * ple_left) * *ple_gate;  // X s (I + P_ple W_ple)
+  return left_apply_step(y);
+}
+
+Matrix StepStructure::dense() const {
+  const int64_t d = branches.empty() ? post.u.rows() : branches.front().out->rows();
+  return left_apply(Matrix::Identity(d, d));
+}
+
+// ---- StructuredMean ------------------------------------------------------------------------------------
+
+void StructuredMean::init(const StepStructure& s) {
+  const int64_t d = s.branches.front().out->rows();
+  identity_ = s.identity;
+  inner_identity_ = s.inner_identity;
+  post_weight_ = s.post_weight;
+  layer_scalar_ = s.layer_scalar;
+  ple_gate_ = s.ple_gate;
+  lambda_uut_ = Matrix::Zero(d, d);
+  both_ = Matrix::Zero(d, d);
+  if (ple_gate_) ple_product_sum_ = Matrix::Zero(d, d);
+  for (const auto& br : s.branches) {
+    BranchSums b;
+    b.out = br.out;
+    b.in = br.in;
+    b.diagonal = br.diagonal;
+    if (br.diagonal) b.m_diag = Vector::Zero(br.m_diag.size());
+    else b.m_dense = Matrix::Zero(br.m_dense.rows(), br.m_dense.cols());
+    b.right = Matrix::Zero(br.out->cols(), d);
+    b.left = Matrix::Zero(d, br.in->rows());
+    branches_.push_back(std::move(b));
+  }
+}
+
+void StructuredMean::add(const StepStructure& s) {
+  TDYN_CHECK(!s.branches.empty());
+  if (count_ == 0 && branches_.empty()) init(s);
+  // Samples of one sublayer differ in their branch set only on a bug (own vs shared keys is per layer).
+  TDYN_CHECK(s.branches.size() == branches_.size());
+  ++count_;
+  const double c = s.post.scale * s.pre.scale;  // λρ
+  const Matrix& u = s.post.u;  // [d, kL]
+  const Matrix& v = s.pre.u;   // [d, kR]
+  // L (b I): b λ (I − UUᵀ)
+  if (inner_identity_ != 0) {
+    lambda_sum_ += s.post.scale;
+    if (u.cols()) lambda_uut_.noalias() += s.post.scale * u * u.transpose();
+  }
+  // L Out M In R = c [Out M In − Out (M In V)Vᵀ − U(UᵀOut M)In + U(UᵀOut M In V)Vᵀ]
+  for (size_t i = 0; i < branches_.size(); ++i) {
+    const JacobianBranch& br = s.branches[i];
+    BranchSums& sum = branches_[i];
+    if (br.diagonal) sum.m_diag += c * br.m_diag;
+    else sum.m_dense += c * br.m_dense;
+    Matrix m_in_v;  // c M In V [r_out, kR]
+    if (v.cols()) {
+      m_in_v = *br.in * v;
+      m_in_v = br.diagonal ? Matrix(c * br.m_diag.asDiagonal() * m_in_v) : Matrix(c * br.m_dense * m_in_v);
+      sum.right.noalias() += m_in_v * v.transpose();
+    }
+    if (u.cols()) {
+      Matrix ut_out_m = u.transpose() * *br.out;  // [kL, r_out] → c Uᵀ Out M [kL, r_in]
+      ut_out_m = br.diagonal ? Matrix(c * ut_out_m * br.m_diag.asDiagonal()) : Matrix(c * ut_out_m * br.m_dense);
+      sum.left.noalias() += u * ut_out_m;
+      if (v.cols()) {
+        const Matrix core = ut_out_m * (*br.in * v);  // [kL, kR]
+        both_.noalias() += u * core * v.transpose();
+      }
+    }
+  }
+  // Gemma 4 per-layer-input factor: J = s (K + P_ple (W_ple K)); K itself is summed above.
+  if (ple_gate_) ple_product_sum_.noalias() += s.ple_left * s.left_apply_step(*ple_gate_);
+}
+
+void StructuredMean::merge(const StructuredMean& o) {
+  if (o.count_ == 0) return;
+  if (count_ == 0 && branches_.empty()) {
+    *this = o;
+    return;
+  }
+  count_ += o.count_;
+  lambda_sum_ += o.lambda_sum_;
+  lambda_uut_ += o.lambda_uut_;
+  both_ += o.both_;
+  if (ple_gate_) ple_product_sum_ += o.ple_product_sum_;
+  for (size_t i = 0; i < branches_.size(); ++i) {
+    if (branches_[i].diagonal) branches_[i].m_diag += o.branches_[i].m_diag;
+    else branches_[i].m_dense += o.branches_[i].m_dense;
+    branches_[i].right += o.branches_[i].right;
+    branches_[i].left += o.branches_[i].left;
+  }
+}
+
+Matrix StructuredMean::mean() const {
+  TDYN_CHECK(count_ > 0);
+  // Σ L (b I + F R), then diag(w_L) on the left, a I, the per-layer-input factor and the layer scalar.
+  Matrix inner = both_;
+  if (inner_identity_ != 0) {
+    inner -= inner_identity_ * lambda_uut_;
+    inner.diagonal().array() += inner_identity_ * lambda_sum_;
+  }
+  for (const auto& b : branches_) {
+    const Matrix m_in = b.diagonal ? Matrix(b.m_diag.asDiagonal() * *b.in) : Matrix(b.m_dense * *b.in);  // [r_out, d]
+    inner.noalias() += *b.out * (m_in - b.right);
+    inner.noalias() -= b.left * *b.in;
+  }
+  if (post_weight_) inner = post_weight_->asDiagonal() * inner;
+  Matrix k_sum = inner;
+  k_sum.diagonal().array() += identity_ * static_cast<double>(count_);
+  Matrix total = k_sum;
+  if (ple_gate_) total += ple_product_sum_;
+  return (layer_scalar_ / static_cast<double>(count_)) * total;
+}
+
+}  // namespace tdyn

@@ -1,0 +1,180 @@
+// Mean Jacobians over samples, cumulative products and the Schur-surgery sweep; see jacobian_analysis.h.
+#include "analysis/jacobian_analysis.h"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <iostream>
+
+#include <omp.h>
+
+#include "core/error.h"
+
+namespace tdyn {
+
+using linalg::ComplexMatrix;
+using linalg::Matrix;
+
+PositionSpec PositionSpec::parse(const std::string& text) {
+  PositionSpec p;
+  if (text == "last") return p;
+  if (text == "all") {
+    p.kind = Kind::All;
+    return p;
+  }
+  p.kind = Kind::List;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size())
+      fail("positions: expected 'last', 'all' or comma-separated integers, got '{}'", text);
+    p.list.push_back(v);
+    start = comma + 1;
+  }
+  return p;
+}
+
+std::vector<int64_t> PositionSpec::resolve(int64_t n_pos) const {
+  std::vector<int64_t> out;
+  if (kind == Kind::Last) out.push_back(n_pos - 1);
+  if (kind == Kind::All)
+    for (int64_t p = 0; p < n_pos; ++p) out.push_back(p);
+  if (kind == Kind::List)
+    for (int64_t p : list) {
+      const int64_t q = p < 0 ? n_pos + p : p;
+      if (q >= 0 && q < n_pos) out.push_back(q);
+    }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string PositionSpec::to_string() const {
+  if (kind == Kind::Last) return "last";
+  if (kind == Kind::All) return "all";
+  std::string s;
+  for (size_t i = 0; i < list.size(); ++i) s += (i ? "," : "") + std::to_string(list[i]);
+  return s;
+}
+
+std::string sublayer_name(int64_t k) {
+  return fmt::format("blocks.{}.jac_{}", k / 2, k % 2 == 0 ? "attn" : "mlp");
+}
+
+MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sample>& samples,
+                             const MeanJacobianOptions& options) {
+  const int64_t K = model.n_sublayers(), d = model.d_model(), S = static_cast<int64_t>(samples.size());
+  const bool need_plain = !options.structured || options.mean_of_products || options.per_sample;
+  MeanJacobians result;
+  std::vector<StructuredMean> structured(K);
+  std::vector<Matrix> plain_sum(K, Matrix::Zero(d, d)), product_sum;
+  if (options.mean_of_products) product_sum.assign(K, Matrix::Zero(d, d));
+  std::atomic<int64_t> done{0};
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t report_every = std::max<int64_t>(1, S / 20);
+
+#pragma omp parallel
+  {
+    // Per-thread sums, merged at the end.
+    std::vector<StructuredMean> my_structured(K);
+    std::vector<Matrix> my_plain(options.structured ? 0 : K, Matrix::Zero(d, d));
+    std::vector<Matrix> my_products(options.mean_of_products ? K : 0, Matrix::Zero(d, d));
+    int64_t my_pairs = 0, my_samples = 0;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < S; ++i) {
+      const SequenceState state = model.run(samples[i].ids);
+      const std::vector<int64_t> positions = options.positions.resolve(state.n_pos);
+      for (int64_t pos : positions) {
+        Matrix product = Matrix::Identity(d, d);
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t layer = k / 2;
+          const Sublayer which = k % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp;
+          if (options.structured) my_structured[k].add(model.structure(state, layer, which, pos));
+          if (!need_plain) continue;
+          const Matrix j = model.jacobian(state, layer, which, pos);
+          if (!options.structured) my_plain[k] += j;
+          if (options.mean_of_products) {
+            product = j * product;
+            my_products[k] += product;
+          }
+          if (options.per_sample) {
+#pragma omp critical(tdyn_jacobian_per_sample)
+            options.per_sample(i, pos, layer, which, j);
+          }
+        }
+        ++my_pairs;
+      }
+      if (!positions.empty()) ++my_samples;
+      const int64_t n = ++done;
+      if (options.progress && (n % report_every == 0 || n == S)) {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+#pragma omp critical(tdyn_jacobian_progress)
+        std::cerr << fmt::format("tdyn: {}samples {}/{} ({:.1f} s)\n", options.label, n, S, seconds);
+      }
+    }
+#pragma omp critical(tdyn_jacobian_merge)
+    {
+      for (int64_t k = 0; k < K; ++k) {
+        if (options.structured) structured[k].merge(my_structured[k]);
+        else plain_sum[k] += my_plain[k];
+        if (options.mean_of_products) product_sum[k] += my_products[k];
+      }
+      result.n_pairs += my_pairs;
+      result.n_samples += my_samples;
+    }
+  }
+  if (result.n_pairs == 0) fail("no (sample, position) pair to average: {} samples, positions '{}'", S, options.positions.to_string());
+  const double inv = 1.0 / static_cast<double>(result.n_pairs);
+  for (int64_t k = 0; k < K; ++k) {
+    result.mean.push_back(options.structured ? structured[k].mean() : Matrix(plain_sum[k] * inv));
+    if (options.mean_of_products) result.mean_of_products.push_back(product_sum[k] * inv);
+  }
+  return result;
+}
+
+double henrici_departure(const ComplexMatrix& a, const linalg::ComplexVector& eigenvalues) {
+  return std::sqrt(std::max(0.0, a.squaredNorm() - eigenvalues.squaredNorm()));
+}
+
+std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<Matrix>& means, const SurgeryOptions& options,
+                                              const std::function<void(const std::string&)>& progress) {
+  const size_t K = means.size();
+  std::vector<linalg::ComplexSchur> schur(K);
+  std::vector<double> departure(K);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t k = 0; k < K; ++k) {
+    schur[k] = linalg::complex_schur(means[k]);
+    departure[k] = schur[k].strictly_upper().norm();
+  }
+  std::vector<SurgeryPoint> points;
+  for (double alpha : options.alphas) {
+    if (progress) progress(fmt::format("surgery alpha = {}", alpha));
+    SurgeryPoint p;
+    p.alpha = alpha;
+    std::vector<ComplexMatrix> modified(K), control(K);
+    p.departure_ratio.resize(K);
+    for (size_t k = 0; k < K; ++k) {
+      modified[k] = schur_surgery(schur[k], alpha);
+      control[k] = schur_surgery_control(schur[k], alpha, options.seed + k);
+      const double dep = henrici_departure(modified[k], schur[k].eigenvalues());
+      p.departure_ratio[k] = departure[k] > 0 ? dep / departure[k] : 0.0;
+      p.max_imaginary_fraction = std::max(p.max_imaginary_fraction, imaginary_fraction(modified[k]));
+    }
+    const std::vector<ComplexMatrix> cm = cumulative_products(modified), cc = cumulative_products(control);
+    p.surgery.resize(K);
+    p.control.resize(K);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t k = 0; k < K; ++k) {
+      p.surgery[k] = effective_ranks(linalg::singular_values(cm[k]));
+      p.control[k] = effective_ranks(linalg::singular_values(cc[k]));
+    }
+    points.push_back(std::move(p));
+  }
+  return points;
+}
+
+}  // namespace tdyn

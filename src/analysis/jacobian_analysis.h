@@ -1,0 +1,75 @@
+// The spectral half of SPEC §3: mean Jacobians J̄_k over samples and positions, cumulative products
+// C_k = J̄_k ⋯ J̄_1 (or the mean of per-sample products), operator metrics of both, and the Schur-surgery sweep
+// with its random control. Pure functions from a model and samples to result structs; the CLI writes them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "analysis/jacobian.h"
+#include "analysis/operator_metrics.h"
+#include "analysis/samples.h"
+
+namespace tdyn {
+
+// Which positions of each sample: the last token (default, the paper's choice), all, or a list (negative
+// entries count from the end: −1 is the last token; entries outside a sample are skipped for that sample).
+struct PositionSpec {
+  enum class Kind { Last, All, List };
+  Kind kind = Kind::Last;
+  std::vector<int64_t> list;
+
+  // "last", "all" or "5,23,-1"; throws Error otherwise.
+  static PositionSpec parse(const std::string& text);
+  std::vector<int64_t> resolve(int64_t n_pos) const;  // sorted, distinct, inside [0, n_pos)
+  std::string to_string() const;
+};
+
+struct MeanJacobianOptions {
+  PositionSpec positions;
+  bool structured = true;         // structured mean (forward-pass cost); false: sum of plain per-sample Jacobians
+  bool mean_of_products = false;  // also the mean over samples of J_k ⋯ J_1 (needs per-sample Jacobians)
+  bool progress = false;          // progress lines on stderr
+  std::string label;              // prefix of the progress lines
+  // Called (serialised) with every per-sample, per-position Jacobian [d, d] (plain path) when set.
+  std::function<void(int64_t sample, int64_t pos, int64_t layer, Sublayer which, const linalg::Matrix& j)> per_sample;
+};
+
+struct MeanJacobians {
+  std::vector<linalg::Matrix> mean;              // [2L] J̄_k, k = 2l (attention), 2l + 1 (MLP)
+  std::vector<linalg::Matrix> mean_of_products;  // [2L] mean of J_k ⋯ J_1 over (sample, position), if asked
+  int64_t n_samples = 0;  // samples with at least one position
+  int64_t n_pairs = 0;    // (sample, position) pairs averaged
+};
+
+MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sample>& samples,
+                             const MeanJacobianOptions& options);
+
+// Name of sublayer k: "blocks.{l}.jac_attn" / "blocks.{l}.jac_mlp" (the fixtures' keys).
+std::string sublayer_name(int64_t k);
+
+// ---- Schur surgery (SPEC §3) ----------------------------------------------------------------------------
+
+struct SurgeryOptions {
+  std::vector<double> alphas = {0, 0.25, 0.5, 0.75, 1};
+  uint64_t seed = 0;  // control: sublayer k uses seed + k
+};
+
+struct SurgeryPoint {
+  double alpha = 0;
+  // Effective ranks of the cumulative products of J_α (and of the control) at every depth k.
+  std::vector<EffectiveRanks> surgery, control;
+  // dep(J_α,k)/dep(J̄_k) per sublayer (identity form on the complex J_α); equals |α| up to round-off.
+  std::vector<double> departure_ratio;
+  double max_imaginary_fraction = 0;  // max over k of ‖Im J_α,k‖_F/‖J_α,k‖_F
+};
+
+std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<linalg::Matrix>& means, const SurgeryOptions& options,
+                                              const std::function<void(const std::string&)>& progress = {});
+
+// Henrici departure in the identity form sqrt(‖A‖_F² − Σ|λ_i|²) of a complex matrix with known eigenvalues.
+double henrici_departure(const linalg::ComplexMatrix& a, const linalg::ComplexVector& eigenvalues);
+
+}  // namespace tdyn

@@ -1,0 +1,175 @@
+// Sublayer Jacobians: against the fixtures' float64 references (every family), against central finite
+// differences of the float64 local map, and the structured form / structured mean against the plain path.
+#include <random>
+
+#include "analysis/jacobian.h"
+#include "analysis/jacobian_analysis.h"
+#include "fixture_check.h"
+#include "io/safetensors.h"
+#include "model/loader.h"
+#include "test_util.h"
+
+namespace tdyn {
+namespace {
+
+using linalg::Matrix;
+using linalg::Vector;
+
+struct Loaded {
+  std::shared_ptr<JacobianModel> model;
+  TensorStore refs;
+};
+
+Loaded load_fixture(const std::string& family) {
+  const fs::path dir = test::shared_dir() / "fixtures" / family;
+  Loaded f;
+  f.model = std::make_shared<JacobianModel>(std::make_shared<Transformer>(load_model(dir)));
+  read_safetensors(dir / "refs.safetensors", f.refs);
+  return f;
+}
+
+std::vector<int32_t> ints32(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
+// Worst |a − ref| / (rtol |ref| + atol_x_max · max|ref|) over the matrix (the fixture convention).
+double ref_ratio(const TensorStore& refs, const std::string& key, const Matrix& got) {
+  const std::vector<double> ref = refs.doubles(key);  // row-major [d, d]
+  const int64_t d = got.rows();
+  EXPECT_EQ(static_cast<int64_t>(ref.size()), d * d) << key;
+  const test::FixtureTolerance tol = test::fixture_tolerance(key);
+  double max_ref = 0;
+  for (double r : ref) max_ref = std::max(max_ref, std::abs(r));
+  double worst = 0;
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      const double r = ref[i * d + j];
+      worst = std::max(worst, std::abs(got(i, j) - r) / (tol.rtol * std::abs(r) + tol.atol_x_max * max_ref));
+    }
+  return worst;
+}
+
+double relative_error(const Matrix& a, const Matrix& b) { return (a - b).norm() / std::max(b.norm(), 1e-300); }
+
+class JacobianFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(JacobianFixture, MatchesReferencesAndStructuredForm) {
+  const std::string family = GetParam();
+  TDYN_REQUIRE_SHARED("fixtures/" + family + "/refs.safetensors");
+  Loaded f = load_fixture(family);
+  const JacobianModel& m = *f.model;
+  std::vector<int32_t> types;
+  if (f.refs.contains("seq0.token_type_ids")) types = ints32(f.refs.ints("seq0.token_type_ids"));
+  const SequenceState state = m.run(ints32(f.refs.ints("seq0.input_ids")), types);
+  double worst = 0, worst_structured = 0;
+  std::string worst_key;
+  for (int64_t pos : {5, 23}) {
+    for (int64_t l = 0; l < m.config().n_layers; ++l) {
+      const std::string prefix = fmt::format("seq0.pos{}.blocks.{}.", pos, l);
+      const Matrix attn = m.jacobian(state, l, Sublayer::Attention, pos);
+      const Matrix mlp = m.jacobian(state, l, Sublayer::Mlp, pos);
+      for (auto [name, j] : {std::pair{"jac_attn", attn}, {"jac_mlp", mlp}, {"jac_block", Matrix(mlp * attn)}}) {
+        const double r = ref_ratio(f.refs, prefix + name, j);
+        if (r > worst) worst = r, worst_key = prefix + name;
+      }
+      worst_structured = std::max(worst_structured, relative_error(m.structure(state, l, Sublayer::Attention, pos).dense(), attn));
+      worst_structured = std::max(worst_structured, relative_error(m.structure(state, l, Sublayer::Mlp, pos).dense(), mlp));
+    }
+  }
+  EXPECT_LE(worst, 1.0) << family << ": worst error/tolerance at " << worst_key;
+  EXPECT_LE(worst_structured, 1e-12) << family << ": structured form vs plain Jacobian";
+  std::cout << fmt::format("[ jacobian ] {}: worst error/tolerance {:.3g} ({}), structured vs plain {:.2g}\n", family,
+                           worst, worst_key, worst_structured);
+}
+
+INSTANTIATE_TEST_SUITE_P(JacobianFamilies, JacobianFixture,
+                         ::testing::Values("gpt2", "gpt_neo", "bert", "albert", "llama", "llama_tied", "olmo3", "gemma4"));
+
+// The float64 local map reproduces the float32 forward pass, and its Jacobian matches central differences.
+TEST(JacobianFiniteDifferences, EveryFamilyAtRandomStates) {
+  for (const std::string family : {"gpt2", "bert", "llama", "olmo3", "gemma4", "gpt_neo", "albert"}) {
+    TDYN_REQUIRE_SHARED("fixtures/" + family + "/refs.safetensors");
+    Loaded f = load_fixture(family);
+    const JacobianModel& m = *f.model;
+    std::vector<int32_t> types;
+    if (f.refs.contains("seq1.token_type_ids")) types = ints32(f.refs.ints("seq1.token_type_ids"));
+    const SequenceState state = m.run(ints32(f.refs.ints("seq1.input_ids")), types);
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> normal;
+    for (int64_t l = 0; l < m.config().n_layers; ++l) {
+      for (Sublayer which : {Sublayer::Attention, Sublayer::Mlp}) {
+        const int64_t pos = (l + 2) % state.n_pos;
+        const Vector x0 = m.input(state, l, which, pos);
+        // The local map at the forward input gives the forward output.
+        const Vector y0 = m.step(state, l, which, pos, x0), ref = m.output(state, l, which, pos);
+        EXPECT_LE((y0 - ref).norm() / ref.norm(), 1e-5) << family << " layer " << l << " " << to_string(which);
+        // A random state near the forward one: J of the plain path vs central differences, column by column.
+        Vector x = x0;
+        for (int64_t i = 0; i < x.size(); ++i) x[i] += 0.1 * normal(rng) * (std::abs(x0[i]) + 0.1);
+        SequenceState moved = state;
+        Tensor& rows = which == Sublayer::Attention ? moved.resid_pre[l] : moved.resid_mid[l];
+        for (int64_t i = 0; i < x.size(); ++i) rows.row(pos)[i] = static_cast<float>(x[i]);
+        x = m.input(moved, l, which, pos);
+        const Matrix j = m.jacobian(moved, l, which, pos);
+        // 16 random input directions (columns) per sublayer keep the test fast; all rows are checked.
+        Matrix fd(j.rows(), 16), exact(j.rows(), 16);
+        const double h = 1e-5;
+        for (int64_t n = 0; n < fd.cols(); ++n) {
+          const int64_t c = static_cast<int64_t>(rng() % x.size());
+          Vector xp = x, xm = x;
+          xp[c] += h;
+          xm[c] -= h;
+          fd.col(n) = (m.step(moved, l, which, pos, xp) - m.step(moved, l, which, pos, xm)) / (2 * h);
+          exact.col(n) = j.col(c);
+        }
+        EXPECT_LE(relative_error(exact, fd), 1e-7) << family << " layer " << l << " " << to_string(which);
+        EXPECT_LE(relative_error(m.structure(moved, l, which, pos).dense(), j), 1e-12) << family << " layer " << l;
+      }
+    }
+  }
+}
+
+// The structured mean equals the mean of plain per-sample Jacobians (float64, 1e-10 relative).
+TEST(JacobianStructuredMean, EqualsPlainMean) {
+  struct Case {
+    std::string path;
+    std::string positions;
+  };
+  const std::vector<Case> cases = {{"fixtures/llama", "all"},  {"fixtures/gpt2", "last"},   {"fixtures/olmo3", "3,-1"},
+                                   {"fixtures/bert", "0,5"},   {"fixtures/gemma4", "2,-1"}, {"fixtures/gpt_neo", "last"},
+                                   {"fixtures/albert", "last"}, {"models/stories260K/stories260K.bin", "last"}};
+  for (const Case& c : cases) {
+    TDYN_REQUIRE_SHARED(c.path);
+    auto model = std::make_shared<JacobianModel>(std::make_shared<Transformer>(load_model(test::shared_dir() / c.path)));
+    std::mt19937_64 rng(3);
+    std::vector<Sample> samples;
+    for (int s = 0; s < 6; ++s) {
+      Sample smp;
+      const int n = 9 + 3 * s;
+      for (int i = 0; i < n; ++i) smp.ids.push_back(static_cast<int32_t>(rng() % std::min<int64_t>(model->config().d_vocab, 100)));
+      samples.push_back(smp);
+    }
+    MeanJacobianOptions opts;
+    opts.positions = PositionSpec::parse(c.positions);
+    opts.structured = true;
+    const MeanJacobians structured = mean_jacobians(*model, samples, opts);
+    opts.structured = false;
+    opts.mean_of_products = true;
+    const MeanJacobians plain = mean_jacobians(*model, samples, opts);
+    ASSERT_EQ(structured.n_pairs, plain.n_pairs);
+    double worst = 0;
+    for (size_t k = 0; k < plain.mean.size(); ++k) worst = std::max(worst, relative_error(structured.mean[k], plain.mean[k]));
+    EXPECT_LE(worst, 1e-10) << c.path;
+    // The mean of products of one pair is the product of its Jacobians; with several pairs the first depth agrees.
+    EXPECT_LE(relative_error(plain.mean_of_products[0], plain.mean[0]), 1e-12);
+    std::cout << fmt::format("[ jacobian ] {} ({} pairs): structured vs plain mean {:.2g}\n", c.path, plain.n_pairs, worst);
+  }
+}
+
+TEST(JacobianPositions, Parse) {
+  EXPECT_EQ(PositionSpec::parse("last").resolve(5), std::vector<int64_t>({4}));
+  EXPECT_EQ(PositionSpec::parse("all").resolve(3), std::vector<int64_t>({0, 1, 2}));
+  EXPECT_EQ(PositionSpec::parse("5,1,-1,99").resolve(7), std::vector<int64_t>({1, 5, 6}));
+  EXPECT_THROW(PositionSpec::parse("5,x"), Error);
+}
+
+}  // namespace
+}  // namespace tdyn

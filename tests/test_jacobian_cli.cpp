@@ -1,0 +1,96 @@
+// tdyn jacobian / tdyn init end to end on stories260K, and the surgery identity dep(J_α) = |α| dep(J̄) on a real
+// mean Jacobian.
+#include <nlohmann/json.hpp>
+
+#include "analysis/jacobian_analysis.h"
+#include "model/loader.h"
+#include "test_util.h"
+
+namespace tdyn {
+namespace {
+
+const char* kStories = "models/stories260K/stories260K.bin";
+
+TEST(JacobianSurgery, DepartureScalesWithAlphaOnARealMeanJacobian) {
+  TDYN_REQUIRE_SHARED(kStories);
+  JacobianModel model(std::make_shared<Transformer>(load_model(test::shared_dir() / kStories)));
+  std::vector<Sample> samples(3);
+  for (int s = 0; s < 3; ++s)
+    for (int i = 0; i < 12 + s; ++i) samples[s].ids.push_back(1 + (i * 37 + s * 11) % 500);
+  MeanJacobianOptions opts;
+  opts.positions = PositionSpec::parse("all");
+  const MeanJacobians mj = mean_jacobians(model, samples, opts);
+  for (int64_t k : {0, 5, 9}) {
+    const linalg::Matrix& j = mj.mean[k];
+    const linalg::ComplexSchur schur = linalg::complex_schur(j);
+    const double dep = schur.strictly_upper().norm();
+    ASSERT_GT(dep, 1e-3 * j.norm()) << "the test needs a non-normal J̄";
+    for (double alpha : {0.0, 0.3, 1.0, -0.7}) {
+      const linalg::ComplexMatrix ja = schur_surgery(schur, alpha);
+      // dep² in the identity form ‖J_α‖_F² − Σ|λ|², compared on the scale of ‖J‖_F² (cancellation).
+      const double dep2 = ja.squaredNorm() - schur.eigenvalues().squaredNorm();
+      EXPECT_NEAR(dep2, alpha * alpha * dep * dep, 1e-11 * j.squaredNorm()) << "depth " << k << " alpha " << alpha;
+    }
+    EXPECT_LE((schur_surgery(schur, 1.0) - j.cast<linalg::Complex>()).norm(), 1e-12 * j.norm());
+    // The control has the same Frobenius norm of N at α = 1.
+    const linalg::ComplexMatrix control = schur_surgery_control(schur, 1.0, 5);
+    EXPECT_NEAR(std::sqrt(control.squaredNorm() - schur.eigenvalues().squaredNorm()), dep, 1e-6 * j.norm());
+  }
+  const std::vector<SurgeryPoint> sweep = schur_surgery_sweep(mj.mean, {{0, 0.5, 1}, 1});
+  ASSERT_EQ(sweep.size(), 3u);
+  for (const auto& p : sweep)
+    for (double r : p.departure_ratio) EXPECT_NEAR(r, p.alpha, 1e-5);
+}
+
+TEST(JacobianCli, Stories260KWithInitCompareSurgeryAndPerSample) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("jacobian_cli");
+  const std::string model = (test::shared_dir() / kStories).string();
+  const fs::path init = dir / "init";
+  std::string out, err;
+  ASSERT_EQ(test::run_cli(fmt::format("init {} --seed 3 --out {}", model, init.string()), &out, &err), 0) << err;
+  ASSERT_TRUE(fs::exists(init / "config.json"));
+  ASSERT_TRUE(fs::exists(init / "model.safetensors"));
+  // The init loads and runs.
+  ASSERT_EQ(test::run_cli(fmt::format("run {} --ids 1,2,3 --max-new-tokens 2", init.string()), &out, &err), 0) << err;
+
+  const fs::path res = dir / "res";
+  ASSERT_EQ(test::run_cli(fmt::format("jacobian {} --compare {} --samples 3 --max-len 24 --out {} --surgery --alphas 0,1 "
+                                      "--save-per-sample --cumulative both --quiet",
+                                      model, init.string(), res.string()),
+                          &out, &err),
+            0)
+      << err;
+  const nlohmann::json r = nlohmann::json::parse(read_file(res / "results.json"));
+  EXPECT_EQ(r["command"], "jacobian");
+  EXPECT_EQ(r["options"]["positions"], "last");
+  EXPECT_EQ(r["options"]["mean"], "structured");
+  EXPECT_EQ(r["options"]["samples"]["samples"], 3);
+  ASSERT_EQ(r["results"]["models"].size(), 2u);
+  for (const auto& m : r["results"]["models"]) {
+    EXPECT_EQ(m["samples"], 3);
+    ASSERT_EQ(m["depths"].size(), 10u);  // 5 layers × (attention, MLP)
+    EXPECT_TRUE(m["depths"][0]["mean"].contains("henrici_departure"));
+    EXPECT_TRUE(m["depths"][9]["cumulative"]["effective_rank"].contains("roy_vetterli"));
+    EXPECT_TRUE(m["depths"][9].contains("mean_of_products"));
+    ASSERT_EQ(m["surgery"].size(), 2u);
+    EXPECT_LT(m["surgery"][1]["max_abs_departure_ratio_minus_alpha"].get<double>(), 1e-8);
+  }
+  for (const char* f : {"mean_jacobians.npy", "cumulative_products.npy", "mean.eigenvalues.npy", "cumulative.singular_values.npy",
+                        "compare1.mean_jacobians.npy", "mean_of_products.npy", "metrics_mean.csv", "metrics_cumulative.csv",
+                        "surgery.csv", "cumulative_effective_rank.dat", "cumulative_effective_rank.gp", "surgery.gp",
+                        "metric_henrici_normalized.dat", "eigenvalues_depth1.dat"})
+    EXPECT_TRUE(fs::exists(res / f)) << f;
+  // Per-sample files carry the sample's last position.
+  bool found = false;
+  for (const auto& e : fs::directory_iterator(res / "per_sample"))
+    found |= e.path().filename().string().ends_with(".blocks.4.jac_mlp.npy");
+  EXPECT_TRUE(found);
+  // Bad usage is an error, not a crash.
+  EXPECT_NE(test::run_cli(fmt::format("jacobian {} --samples 2 --out {} --positions x --quiet", model, (dir / "bad").string()),
+                          &out, &err),
+            0);
+}
+
+}  // namespace
+}  // namespace tdyn
