@@ -1,0 +1,301 @@
+// Boundaries, the single forward pass over the samples, per-boundary topology, the topology–dynamics coupling
+// and graph layout; see topology_analysis.h.
+#include "analysis/topology_analysis.h"
+
+#include <igraph/igraph.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace tdyn {
+
+using linalg::Matrix;
+using topology::CorrelationAccumulator;
+
+// ---- Boundaries -------------------------------------------------------------------------------------------------
+
+const char* to_string(BoundarySet set) { return set == BoundarySet::Layers ? "layers" : "sublayers"; }
+
+BoundarySet parse_boundary_set(const std::string& text) {
+  if (text == "layers") return BoundarySet::Layers;
+  if (text == "sublayers") return BoundarySet::Sublayers;
+  fail("boundaries: expected 'layers' or 'sublayers', got '{}'", text);
+}
+
+std::vector<ResidualBoundary> residual_boundaries(int64_t n_layers, BoundarySet set) {
+  if (n_layers < 1) fail("residual boundaries: the model has {} layers", n_layers);
+  std::vector<ResidualBoundary> boundaries;
+  for (int64_t l = 0; l < n_layers; ++l) {
+    boundaries.push_back({fmt::format("blocks.{}.hook_resid_pre", l), l, 2 * l});
+    if (set == BoundarySet::Sublayers) boundaries.push_back({fmt::format("blocks.{}.hook_resid_mid", l), l, 2 * l + 1});
+  }
+  boundaries.push_back({fmt::format("blocks.{}.hook_resid_post", n_layers - 1), n_layers, -1});
+  return boundaries;
+}
+
+// ---- The pass over the samples ---------------------------------------------------------------------------------
+
+namespace {
+
+// The residual stream [pos, d_model] at a boundary, from the Jacobian module's forward-pass state.
+const Tensor& boundary_activation(const SequenceState& state, const ResidualBoundary& b, int64_t n_layers) {
+  if (b.sublayer < 0) return state.resid_post.at(n_layers - 1);
+  return b.sublayer % 2 == 0 ? state.resid_pre.at(b.layer) : state.resid_mid.at(b.layer);
+}
+
+std::span<const float> rows_of(const Tensor& t) { return {t.ptr(), static_cast<size_t>(numel(t.shape))}; }
+
+}  // namespace
+
+BoundaryPass accumulate_boundaries(const Transformer& transformer, const JacobianModel* jacobians,
+                                   const std::vector<Sample>& samples, const std::vector<ResidualBoundary>& boundaries,
+                                   const BoundaryPassOptions& options) {
+  const int64_t n_boundaries = static_cast<int64_t>(boundaries.size());
+  const int64_t d = transformer.config().d_model, n_layers = transformer.config().n_layers;
+  const int64_t n_samples = static_cast<int64_t>(samples.size());
+  TDYN_CHECK(!jacobians || &jacobians->transformer() == &transformer);
+  std::string patterns;  // exact hook names (no wildcards): only the boundaries are captured
+  for (const auto& b : boundaries) patterns += (patterns.empty() ? "" : ",") + b.hook;
+
+  BoundaryPass pass;
+  pass.correlations.assign(n_boundaries, CorrelationAccumulator(d));
+  std::vector<StructuredMean> means(n_boundaries);
+  std::exception_ptr first_error;
+
+#pragma omp parallel
+  {
+    // Per-thread sums over disjoint samples, merged below (both accumulators merge exactly).
+    std::vector<CorrelationAccumulator> my_correlations(n_boundaries, CorrelationAccumulator(d));
+    std::vector<StructuredMean> my_means(n_boundaries);
+    int64_t my_tokens = 0, my_pairs = 0, my_samples = 0;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_samples; ++i) {
+      try {
+        const std::vector<int32_t>& ids = samples[i].ids;
+        if (jacobians) {
+          const SequenceState state = jacobians->run(ids);
+          for (int64_t b = 0; b < n_boundaries; ++b)
+            my_correlations[b].add_rows(rows_of(boundary_activation(state, boundaries[b], n_layers)));
+          const std::vector<int64_t> positions = options.jacobian_positions.resolve(state.n_pos);
+          for (int64_t pos : positions)
+            for (int64_t b = 0; b < n_boundaries; ++b) {
+              const ResidualBoundary& boundary = boundaries[b];
+              if (boundary.sublayer < 0) continue;
+              const Sublayer which = boundary.sublayer % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp;
+              my_means[b].add(jacobians->structure(state, boundary.layer, which, pos));
+            }
+          my_pairs += static_cast<int64_t>(positions.size());
+        } else {
+          ActivationCache cache(patterns);
+          transformer.forward(ids, &cache);
+          for (int64_t b = 0; b < n_boundaries; ++b) my_correlations[b].add_rows(rows_of(cache.at(boundaries[b].hook)));
+        }
+        my_tokens += static_cast<int64_t>(ids.size());
+        ++my_samples;
+      } catch (...) {
+#pragma omp critical(tdyn_topology_error)
+        if (!first_error) first_error = std::current_exception();
+      }
+      if (options.sample_done) {
+#pragma omp critical(tdyn_topology_progress)
+        options.sample_done();
+      }
+    }
+#pragma omp critical(tdyn_topology_merge)
+    {
+      for (int64_t b = 0; b < n_boundaries; ++b) {
+        pass.correlations[b].merge(my_correlations[b]);
+        if (my_means[b].count() > 0) means[b].merge(my_means[b]);
+      }
+      pass.n_tokens += my_tokens;
+      pass.n_jacobian_pairs += my_pairs;
+      pass.n_samples += my_samples;
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
+  if (pass.n_tokens < 2) fail("topology: {} samples gave {} tokens; the correlation needs at least 2", n_samples, pass.n_tokens);
+  if (jacobians && pass.n_jacobian_pairs == 0)
+    fail("topology: no (sample, position) pair for the mean Jacobians: {} samples, positions '{}'", n_samples,
+         options.jacobian_positions.to_string());
+  pass.mean_jacobians.resize(n_boundaries);
+  for (int64_t b = 0; b < n_boundaries; ++b)
+    if (means[b].count() > 0) pass.mean_jacobians[b] = means[b].mean();
+  return pass;
+}
+
+// ---- One boundary ------------------------------------------------------------------------------------------------
+
+std::vector<double> BoundaryTopology::boundary_score() const {
+  std::vector<double> score = scores.participation;
+  for (size_t i = 0; i < score.size(); ++i)
+    if (constant_unit[i]) score[i] = std::numeric_limits<double>::quiet_NaN();
+  return score;
+}
+
+BoundaryTopology analyse_boundary(const topology::CorrelationMatrix& correlation, const GraphOptions& options) {
+  BoundaryTopology t;
+  t.graph = options.threshold > 0 ? topology::threshold_graph(correlation, options.threshold)
+                                  : topology::top_k_graph(correlation, options.top_k);
+  for (const auto& e : t.graph.edges) (e.weight > 0 ? t.n_positive_edges : t.n_negative_edges)++;
+  t.partition = topology::signed_leiden(t.graph, options.leiden);
+  t.community_sizes.assign(t.partition.n_communities, 0);
+  for (int64_t c : t.partition.membership) ++t.community_sizes[c];
+  t.scores = topology::boundary_scores(t.graph, t.partition.membership, options.boundary_edges);
+  t.n_bridge_nodes = std::count(t.scores.bridges_communities.begin(), t.scores.bridges_communities.end(), true);
+  t.constant_unit.assign(correlation.n_units, false);
+  for (int64_t u : correlation.constant_units) t.constant_unit[u] = true;
+  for (const auto& point : topology::gamma_scan(t.graph, options.gamma_scan, options.leiden))
+    t.scan.push_back({point.resolution, point.n_communities, point.quality,
+                      correlation.n_units > 0 ? topology::normalized_mutual_information(point.membership, t.partition.membership) : 1.0});
+  return t;
+}
+
+// ---- Coupling -------------------------------------------------------------------------------------------------
+
+namespace {
+
+// p for the BH decision; a NaN p (constant boundary scores or gains: no ranking to test) counts as no evidence.
+double decision_p_value(const topology::SpearmanTest& test, bool permutation) {
+  const double p = permutation ? test.p_permutation : test.p_parametric;
+  return std::isnan(p) ? 1.0 : p;
+}
+
+double rank_correlation_or_nan(const std::vector<double>& x, const std::vector<double>& y) {
+  std::vector<double> a, b;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::isfinite(x[i]) && std::isfinite(y[i])) a.push_back(x[i]), b.push_back(y[i]);
+  if (a.size() < 3) return std::numeric_limits<double>::quiet_NaN();
+  return topology::spearman_correlation(a, b);
+}
+
+}  // namespace
+
+CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
+                                          const std::vector<Matrix>& mean_jacobians, const CouplingOptions& options) {
+  if (boundary_scores.size() != mean_jacobians.size())
+    fail("coupling: {} layers of boundary scores but {} mean Jacobians", boundary_scores.size(), mean_jacobians.size());
+  if (options.permutations < 0) fail("coupling: permutations must be ≥ 0, got {}", options.permutations);
+  const bool permutation = options.permutations > 0;
+  CouplingResult result;
+  result.decision_p = permutation ? "permutation" : "parametric";
+  std::vector<double> p_column, p_row;
+  for (size_t layer = 0; layer < mean_jacobians.size(); ++layer) {
+    const Matrix& j = mean_jacobians[layer];
+    const std::vector<double>& score = boundary_scores[layer];
+    const int64_t d = static_cast<int64_t>(score.size());
+    if (j.rows() != d || j.cols() != d)
+      fail("coupling: layer {} has {} boundary scores but a {} × {} mean Jacobian", layer, d, j.rows(), j.cols());
+    LayerCoupling c;
+    const linalg::Vector column_norm = j.colwise().norm().transpose(), row_norm = j.rowwise().norm();
+    std::vector<double> x, column_gain, row_gain;
+    for (int64_t i = 0; i < d; ++i) {
+      c.log_column_gain.push_back(std::log(column_norm[i]));
+      c.log_row_gain.push_back(std::log(row_norm[i]));
+      if (std::isnan(score[i])) continue;
+      x.push_back(score[i]);
+      column_gain.push_back(column_norm[i]);  // ranks of ‖·‖ = ranks of log‖·‖
+      row_gain.push_back(row_norm[i]);
+    }
+    c.n_nodes = static_cast<int64_t>(x.size());
+    if (c.n_nodes < 3) fail("coupling: layer {} has {} nodes with a boundary score; needs at least 3", layer, c.n_nodes);
+    const uint64_t seed = options.seed + layer;
+    c.column.test = topology::spearman_test(x, column_gain, options.permutations, seed);
+    c.row.test = topology::spearman_test(x, row_gain, options.permutations, seed);
+    const OperatorMetrics metrics = operator_metrics(j);
+    c.normalized_departure = metrics.departure.schur_normalized;
+    c.symmetry_index = metrics.symmetry_index;
+    c.complex_fraction = metrics.complex_fraction;
+    p_column.push_back(decision_p_value(c.column.test, permutation));
+    p_row.push_back(decision_p_value(c.row.test, permutation));
+    result.layers.push_back(std::move(c));
+  }
+  if (result.layers.empty()) return result;
+  result.column_fdr = topology::benjamini_hochberg(p_column, options.fdr_q);
+  result.row_fdr = topology::benjamini_hochberg(p_row, options.fdr_q);
+  std::vector<double> rho, departure, symmetry;
+  for (size_t layer = 0; layer < result.layers.size(); ++layer) {
+    LayerCoupling& c = result.layers[layer];
+    c.column.p_adjusted = result.column_fdr.adjusted_p_values[layer];
+    c.column.significant = result.column_fdr.rejected[layer];
+    c.row.p_adjusted = result.row_fdr.adjusted_p_values[layer];
+    c.row.significant = result.row_fdr.rejected[layer];
+    rho.push_back(c.column.test.rho);
+    departure.push_back(c.normalized_departure);
+    symmetry.push_back(c.symmetry_index);
+  }
+  result.n_significant_column = result.column_fdr.n_rejected;
+  result.n_significant_row = result.row_fdr.n_rejected;
+  result.rho_vs_departure = rank_correlation_or_nan(rho, departure);
+  result.rho_vs_symmetry = rank_correlation_or_nan(rho, symmetry);
+  return result;
+}
+
+// ---- Layout --------------------------------------------------------------------------------------------------
+
+namespace {
+
+// igraph 0.10.2 keeps its RNG and error handler in process globals; layouts are serialised here. (The Leiden
+// calls of analysis/topology hold their own lock: do not lay out and partition from two threads at once.)
+std::mutex layout_mutex;
+
+void check_igraph(igraph_error_t code, const char* what) {
+  if (code != IGRAPH_SUCCESS) fail("igraph {} failed: {}", what, igraph_strerror(code));
+}
+
+// Owns every igraph object of one layout call, and makes igraph return error codes instead of aborting.
+struct IgraphLayoutCall {
+  igraph_error_handler_t* previous_handler = igraph_set_error_handler(igraph_error_handler_ignore);
+  igraph_vector_int_t edge_ends{};
+  igraph_vector_t weights{};
+  igraph_matrix_t positions{};
+  igraph_t graph{};
+  bool has_ends = false, has_weights = false, has_positions = false, has_graph = false;
+  ~IgraphLayoutCall() {
+    if (has_graph) igraph_destroy(&graph);
+    if (has_positions) igraph_matrix_destroy(&positions);
+    if (has_weights) igraph_vector_destroy(&weights);
+    if (has_ends) igraph_vector_int_destroy(&edge_ends);
+    igraph_set_error_handler(previous_handler);
+  }
+};
+
+}  // namespace
+
+std::vector<std::pair<double, double>> graph_layout(const topology::SignedGraph& graph, uint64_t seed, int64_t iterations) {
+  graph.validate();
+  std::vector<const topology::SignedEdge*> positive;
+  for (const auto& e : graph.edges)
+    if (e.weight > 0) positive.push_back(&e);
+  const int64_t m = static_cast<int64_t>(positive.size());
+
+  std::lock_guard<std::mutex> lock(layout_mutex);
+  IgraphLayoutCall call;
+  check_igraph(igraph_vector_int_init(&call.edge_ends, 2 * m), "vector allocation");
+  call.has_ends = true;
+  check_igraph(igraph_vector_init(&call.weights, m), "vector allocation");
+  call.has_weights = true;
+  for (int64_t e = 0; e < m; ++e) {
+    VECTOR(call.edge_ends)[2 * e] = positive[e]->source;
+    VECTOR(call.edge_ends)[2 * e + 1] = positive[e]->target;
+    VECTOR(call.weights)[e] = positive[e]->weight;
+  }
+  check_igraph(igraph_create(&call.graph, &call.edge_ends, graph.n_nodes, IGRAPH_UNDIRECTED), "graph creation");
+  call.has_graph = true;
+  check_igraph(igraph_matrix_init(&call.positions, graph.n_nodes, 2), "matrix allocation");
+  call.has_positions = true;
+  igraph_rng_seed(igraph_rng_default(), seed);
+  check_igraph(igraph_layout_fruchterman_reingold(&call.graph, &call.positions, /*use_seed=*/false, iterations,
+                                                  /*start_temp=*/std::sqrt(static_cast<double>(graph.n_nodes)) / 10,
+                                                  IGRAPH_LAYOUT_AUTOGRID, &call.weights, nullptr, nullptr, nullptr, nullptr),
+               "Fruchterman–Reingold layout");
+  std::vector<std::pair<double, double>> xy(graph.n_nodes);
+  for (int64_t i = 0; i < graph.n_nodes; ++i) xy[i] = {MATRIX(call.positions, i, 0), MATRIX(call.positions, i, 1)};
+  return xy;
+}
+
+}  // namespace tdyn

@@ -1,0 +1,160 @@
+// The model-facing half of the topology analysis (SPEC §3 "Topology"; seed 003, "위상 분석" and "위상-역학
+// 결합"): a trained model's residual stream at every layer boundary → streaming Pearson correlation of the d
+// units over all tokens of all samples → signed sparse graph → signed Leiden CPM communities → boundary nodes
+// (participation coefficient) → coupling of boundary score with the Jacobian gain of the sublayer map leaving
+// that boundary, tested per layer and corrected with Benjamini–Hochberg across layers.
+//
+// The model-independent steps live in analysis/topology/ (topology.h); mean Jacobians come from
+// analysis/jacobian.h. This file adds what needs a model:
+//   * residual_boundaries(): which hooks are cut (the input of every layer and the output of the last one);
+//   * accumulate_boundaries(): ONE forward pass per sample feeds both the correlation accumulators (all tokens)
+//     and the structured mean Jacobians (selected positions) — no activation is stored beyond one sample;
+//   * analyse_boundary(): graph, communities, γ scan and boundary scores of one correlation matrix;
+//   * topology_dynamics_coupling(): a pure function of (boundary scores, J̄) per layer;
+//   * graph_layout(): Fruchterman–Reingold node positions (igraph) for drawing one layer's graph.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "analysis/jacobian.h"
+#include "analysis/jacobian_analysis.h"
+#include "analysis/operator_metrics.h"
+#include "analysis/samples.h"
+#include "analysis/topology/topology.h"
+
+namespace tdyn {
+
+// ---- Where the residual stream is cut ----------------------------------------------------------------------
+
+// `layers` (default): blocks.{l}.hook_resid_pre for every layer l (the stream entering layer l) and
+// blocks.{L−1}.hook_resid_post (the stream leaving the last layer): L + 1 boundaries, one per depth of the
+// paper's "per layer" graphs. `sublayers` adds blocks.{l}.hook_resid_mid (the pre-MLP boundary), so that
+// every sublayer map of the Jacobian analysis has the boundary it leaves: 2L + 1 boundaries.
+enum class BoundarySet { Layers, Sublayers };
+const char* to_string(BoundarySet set);
+BoundarySet parse_boundary_set(const std::string& text);  // "layers" | "sublayers"; throws Error otherwise
+
+struct ResidualBoundary {
+  std::string hook;       // e.g. "blocks.3.hook_resid_pre"
+  int64_t layer = 0;      // the layer whose sublayer map leaves this boundary (L for the final boundary)
+  int64_t sublayer = -1;  // k of that map (2l attention, 2l + 1 MLP; jacobian.h order); −1 for the final one
+};
+
+std::vector<ResidualBoundary> residual_boundaries(int64_t n_layers, BoundarySet set);
+
+// ---- One pass over the samples -------------------------------------------------------------------------------
+
+struct BoundaryPassOptions {
+  PositionSpec jacobian_positions;  // positions averaged in J̄ (default: the last token, the paper's choice)
+  std::function<void()> sample_done;  // called once per finished sample (serialised), for progress
+};
+
+struct BoundaryPass {
+  std::vector<topology::CorrelationAccumulator> correlations;  // per boundary: all tokens of all samples
+  std::vector<linalg::Matrix> mean_jacobians;  // per boundary: J̄ of the map leaving it (empty: final boundary, or
+                                               // no JacobianModel given)
+  int64_t n_samples = 0;
+  int64_t n_tokens = 0;          // rows per accumulator
+  int64_t n_jacobian_pairs = 0;  // (sample, position) pairs averaged in each J̄
+};
+
+// Runs every sample once. With a JacobianModel (of the same transformer) the forward pass is
+// JacobianModel::run, which keeps the residual stream at every boundary (read by the accumulators) and the
+// state the structured Jacobians need (StructuredMean, jacobian.h); without one, Transformer::forward with an
+// ActivationCache that captures only the boundary hooks. Samples run in parallel (OpenMP); per-thread
+// accumulators are merged at the end. Throws Error when no sample has 2 tokens in all.
+BoundaryPass accumulate_boundaries(const Transformer& transformer, const JacobianModel* jacobians,
+                                   const std::vector<Sample>& samples, const std::vector<ResidualBoundary>& boundaries,
+                                   const BoundaryPassOptions& options = {});
+
+// ---- Graph, communities and boundary nodes of one boundary ----------------------------------------------------
+
+struct GraphOptions {
+  // Sparsification (SPEC: "keep the top-k edges per node by |r| with their sign"). The paper gives no k;
+  // 10 keeps the graph sparse (degree ≥ 10 of d) at every model size, so that CPM sees structure, not a
+  // dense block. threshold > 0 replaces top-k by "all pairs with |r| ≥ threshold".
+  int64_t top_k = 10;
+  double threshold = 0;
+  topology::LeidenOptions leiden;        // γ, seed (core defaults)
+  std::vector<double> gamma_scan;        // extra resolutions, each partitioned and compared by NMI
+  topology::BoundaryEdges boundary_edges = topology::BoundaryEdges::positive;
+};
+
+struct GammaScanEntry {
+  double resolution = 0;
+  int64_t n_communities = 0;
+  double quality = 0;
+  double nmi_with_main = 0;  // NMI of this partition with the one at GraphOptions::leiden.resolution
+};
+
+struct BoundaryTopology {
+  topology::SignedGraph graph;
+  int64_t n_positive_edges = 0, n_negative_edges = 0;
+  topology::Partition partition;
+  std::vector<int64_t> community_sizes;  // by community id (decreasing)
+  topology::BoundaryScores scores;
+  std::vector<bool> constant_unit;       // units without correlation (no edges; left out of the coupling)
+  int64_t n_bridge_nodes = 0;            // the "edges into ≥ 2 other communities" rule
+  std::vector<GammaScanEntry> scan;
+
+  // Participation coefficients with NaN for constant units: the boundary scores the coupling reads.
+  std::vector<double> boundary_score() const;
+};
+
+BoundaryTopology analyse_boundary(const topology::CorrelationMatrix& correlation, const GraphOptions& options);
+
+// ---- Coupling of topology and dynamics (a pure function) -----------------------------------------------------
+
+struct CouplingOptions {
+  int64_t permutations = 10000;  // per test; 0: parametric p only
+  uint64_t seed = 0;             // layer i's permutations use seed + i
+  double fdr_q = 0.05;           // Benjamini–Hochberg level across layers (SPEC)
+};
+
+// One gain variant (column or row norms) tested at one layer.
+struct GainTest {
+  topology::SpearmanTest test;
+  double p_adjusted = 0;  // BH-adjusted p of the p-value used for decisions (see CouplingResult::decision_p)
+  bool significant = false;
+  int sign() const { return test.rho > 0 ? 1 : (test.rho < 0 ? -1 : 0); }
+};
+
+struct LayerCoupling {
+  int64_t n_nodes = 0;                 // nodes tested (boundary score not NaN)
+  std::vector<double> log_column_gain; // log‖J̄ e_i‖ (d)
+  std::vector<double> log_row_gain;    // log‖e_iᵀ J̄‖ (d)
+  GainTest column, row;                // Spearman(boundary score, gain): the paper's is `column`
+  // Operator type of J̄ (operator_metrics): the paper's sign rule reads amplification (ρ > 0) at
+  // near-symmetric layers and attenuation (ρ < 0) at strongly non-normal ones.
+  double normalized_departure = 0;     // ‖N‖_F/‖J̄‖_F (Schur form)
+  double symmetry_index = 0;           // ‖J̄ − J̄ᵀ‖_F/‖J̄‖_F
+  double complex_fraction = 0;         // fraction of complex eigenvalues
+};
+
+struct CouplingResult {
+  std::vector<LayerCoupling> layers;
+  std::string decision_p;            // "permutation" (permutations > 0) or "parametric"
+  topology::FdrResult column_fdr, row_fdr;
+  int64_t n_significant_column = 0, n_significant_row = 0;
+  // Across layers: Spearman of the column coupling ρ with each operator-type measure (NaN with < 3 layers).
+  double rho_vs_departure = 0, rho_vs_symmetry = 0;
+};
+
+// boundary_scores[i] (d values, NaN = leave the node out) against the gains of mean_jacobians[i] (d × d, rows
+// = outputs). Spearman is rank-based, so testing the norms is testing their logarithms; a zero column gets
+// log gain −∞ and the lowest rank. Throws Error on mismatched sizes or fewer than 3 usable nodes.
+CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
+                                          const std::vector<linalg::Matrix>& mean_jacobians,
+                                          const CouplingOptions& options);
+
+// ---- Drawing -----------------------------------------------------------------------------------------------
+
+// Fruchterman–Reingold positions (x, y per node) of the positive part of the graph, weights |r|, seeded;
+// computed by igraph. Negative edges repel nothing here: they are drawn, not laid out.
+std::vector<std::pair<double, double>> graph_layout(const topology::SignedGraph& graph, uint64_t seed,
+                                                    int64_t iterations = 500);
+
+}  // namespace tdyn
