@@ -8,6 +8,7 @@ packages=(
   libigraph-dev libarpack2-dev libglpk-dev libplfit-dev
   libicu-dev
   gnuplot-nox
+  pybind11-dev python3-dev
   python3-numpy python3-scipy python3-leidenalg python3-torch
 )
 sudo=""

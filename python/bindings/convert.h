@@ -1,0 +1,43 @@
+// Conversions between tdyn's types and Python objects, shared by the binding files. Tensors become numpy arrays
+// of the same dtype and shape; JSON results become plain dicts and lists.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "core/tensor.h"
+
+namespace tdyn::python {
+
+namespace py = pybind11;
+
+// Hands the tensor's buffer to numpy without copying: the array owns the moved-from tensor.
+template <typename T>
+py::array_t<T> to_numpy(TensorT<T>&& tensor) {
+  auto* owned = new TensorT<T>(std::move(tensor));
+  py::capsule release(owned, [](void* p) { delete static_cast<TensorT<T>*>(p); });
+  return py::array_t<T>(owned->shape, owned->ptr(), release);
+}
+
+// A copy, for tensors that stay owned by someone else (an activation cache).
+template <typename T>
+py::array_t<T> to_numpy(const TensorT<T>& tensor) {
+  return py::array_t<T>(tensor.shape, tensor.ptr());
+}
+
+// null -> None, numbers, strings, arrays -> list, objects -> dict (key order kept).
+py::object to_python(const nlohmann::json& value);
+
+// Text that may hold a partial UTF-8 sequence (a byte-level token) as str, invalid bytes replaced by U+FFFD.
+py::str lenient_str(const std::string& bytes);
+
+// The parts of the module, one per binding file.
+void bind_model(py::module_& m);
+void bind_operators(py::module_& m);
+void bind_particles(py::module_& m);
+
+}  // namespace tdyn::python
