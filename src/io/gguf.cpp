@@ -170,8 +170,8 @@ RawTensorInfo read_tensor_info(Cursor& in, uint64_t index) {
   std::vector<uint64_t> ne(n_dims);
   for (auto& d : ne) {
     d = in.read<uint64_t>("dimension");
-    // 2^62 elements bound every later byte count (at most 8 bytes per element) away from overflow.
-    if (d != 0 && t.numel > (uint64_t{1} << 62) / d) in.error("dimensions overflow (element count beyond 2^62)");
+    // 2^60 elements keep every later byte count (at most 8 bytes per element) below 2^63, away from overflow.
+    if (d != 0 && t.numel > (uint64_t{1} << 60) / d) in.error("dimensions overflow (element count beyond 2^60)");
     t.numel *= d;
   }
   t.shape.assign(ne.rbegin(), ne.rend());
@@ -202,9 +202,10 @@ bool is_gguf_file(const fs::path& file) {
   return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-void read_gguf(const fs::path& path, TensorStore& store) {
-  auto file = MappedFile::open(path);
-  Cursor in(*file, path.string());
+void read_gguf(const fs::path& path, TensorStore& store) { read_gguf(MappedFile::open(path), store); }
+
+void read_gguf(std::shared_ptr<const MappedFile> file, TensorStore& store) {
+  Cursor in(*file, file->path());
   const std::string& name = in.file_name();
 
   if (file->size() < 4 || std::memcmp(file->data(), "GGUF", 4) != 0)

@@ -63,5 +63,6 @@ const char* ggml_type_name(uint32_t type);
 
 bool is_gguf_file(const fs::path& file);  // the file starts with the magic "GGUF"
 void read_gguf(const fs::path& file, TensorStore& store);
+void read_gguf(std::shared_ptr<const MappedFile> file, TensorStore& store);  // errors name file->path()
 
 }  // namespace tdyn

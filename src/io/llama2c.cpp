@@ -16,8 +16,11 @@ bool looks_like_llama2c(const fs::path& file) {
 }
 
 Llama2cHeader read_llama2c(const fs::path& path, TensorStore& store) {
-  auto file = MappedFile::open(path);
-  const std::string name = path.string();
+  return read_llama2c(MappedFile::open(path), store);
+}
+
+Llama2cHeader read_llama2c(std::shared_ptr<const MappedFile> file, TensorStore& store) {
+  const std::string name = file->path();
   if (file->size() < 28) fail("{}: too short for a llama2.c checkpoint ({} bytes, header needs 28)", name, file->size());
   int32_t h[7];
   std::memcpy(h, file->data(), sizeof h);
@@ -52,7 +55,13 @@ Llama2cHeader read_llama2c(const fs::path& path, TensorStore& store) {
   };
   if (!hd.shared_classifier) blocks.push_back({"output.weight", {vocab, dim}, false});
   uint64_t expected = 28;
-  for (const auto& b : blocks) expected += 4ull * numel(b.per_layer) * (b.layered ? L : 1);
+  // Each block is below 2^62 bytes (fields <= 2^20), but their sum can wrap around 2^64.
+  bool overflow = false;
+  for (const auto& b : blocks)
+    overflow |= __builtin_add_overflow(expected, 4ull * numel(b.per_layer) * (b.layered ? L : 1), &expected);
+  if (overflow)
+    fail("{}: header (dim {}, hidden {}, layers {}, vocab {}) implies a file of more than 2^64 bytes", name, hd.dim,
+         hd.hidden_dim, hd.n_layers, hd.vocab_size);
   if (file->size() != expected) {
     fail("{}: file is {} bytes but the header (dim {}, hidden {}, layers {}, heads {}/{}, vocab {}, seq_len {}, {} classifier) "
          "implies {} bytes{}",

@@ -29,6 +29,7 @@ struct Llama2cHeader {
 
 // Reads the checkpoint into `store` (format "llama2c"); header fields also go into store.metadata().
 Llama2cHeader read_llama2c(const fs::path& file, TensorStore& store);
+Llama2cHeader read_llama2c(std::shared_ptr<const MappedFile> file, TensorStore& store);  // errors name file->path()
 
 // True when the first bytes look like a llama2.c legacy header (used to pick the reader).
 bool looks_like_llama2c(const fs::path& file);

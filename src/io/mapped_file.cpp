@@ -36,8 +36,18 @@ std::shared_ptr<const MappedFile> MappedFile::open(const fs::path& path) {
   return file;
 }
 
+std::shared_ptr<const MappedFile> MappedFile::from_bytes(std::string_view bytes, std::string name) {
+  std::shared_ptr<MappedFile> file(new MappedFile());
+  file->path_ = std::move(name);
+  file->size_ = bytes.size();
+  file->owned_.reset(new std::byte[bytes.size()]);
+  if (!bytes.empty()) std::memcpy(file->owned_.get(), bytes.data(), bytes.size());
+  file->data_ = file->owned_.get();
+  return file;
+}
+
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+  if (data_ && !owned_) ::munmap(const_cast<std::byte*>(data_), size_);
 }
 
 }  // namespace tdyn

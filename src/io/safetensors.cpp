@@ -49,7 +49,8 @@ uint64_t checked_numel(const nlohmann::json& shape, const std::string& tensor, c
   for (const auto& d : shape) {
     if (!d.is_number_unsigned()) fail("{}: tensor '{}' has a non-integer or negative dimension", file, tensor);
     uint64_t v = d.get<uint64_t>();
-    if (v != 0 && n > (uint64_t{1} << 62) / v) fail("{}: tensor '{}' shape overflows", file, tensor);
+    // 2^60 elements keep the byte count (at most 8 bytes per element) below 2^63: it cannot wrap around.
+    if (v != 0 && n > (uint64_t{1} << 60) / v) fail("{}: tensor '{}' shape overflows", file, tensor);
     n *= v;
     out->push_back(static_cast<int64_t>(v));
   }
@@ -58,9 +59,10 @@ uint64_t checked_numel(const nlohmann::json& shape, const std::string& tensor, c
 
 }  // namespace
 
-void read_safetensors(const fs::path& path, TensorStore& store) {
-  auto file = MappedFile::open(path);
-  const std::string name = path.string();
+void read_safetensors(const fs::path& path, TensorStore& store) { read_safetensors(MappedFile::open(path), store); }
+
+void read_safetensors(std::shared_ptr<const MappedFile> file, TensorStore& store) {
+  const std::string name = file->path();
   if (file->size() < 8) fail("{}: too short for a safetensors file ({} bytes)", name, file->size());
   uint64_t header_len;
   std::memcpy(&header_len, file->data(), 8);
@@ -117,32 +119,42 @@ void read_safetensors(const fs::path& path, TensorStore& store) {
   store.format = "safetensors";
 }
 
-void read_safetensors_index(const fs::path& index_file, TensorStore& store) {
-  const std::string name = index_file.string();
-  nlohmann::json j = parse_json_strict(read_file(index_file), name);
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& name) {
+  nlohmann::json j = parse_json_strict(text, name);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     fail("{}: expected an object with a \"weight_map\"", name);
   std::map<std::string, std::string> weight_map;
-  std::set<std::string> shards;
   for (auto& [tensor, shard] : j["weight_map"].items()) {
     if (!shard.is_string()) fail("{}: weight_map entry for '{}' is not a file name", name, tensor);
     std::string s = shard.get<std::string>();
     if (s.empty() || s.find('/') != std::string::npos || s == "..")
       fail("{}: shard name '{}' for '{}' must be a plain file name in the same directory", name, s, tensor);
     weight_map[tensor] = s;
-    shards.insert(s);
   }
-  for (const auto& shard : shards) {
-    fs::path path = index_file.parent_path() / shard;
-    if (!fs::exists(path)) fail("{}: shard '{}' is missing", name, path.string());
-    read_safetensors(path, store);  // duplicates across shards are rejected by TensorStore::add
-  }
+  return weight_map;
+}
+
+void check_safetensors_index(const std::map<std::string, std::string>& weight_map, const TensorStore& store,
+                             const std::string& name) {
   for (const auto& [tensor, shard] : weight_map) {
     const TensorInfo* t = store.find(tensor);
     if (!t) fail("{}: tensor '{}' is mapped to '{}' but that shard does not contain it", name, tensor, shard);
     if (fs::path(t->file).filename() != shard)
       fail("{}: tensor '{}' is mapped to '{}' but found in '{}'", name, tensor, shard, t->file);
   }
+}
+
+void read_safetensors_index(const fs::path& index_file, TensorStore& store) {
+  const std::string name = index_file.string();
+  const std::map<std::string, std::string> weight_map = parse_safetensors_index(read_file(index_file), name);
+  std::set<std::string> shards;
+  for (const auto& [tensor, shard] : weight_map) shards.insert(shard);
+  for (const auto& shard : shards) {
+    fs::path path = index_file.parent_path() / shard;
+    if (!fs::exists(path)) fail("{}: shard '{}' is missing", name, path.string());
+    read_safetensors(path, store);  // duplicates across shards are rejected by TensorStore::add
+  }
+  check_safetensors_index(weight_map, store, name);
 }
 
 void write_safetensors(const fs::path& path, const std::map<std::string, TensorToWrite>& tensors,

@@ -23,9 +23,15 @@ inline constexpr uint64_t kSafetensorsMaxHeader = 100u << 20;  // 100 MiB, as th
 
 // Adds every tensor of one .safetensors file to `store`.
 void read_safetensors(const fs::path& file, TensorStore& store);
+void read_safetensors(std::shared_ptr<const MappedFile> file, TensorStore& store);  // errors name file->path()
 
 // Reads model.safetensors.index.json and every shard it names.
 void read_safetensors_index(const fs::path& index_file, TensorStore& store);
+// Its two halves: the weight map {tensor: shard file name} of the index text (`name` for errors), and the
+// check, once the shards are in `store`, that every mapped tensor came from its shard.
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& name);
+void check_safetensors_index(const std::map<std::string, std::string>& weight_map, const TensorStore& store,
+                             const std::string& name);
 
 // Writes tensors (in name order, 8-byte aligned header, as the reference writer does).
 struct TensorToWrite {

@@ -42,6 +42,9 @@ const char* to_string(QKNorm q);
 inline bool has_pre_norm(NormPlacement p) { return p == NormPlacement::Pre || p == NormPlacement::Sandwich; }
 inline bool has_post_norm(NormPlacement p) { return p != NormPlacement::Pre; }
 
+// Layer counts above this are corruption, not a model (per-layer settings are allocated from the count).
+inline constexpr int64_t kMaxLayers = 1 << 16;
+
 struct RopeConfig {
   RopeStyle style = RopeStyle::None;
   double theta = 10000.0;

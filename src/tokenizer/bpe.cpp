@@ -129,9 +129,15 @@ MergeList parse_merges_text(std::string_view text, const std::string& name) {
 }
 
 std::unique_ptr<Tokenizer> load_gpt2_bpe(const fs::path& vocab_file, const fs::path& merges_file) {
-  std::string name = fmt::format("{} + {}", vocab_file.string(), merges_file.string());
-  Vocabulary vocab = vocabulary_from_json_object(read_json_file(vocab_file), vocab_file.string());
-  MergeList merges = parse_merges_text(read_file(merges_file), merges_file.string());
+  Json vocab_json = read_json_file(vocab_file);
+  return gpt2_bpe_tokenizer(vocab_json, vocab_file.string(), read_file(merges_file), merges_file.string());
+}
+
+std::unique_ptr<Tokenizer> gpt2_bpe_tokenizer(const Json& vocab_json, const std::string& vocab_name,
+                                              std::string_view merges_text, const std::string& merges_name) {
+  std::string name = fmt::format("{} + {}", vocab_name, merges_name);
+  Vocabulary vocab = vocabulary_from_json_object(vocab_json, vocab_name);
+  MergeList merges = parse_merges_text(merges_text, merges_name);
 
   PipelineParts parts;
   parts.kind = "gpt2-bpe";

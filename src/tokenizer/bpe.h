@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tokenizer/pipeline.h"
 
 namespace tdyn {
@@ -59,5 +61,8 @@ MergeList parse_merges_text(std::string_view text, const std::string& name_for_e
 // regex, no special tokens added by encode; "<|endoftext|>" (when in the vocabulary) is matched in the text
 // and is both BOS and EOS, as in GPT-2's config.
 std::unique_ptr<Tokenizer> load_gpt2_bpe(const fs::path& vocab_file, const fs::path& merges_file);
+// The same from the parsed vocab.json and the text of merges.txt (names for errors).
+std::unique_ptr<Tokenizer> gpt2_bpe_tokenizer(const nlohmann::json& vocab_json, const std::string& vocab_name,
+                                              std::string_view merges_text, const std::string& merges_name);
 
 }  // namespace tdyn

@@ -44,14 +44,21 @@ void WordPieceModel::tokenize(std::string_view word, std::vector<int32_t>& ids) 
 }
 
 std::unique_ptr<Tokenizer> load_bert_vocab_txt(const fs::path& vocab_file) {
-  const std::string name = vocab_file.string();
   std::string text = read_file(vocab_file);
+  fs::path config_file = vocab_file.parent_path() / "tokenizer_config.json";
+  std::optional<Json> config;
+  if (fs::exists(config_file)) config = read_json_file(config_file);
+  return bert_tokenizer_from_vocab_txt(text, vocab_file.string(), config ? &*config : nullptr, config_file.string());
+}
+
+std::unique_ptr<Tokenizer> bert_tokenizer_from_vocab_txt(std::string_view text, const std::string& name,
+                                                         const Json* config, const std::string& config_name) {
   if (auto bad = unicode::find_invalid_utf8(text)) fail("vocabulary '{}': not valid UTF-8 (byte {})", name, *bad);
   std::vector<std::pair<std::string, int64_t>> entries;
   for (size_t pos = 0; pos < text.size();) {
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
-    std::string_view line = std::string_view(text).substr(pos, end - pos);
+    std::string_view line = text.substr(pos, end - pos);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     entries.emplace_back(line, static_cast<int64_t>(entries.size()));
     pos = end + 1;
@@ -59,13 +66,10 @@ std::unique_ptr<Tokenizer> load_bert_vocab_txt(const fs::path& vocab_file) {
   if (entries.empty()) fail("vocabulary '{}' is empty", name);
 
   bool lowercase = true, strip_accents = true, chinese = true;
-  fs::path config_file = vocab_file.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config_file)) {
-    Json config = read_json_file(config_file);
-    std::string where = config_file.string();
-    lowercase = json_bool(config, "do_lower_case", true, where);
-    strip_accents = json_bool(config, "strip_accents", lowercase, where);
-    chinese = json_bool(config, "tokenize_chinese_chars", true, where);
+  if (config) {
+    lowercase = json_bool(*config, "do_lower_case", true, config_name);
+    strip_accents = json_bool(*config, "strip_accents", lowercase, config_name);
+    chinese = json_bool(*config, "tokenize_chinese_chars", true, config_name);
   }
 
   PipelineParts parts;

@@ -6,6 +6,7 @@
 // tokenize_chinese_chars (default true).
 #pragma once
 
+#include "tokenizer/json_files.h"
 #include "tokenizer/pipeline.h"
 
 namespace tdyn {
@@ -26,5 +27,8 @@ class WordPieceModel final : public SubwordModel {
 // The BERT tokenizer from vocab.txt: BasicTokenizer (clean text, CJK split, lower-case / strip accents,
 // whitespace and punctuation split) + WordPiece; encode adds [CLS] .. [SEP].
 std::unique_ptr<Tokenizer> load_bert_vocab_txt(const fs::path& vocab_file);
+// The same from the text of vocab.txt (`name` for errors) and its tokenizer_config.json (may be null).
+std::unique_ptr<Tokenizer> bert_tokenizer_from_vocab_txt(std::string_view text, const std::string& name,
+                                                         const Json* tokenizer_config, const std::string& config_name);
 
 }  // namespace tdyn
