@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of tdyn from Debian's archive (Debian 12). Needs root or sudo.
+# --bench also installs what the benchmarks compare against (PyTorch, SciPy, leidenalg).
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build pkg-config ccache
+  build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
   libeigen3-dev libopenblas-dev liblapacke-dev libspectra-dev libboost-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
   libigraph-dev libarpack2-dev libglpk-dev libplfit-dev
   libicu-dev
   gnuplot-nox
   pybind11-dev python3-dev
-  python3-numpy python3-scipy python3-leidenalg python3-torch
+  python3-numpy
 )
+# Reference implementations used only by benchmarks and by the scripts that regenerate test expectations.
+if [ "${1:-}" = "--bench" ]; then packages+=(python3-scipy python3-leidenalg python3-torch bc); fi
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive

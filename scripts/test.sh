@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs the whole test suite: the Release build under ctest, then the corrupt-input and reader
-# tests again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/).
+# Builds and runs the whole test suite: the Release build under ctest (C++ and Python tests), then the
+# readers, corrupt-input and fuzz-regression tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+# (build-asan/), then a short libFuzzer smoke run of every reader (build-fuzz/, clang).
 # Tests that need the shared test data read it from ../shared (or $TDYN_SHARED) and skip when it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,11 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build
 (cd build && ctest --output-on-failure -j "$jobs")
 
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDYN_SANITIZE=ON -DTDYN_BUILD_BENCH=OFF >/dev/null
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDYN_SANITIZE=ON -DTDYN_BUILD_BENCH=OFF \
+  -DTDYN_PYTHON=OFF >/dev/null
 cmake --build build-asan --target tdyn tdyn_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ./build-asan/tdyn_tests --gtest_filter='Corrupt*:*Corrupt*:Npy*:Gguf*:Tok*' --gtest_brief=1
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+  ./build-asan/tdyn_tests --gtest_filter='Corrupt*:*Corrupt*:FuzzRegression*:Npy*:Gguf*:Tok*' --gtest_brief=1
+
+scripts/fuzz-smoke.sh 2000

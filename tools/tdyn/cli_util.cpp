@@ -1,6 +1,7 @@
 #include "cli_util.h"
 
 #include <charconv>
+#include <cmath>
 
 #include "tokenizer/tokenizer.h"
 
@@ -20,6 +21,22 @@ std::vector<int32_t> parse_int_list(const std::string& text, const std::string& 
       throw CLI::ValidationError(flag, "expected comma-separated integers, got '" + item + "'");
     out.push_back(v);
     if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<double> parse_double_list(const std::string& text, const std::string& flag) {
+  std::vector<double> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    double v = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || !std::isfinite(v))
+      throw CLI::ValidationError(flag, "expected comma-separated numbers, got '" + item + "'");
+    out.push_back(v);
     start = comma + 1;
   }
   return out;

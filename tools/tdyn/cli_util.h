@@ -13,6 +13,8 @@ namespace tdyn::cli {
 
 // "1,2,3" -> {1, 2, 3}; throws CLI::ValidationError naming the flag on anything else.
 std::vector<int32_t> parse_int_list(const std::string& text, const std::string& flag);
+// "0,0.25,1e3" -> {0, 0.25, 1000}; finite numbers only.
+std::vector<double> parse_double_list(const std::string& text, const std::string& flag);
 
 // Adds the model argument and loading flags (--allow-unknown-config-keys) to a subcommand.
 struct ModelArgs {

@@ -31,22 +31,6 @@ struct PowerArgs {
   uint64_t steer_seed = 0;
 };
 
-std::vector<double> parse_double_list(const std::string& text, const std::string& flag) {
-  std::vector<double> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    double v = 0;
-    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || !std::isfinite(v))
-      throw CLI::ValidationError(flag, "expected comma-separated numbers, got '" + item + "'");
-    out.push_back(v);
-    start = comma + 1;
-  }
-  return out;
-}
-
 std::string piece_of(const Tokenizer* tok, int32_t id) {
   if (!tok) return "";
   try {

@@ -41,22 +41,6 @@ struct TopologyArgs {
   int64_t draw_boundary = -1;  // −1: the middle boundary
 };
 
-std::vector<double> parse_double_list(const std::string& text, const std::string& flag) {
-  std::vector<double> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    double v = 0;
-    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || !std::isfinite(v))
-      throw CLI::ValidationError(flag, "expected comma-separated numbers, got '" + item + "'");
-    out.push_back(v);
-    start = comma + 1;
-  }
-  return out;
-}
-
 // A short name for a checkpoint: the file stem, or the directory name for HF directories and files called
 // "model.*"; made unique among `taken`.
 std::string checkpoint_label(const fs::path& path, std::vector<std::string>* taken) {
