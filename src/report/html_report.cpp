@@ -1,0 +1,740 @@
+#include "report/html_report.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <ctime>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace tdyn {
+namespace {
+
+using json = nlohmann::json;
+
+// ---- Reading results.json defensively ---------------------------------------------------------------------------
+// The analyses grow new keys and old directories lack them, so every lookup may fail; a failed lookup becomes
+// "not computed" on the page, never an exception.
+
+// Follows "/a/0/b" through objects and arrays; nullptr when any step is missing or of the wrong type.
+const json* find(const json& root, std::string_view pointer) {
+  const json* node = &root;
+  size_t pos = 0;
+  while (pos < pointer.size()) {
+    if (pointer[pos] != '/') return nullptr;
+    const size_t next = std::min(pointer.find('/', pos + 1), pointer.size());
+    const std::string_view key = pointer.substr(pos + 1, next - pos - 1);
+    if (node->is_object()) {
+      auto it = node->find(std::string(key));
+      if (it == node->end()) return nullptr;
+      node = &*it;
+    } else if (node->is_array()) {
+      size_t index = 0;
+      auto [ptr, ec] = std::from_chars(key.data(), key.data() + key.size(), index);
+      if (ec != std::errc() || ptr != key.data() + key.size() || index >= node->size()) return nullptr;
+      node = &(*node)[index];
+    } else {
+      return nullptr;
+    }
+    pos = next;
+  }
+  return node;
+}
+
+// A finite number, or nothing (absent, null — how NaN is stored — or not a number).
+std::optional<double> number(const json& root, std::string_view pointer) {
+  const json* j = find(root, pointer);
+  if (!j || !j->is_number()) return std::nullopt;
+  const double v = j->get<double>();
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
+
+const json& array_at(const json& root, std::string_view pointer) {
+  static const json empty = json::array();
+  const json* j = find(root, pointer);
+  return j && j->is_array() ? *j : empty;
+}
+
+std::string text_at(const json& root, std::string_view pointer) {
+  const json* j = find(root, pointer);
+  if (!j || j->is_null()) return "";
+  if (j->is_number_float()) return fmt::format("{:.4g}", j->get<double>());  // no 17-digit noise on the page
+  return j->is_string() ? j->get<std::string>() : j->dump();
+}
+
+std::string num(double v) { return fmt::format("{:.3g}", v); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double mean(const std::vector<double>& v, size_t begin, size_t end) {
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) s += v[i];
+  return end > begin ? s / static_cast<double>(end - begin) : NAN;
+}
+
+const ReportPart* part_for(const std::vector<ReportPart>& parts, const std::string& command) {
+  for (const auto& p : parts)
+    if (!p.json.is_null() && text_at(p.json, "/command") == command) return &p;
+  return nullptr;
+}
+
+constexpr const char* kNotComputed = "not computed";
+
+ClaimCheck not_computed(std::string claim, std::string rule, const std::string& why) {
+  return {std::move(claim), why.empty() ? kNotComputed : std::string(kNotComputed) + " (" + why + ")", Verdict::kNotComputed,
+          std::move(rule)};
+}
+
+// ---- The pass/differs rules -------------------------------------------------------------------------------------
+// Each rule reads a few numbers the analysis wrote and compares them the way the paper states its claim. They are
+// deliberately simple so that a reader can redo them from results.json; docs/report.md lists them too.
+
+// Seed 000 (Li & Altafini): layers act like steps of the power method on F_t = O_t V_t.
+PaperSummary power_summary(const ReportPart* part) {
+  PaperSummary s{"000", "Transformer layers and the power method (Li & Altafini)", {}};
+  const std::string c1 = "Tokens leaving layer t align with its dominant eigenvector v₁,t well above chance.";
+  const std::string r1 = "pass when γ_t (mean a(x_i^{t+1}; v₁,t), results.layers[t].dynamics_F.gamma) exceeds the random-direction "
+                         "baseline E|cos| (dynamics_F.baseline) in more than half of the layers";
+  const std::string c2 = "Each layer moves most tokens toward v₁,t: ρ_t > 1/2, significantly.";
+  const std::string r2 = "pass when ρ_t > 1/2 with one-sided binomial p < 0.05 (dynamics_F.rho, dynamics_F.p_value) in more than "
+                         "half of the layers";
+  const std::string c3 = "Each F_t has a dominant eigenvalue (real, or a complex pair) standing apart from the rest.";
+  const std::string r3 = "shown, not judged: how many λ₁ are real, and the median |λ₂|/|λ₁| (results.layers[t].F)";
+  const std::string c4 = "A shared layer iterated far past the model's depth settles into the regime its spectrum predicts.";
+  const std::string r4 = "shown, not judged: the regime classified by the iteration (results.iteration.regime)";
+  if (!part) {
+    for (auto [c, r] : {std::pair{c1, r1}, {c2, r2}, {c3, r3}, {c4, r4}}) s.checks.push_back(not_computed(c, r, "power did not run"));
+    return s;
+  }
+  const json& layers = array_at(part->json, "/results/layers");
+  std::vector<double> gamma, baseline, rho, ratio;
+  int64_t above = 0, significant = 0, counted = 0, real = 0, spectra = 0;
+  for (const json& l : layers) {
+    auto g = number(l, "/dynamics_F/gamma"), b = number(l, "/dynamics_F/baseline"), r = number(l, "/dynamics_F/rho"),
+         p = number(l, "/dynamics_F/p_value");
+    if (g && b && r && p) {
+      ++counted;
+      gamma.push_back(*g), baseline.push_back(*b), rho.push_back(*r);
+      above += *g > *b;
+      significant += *r > 0.5 && *p < 0.05;
+    }
+    const json* pair = find(l, "/F/complex_pair");
+    if (pair && pair->is_boolean()) ++spectra, real += !pair->get<bool>();
+    if (auto q = number(l, "/F/modulus_ratio")) ratio.push_back(*q);
+  }
+  if (counted == 0) {
+    s.checks.push_back(not_computed(c1, r1, "no per-layer dynamics in results.json"));
+    s.checks.push_back(not_computed(c2, r2, "no per-layer dynamics in results.json"));
+  } else {
+    s.checks.push_back({c1, fmt::format("γ_t above the baseline in {} of {} layers (median γ_t = {}, baseline ≈ {})", above, counted,
+                                        num(median(gamma)), num(median(baseline))),
+                        2 * above > counted ? Verdict::kPass : Verdict::kDiffers, r1});
+    s.checks.push_back({c2, fmt::format("ρ_t > 1/2 significantly in {} of {} layers (median ρ_t = {})", significant, counted,
+                                        num(median(rho))),
+                        2 * significant > counted ? Verdict::kPass : Verdict::kDiffers, r2});
+  }
+  if (spectra == 0) s.checks.push_back(not_computed(c3, r3, ""));
+  else
+    s.checks.push_back({c3, fmt::format("λ₁ real in {} of {} layers, a complex pair in {}; median |λ₂|/|λ₁| = {}", real, spectra,
+                                        spectra - real, ratio.empty() ? std::string(kNotComputed) : num(median(ratio))),
+                        Verdict::kInfo, r3});
+  const std::string regime = text_at(part->json, "/results/iteration/regime/description");
+  if (regime.empty()) s.checks.push_back(not_computed(c4, r4, "no shared-weight layer iterated; see power --iterate-layer"));
+  else s.checks.push_back({c4, regime, Verdict::kInfo, r4});
+  return s;
+}
+
+// Seed 003: Jacobian spectral geometry (from `jacobian`) and activation-graph topology (from `topology`).
+PaperSummary residual_summary(const ReportPart* jacobian, const ReportPart* topology) {
+  PaperSummary s{"003", "Residual-stream Jacobians and network topology", {}};
+  const std::string c1 = "The cumulative Jacobian is a bottleneck: its effective rank falls with depth (Llama 3.1 8B: ≈436 → ≈7).";
+  const std::string r1 = "pass when the Roy–Vetterli effective rank of C_K (last depth) is below that of C_1 "
+                         "(results.models[0].depths[k].cumulative.effective_rank.roy_vetterli)";
+  const std::string c2 = "Early layers are non-normal, late layers more nearly symmetric.";
+  const std::string r2 = "pass when, over the first third of the depths versus the last third, the mean normalised Henrici departure "
+                         "(mean.henrici_departure.schur_normalized) is larger early and the mean symmetry index ‖J − Jᵀ‖/‖J‖ "
+                         "(mean.symmetry_index) is smaller late";
+  const std::string c3 = "Removing the non-normal part N of the Schur form (surgery α = 0) largely dissolves the bottleneck.";
+  const std::string r3 = "pass when the full-depth effective rank at α = 0 (results.models[0].surgery[α=0].full_depth_surgery."
+                         "roy_vetterli) exceeds the unmodified one (α = 1, or C_K)";
+  const std::string c4 = "Boundary nodes of the activation graph couple to the Jacobian gain in trained models "
+                         "(OLMo 3: 0 / 14 / 24 significant layers at steps 0 / 471k / 1.41M).";
+  const std::string r4 = "pass when at least one layer's Spearman(participation, log gain) is significant after Benjamini–Hochberg "
+                         "(results.coupling.significant_layers ≥ 1); the paper's random initialisation has none";
+  const std::string c5 = "Signed Leiden CPM finds communities in the correlation graph at every boundary.";
+  const std::string r5 = "shown, not judged: communities per boundary (results.boundaries[b].communities)";
+
+  const json* depths = jacobian ? find(jacobian->json, "/results/models/0/depths") : nullptr;
+  if (!depths || !depths->is_array() || depths->empty()) {
+    const std::string why = jacobian ? "no depths in results.json" : "jacobian did not run";
+    s.checks.push_back(not_computed(c1, r1, why));
+    s.checks.push_back(not_computed(c2, r2, why));
+    s.checks.push_back(not_computed(c3, r3, why));
+  } else {
+    const size_t K = depths->size();
+    auto first = number(depths->front(), "/cumulative/effective_rank/roy_vetterli"),
+         last = number(depths->back(), "/cumulative/effective_rank/roy_vetterli");
+    if (first && last)
+      s.checks.push_back({c1, fmt::format("effective rank of C_k: {} at depth 1 → {} at depth {}", num(*first), num(*last), K),
+                          *last < *first ? Verdict::kPass : Verdict::kDiffers, r1});
+    else s.checks.push_back(not_computed(c1, r1, "no cumulative effective ranks"));
+
+    std::vector<double> dep, sym, cplx;
+    for (const json& d : *depths) {
+      auto a = number(d, "/mean/henrici_departure/schur_normalized"), b = number(d, "/mean/symmetry_index");
+      if (!a || !b) break;
+      dep.push_back(*a), sym.push_back(*b), cplx.push_back(number(d, "/mean/complex_fraction").value_or(NAN));
+    }
+    if (dep.size() != K || K < 2) {
+      s.checks.push_back(not_computed(c2, r2, K < 2 ? "fewer than 2 depths" : "departure or symmetry index missing"));
+    } else {
+      const size_t third = std::max<size_t>(1, K / 3);
+      const double dep_early = mean(dep, 0, third), dep_late = mean(dep, K - third, K), sym_early = mean(sym, 0, third),
+                   sym_late = mean(sym, K - third, K), cplx_early = mean(cplx, 0, third);
+      s.checks.push_back(
+          {c2,
+           fmt::format("first {} vs last {} depths: departure {} vs {}, symmetry index {} vs {}; complex eigenvalues early: {}", third,
+                       third, num(dep_early), num(dep_late), num(sym_early), num(sym_late),
+                       std::isfinite(cplx_early) ? fmt::format("{:.0f} %", 100 * cplx_early) : std::string(kNotComputed)),
+           dep_early > dep_late && sym_late < sym_early ? Verdict::kPass : Verdict::kDiffers, r2});
+    }
+
+    // At α = 0 the control equals the surgery (both drop N); the control says something at α = 1, where a random
+    // strictly upper triangular N of the same norm replaces the real one.
+    std::optional<double> at0, at1, control1;
+    for (const json& p : array_at(jacobian->json, "/results/models/0/surgery")) {
+      auto alpha = number(p, "/alpha");
+      if (!alpha) continue;
+      if (std::abs(*alpha) < 1e-12) at0 = number(p, "/full_depth_surgery/roy_vetterli");
+      if (std::abs(*alpha - 1) < 1e-12)
+        at1 = number(p, "/full_depth_surgery/roy_vetterli"), control1 = number(p, "/full_depth_control/roy_vetterli");
+    }
+    if (!at1) at1 = last;
+    if (at0 && at1)
+      s.checks.push_back({c3, fmt::format("full-depth effective rank {} at α = 0 vs {} unmodified (with a random N of the same norm: {})",
+                                          num(*at0), num(*at1), control1 ? num(*control1) : std::string(kNotComputed)),
+                          *at0 > *at1 ? Verdict::kPass : Verdict::kDiffers, r3});
+    else s.checks.push_back(not_computed(c3, r3, "no surgery at α = 0; run jacobian --surgery"));
+  }
+
+  if (!topology) {
+    s.checks.push_back(not_computed(c4, r4, "topology did not run"));
+    s.checks.push_back(not_computed(c5, r5, "topology did not run"));
+    return s;
+  }
+  auto sig = number(topology->json, "/results/coupling/significant_layers");
+  const size_t coupled = array_at(topology->json, "/results/coupling/layers").size();
+  if (sig)
+    s.checks.push_back({c4, fmt::format("{} of {} layers significant at q = {}", *sig, coupled,
+                                        text_at(topology->json, "/results/coupling/fdr_q").empty() ? "0.05" : text_at(topology->json, "/results/coupling/fdr_q")),
+                        *sig >= 1 ? Verdict::kPass : Verdict::kDiffers, r4});
+  else s.checks.push_back(not_computed(c4, r4, "no coupling in results.json (topology --no-coupling?)"));
+  std::vector<double> communities;
+  for (const json& b : array_at(topology->json, "/results/boundaries"))
+    if (auto n = number(b, "/communities")) communities.push_back(*n);
+  if (communities.empty()) s.checks.push_back(not_computed(c5, r5, ""));
+  else
+    s.checks.push_back({c5, fmt::format("{} to {} communities over {} boundaries (median {})",
+                                        *std::min_element(communities.begin(), communities.end()),
+                                        *std::max_element(communities.begin(), communities.end()), communities.size(),
+                                        num(median(communities))),
+                        Verdict::kInfo, r5});
+  return s;
+}
+
+// Seed 004 (Geshkovski et al.): tokens of self-attention dynamics cluster.
+PaperSummary particles_summary(const ReportPart* part) {
+  PaperSummary s{"004", "Clusters in self-attention dynamics (Geshkovski, Letrouit, Polyanskiy, Rigollet)", {}};
+  const std::string c1 = "Tokens moved by self-attention form clusters as t grows.";
+  const std::string r1 = "pass when the final cluster count (results.final.clusters.count) is at most half the tokens (options.n)";
+  const std::string c2 = "With a simple positive top eigenvalue of V, the limits lie on at most 3 parallel hyperplanes: ≤ 3 values "
+                         "of φ₁*(z).";
+  const std::string r2 = "pass when the top direction (results.final.hyperplanes[is_top]) has level_count ≤ 3";
+  const std::string c3 = "The attention matrix P(t) becomes Boolean (0/1 rows pointing at a few leaders) and low rank.";
+  const std::string r3 = "pass when the largest entry-wise distance of P(T) to the nearest 0/1 matrix "
+                         "(results.final.attention.boolean_max_distance) is below 0.05 and there is at least one leader "
+                         "(results.final.attention.boolean_rank ≥ 1), so that a near-uniform P does not pass";
+  if (!part) {
+    for (auto [c, r] : {std::pair{c1, r1}, {c2, r2}, {c3, r3}}) s.checks.push_back(not_computed(c, r, "particles did not run"));
+    return s;
+  }
+  const json& j = part->json;
+  const std::string source = text_at(j, "/model/source");
+  const std::string where = source.empty() || source == "synthetic" ? "" : " (" + source + ")";
+  auto clusters = number(j, "/results/final/clusters/count"), n = number(j, "/options/n");
+  if (clusters && n)
+    s.checks.push_back({c1, fmt::format("{} clusters of {} tokens at T = {}{}", *clusters, *n, text_at(j, "/results/final/time"), where),
+                        2 * *clusters <= *n ? Verdict::kPass : Verdict::kDiffers, r1});
+  else s.checks.push_back(not_computed(c1, r1, ""));
+
+  const json* top = nullptr;
+  for (const json& h : array_at(j, "/results/final/hyperplanes")) {
+    const json* is_top = find(h, "/is_top");
+    if (is_top && is_top->is_boolean() && is_top->get<bool>()) top = &h;
+  }
+  auto levels = top ? number(*top, "/level_count") : std::nullopt;
+  if (levels)
+    s.checks.push_back({c2, fmt::format("{} levels of φ₁*(z) (top eigenvalue {})", *levels, text_at(*top, "/eigenvalue")),
+                        *levels <= 3 ? Verdict::kPass : Verdict::kDiffers, r2});
+  else s.checks.push_back(not_computed(c2, r2, "no simple positive top eigenvalue of V"));
+
+  // A near-uniform P is also close to a 0/1 matrix (the zero matrix, at distance ≈ 1/n), so a Boolean limit
+  // needs a leader too: some column that rows attend to with weight near 1.
+  auto distance = number(j, "/results/final/attention/boolean_max_distance");
+  auto leaders = number(j, "/results/final/attention/boolean_rank");
+  if (distance && leaders)
+    s.checks.push_back({c3, fmt::format("max |P(T) − B| = {} to the nearest 0/1 matrix B; {} leaders; rank P(T) = {}; max |P(T) − 1/n| = {}",
+                                        num(*distance), *leaders, text_at(j, "/results/final/attention/rank"),
+                                        text_at(j, "/results/final/attention/uniform_max_distance")),
+                        *distance < 0.05 && *leaders >= 1 ? Verdict::kPass : Verdict::kDiffers, r3});
+  else s.checks.push_back(not_computed(c3, r3, ""));
+  return s;
+}
+
+// ---- Figure captions ---------------------------------------------------------------------------------------------
+// What to look for in each figure, keyed by a pattern of its file stem ('*' matches anything). The first match
+// wins; the table's order is also the order figures appear in.
+struct Caption {
+  const char* pattern;
+  const char* text;
+};
+constexpr Caption kCaptions[] = {
+    {"eigenvalues", "Eigenvalues of every layer matrix F_t in the complex plane, dashed unit circle. Look for one eigenvalue "
+                    "(or a conjugate pair) standing apart from the bulk: the direction the layer amplifies, as in a power-method step."},
+    {"gamma_rho", "γ_t (mean alignment of the layer's output tokens with v₁,t) against the dashed random baseline, and ρ_t "
+                  "(fraction of tokens whose alignment grew) against 1/2. The analogy holds where γ_t is well above the "
+                  "baseline and ρ_t above 1/2."},
+    {"iteration_alignment", "One layer applied repeatedly. Alignment rising to 1 means consensus on ±v₁; energy in span{v₁, v₂} "
+                            "near 1 with alignment below 1 means slow convergence or rotation inside that plane."},
+    {"iteration_plane", "Tokens in the eigen-coordinates of span{Re v₁, Im v₁} over the last steps: circles mean a rotation "
+                        "(limit cycle) at the angle of λ₁ per step."},
+    {"steering_sweep", "Rank-1 steering of the last layer: as c/|λ₁| grows, u should become the dominant eigenvector "
+                       "(alignment → 1), the final tokens align with u, and the output distribution moves (KL)."},
+    {"*cumulative_effective_rank", "Effective rank of the cumulative products C_k against depth: a falling curve is the "
+                                   "bottleneck of seed 003 (Llama 3.1 8B: ≈436 → ≈7)."},
+    {"*surgery", "Schur surgery: effective rank of the full-depth product when the non-normal part N is scaled by α. A rank "
+                 "rising as α → 0 means non-normality makes the bottleneck; the random-N control should not do the same."},
+    {"*metric_henrici_normalized", "Normalised Henrici departure from normality per depth: high early and low late is the "
+                                   "paper's pattern (early layers non-normal, late near-normal)."},
+    {"*metric_symmetry_index", "Symmetry index ‖J − Jᵀ‖/‖J‖ per depth: near 0 means near-symmetric; the paper finds late "
+                               "layers more symmetric."},
+    {"*metric_complex_fraction", "Fraction of complex eigenvalues per depth: many complex eigenvalues mean rotation-dominated "
+                                 "maps (the paper's early layers)."},
+    {"*metric_expanding_fraction", "Fraction of modes with |λ| > 1 per depth: how many directions each sublayer expands."},
+    {"*metric_condition_number", "Condition number σ₁/σ_d per depth (log scale): large values mean the sublayer squeezes "
+                                 "some directions far more than others."},
+    {"*metric_alignment_k*", "Self-alignment of the top-k left and right singular subspaces ‖U_kᵀV_k‖²/k: 1 for a symmetric "
+                             "positive map, near k/d for unrelated subspaces."},
+    {"*metric_effective_rank", "Effective rank (Roy–Vetterli) of each mean Jacobian J̄_k: near d means the sublayer is close "
+                               "to the identity on the residual stream."},
+    {"*metric_*", "A spectral metric of the mean Jacobians against depth."},
+    {"*eigenvalues_depth*", "Eigenvalues of the mean Jacobian at this depth with the unit circle: a cloud off the real axis "
+                            "means rotation; points outside the circle are expanding modes."},
+    {"communities_vs_depth", "Signed Leiden CPM communities of the correlation graph per boundary: how the residual units "
+                             "group, and how that changes with depth."},
+    {"participation_vs_depth", "Participation coefficient per boundary (median and quantiles): boundary nodes connect several "
+                               "communities."},
+    {"coupling_vs_depth", "Spearman correlation between participation and Jacobian gain log‖J̄ e_i‖ per layer; filled "
+                          "markers are significant after Benjamini–Hochberg. Trained models show significant layers; "
+                          "random initialisations should not."},
+    {"graph", "The correlation graph at one boundary, coloured by community; rings mark boundary (bridge) nodes."},
+    {"compare_communities", "Community count per boundary for each checkpoint: training versus architecture."},
+    {"compare_coupling", "Coupling ρ per layer for each checkpoint; filled markers are significant."},
+    {"trajectories", "Particle trajectories of the rescaled tokens z_i(t): look for tokens converging to a few points "
+                     "(clusters), polytope vertices (V = I) or hyperplanes."},
+    {"clusters", "Number of clusters over time: a falling staircase is clustering."},
+    {"rank_P", "Numerical rank of P(t) and the number of leaders: low rank with a few leaders is the paper's Boolean, "
+               "low-rank limit."},
+    {"boolean_distance", "Distance of P(t) to the nearest 0/1 matrix (falling to 0: P becomes Boolean) and to the uniform "
+                         "matrix (falling to 0: collapse, as for V = −I)."},
+    {"attention_t*", "The attention matrix P at one time: rows concentrating on a few columns are followers choosing leaders."},
+    {"phi1_histogram", "Values of φ₁*(z_i(T)) for the top eigenvalue of V: at most 3 distinct values means the limits lie on "
+                       "at most 3 parallel hyperplanes (Theorem 3.1)."},
+};
+
+bool glob_match(std::string_view pattern, std::string_view text) {
+  if (pattern.empty()) return text.empty();
+  if (pattern[0] == '*') {
+    for (size_t i = 0; i <= text.size(); ++i)
+      if (glob_match(pattern.substr(1), text.substr(i))) return true;
+    return false;
+  }
+  return !text.empty() && pattern[0] == text[0] && glob_match(pattern.substr(1), text.substr(1));
+}
+
+size_t caption_index(const std::string& stem) {
+  for (size_t i = 0; i < std::size(kCaptions); ++i)
+    if (glob_match(kCaptions[i].pattern, stem)) return i;
+  return std::size(kCaptions);
+}
+
+// ---- Page building -----------------------------------------------------------------------------------------------
+
+// A URL path to a file inside the report's directory: each segment percent-encoded where needed.
+std::string url_path(const std::string& path) {
+  std::string out;
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || std::string_view("-_.~/").find(static_cast<char>(c)) != std::string_view::npos) out += static_cast<char>(c);
+    else out += fmt::format("%{:02X}", c);
+  }
+  return out;
+}
+
+// "depth2" before "depth10": digit runs compare as numbers, so figures of one kind appear in depth order.
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+      const std::string_view x = std::string_view(a).substr(i, ie - i), y = std::string_view(b).substr(j, je - j);
+      if (x.size() != y.size()) return x.size() < y.size();  // no leading zeros in the names tdyn writes
+      if (x != y) return x < y;
+      i = ie, j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+std::string join_path(const std::string& dir, const std::string& name) { return dir.empty() ? name : dir + "/" + name; }
+
+const char* kStyle = R"(
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px; padding: 0 24px 48px; color: #1d2330; }
+h1 { font-size: 1.6em; margin: 24px 0 4px; } h2 { margin-top: 40px; border-bottom: 2px solid #d7dce5; padding-bottom: 4px; }
+h3 { margin: 24px 0 8px; } .sub { color: #5b6475; margin: 0 0 16px; }
+nav a { margin-right: 14px; } a { color: #1f5fbf; }
+table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; }
+th, td { border: 1px solid #d7dce5; padding: 6px 8px; text-align: left; vertical-align: top; }
+th { background: #f1f4f9; } td.rule { color: #5b6475; font-size: 0.85em; }
+.verdict { font-weight: 600; white-space: nowrap; border-radius: 4px; padding: 1px 6px; }
+.pass { background: #dff3e4; color: #17692e; } .differs { background: #fde7d9; color: #9a3b07; }
+.not-computed { background: #eceef2; color: #5b6475; } .info { background: #e3ecfa; color: #1f4f99; }
+pre { background: #f6f8fb; border: 1px solid #d7dce5; padding: 8px 10px; overflow-x: auto; font-size: 0.85em; white-space: pre-wrap; overflow-wrap: anywhere; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 18px; }
+figure { margin: 0; border: 1px solid #d7dce5; border-radius: 6px; padding: 8px; background: #fff; }
+figure img { width: 100%; height: auto; display: block; }
+figcaption { font-size: 0.9em; margin-top: 6px; } figcaption .what { color: #5b6475; font-size: 0.9em; }
+.missing { padding: 24px; background: #f6f8fb; color: #5b6475; text-align: center; }
+details { margin: 8px 0; } summary { cursor: pointer; font-weight: 600; }
+.error { background: #fde7d9; border: 1px solid #f0b48f; padding: 8px 10px; border-radius: 4px; }
+)";
+
+const char* verdict_class(Verdict v) {
+  switch (v) {
+    case Verdict::kPass: return "pass";
+    case Verdict::kDiffers: return "differs";
+    case Verdict::kInfo: return "info";
+    case Verdict::kNotComputed: break;
+  }
+  return "not-computed";
+}
+
+const char* verdict_text(Verdict v) {
+  switch (v) {
+    case Verdict::kPass: return "pass";
+    case Verdict::kDiffers: return "differs";
+    case Verdict::kInfo: return "shown";
+    case Verdict::kNotComputed: break;
+  }
+  return "not computed";
+}
+
+std::string part_title(const ReportPart& p) {
+  const std::string command = text_at(p.json, "/command");
+  if (command == "power") return "Power method (seed 000)";
+  if (command == "jacobian") return "Residual-stream Jacobians (seed 003)";
+  if (command == "topology") return "Activation-graph topology (seed 003)";
+  if (command == "particles") return "Self-attention particles (seed 004)";
+  return command.empty() ? p.name : command;
+}
+
+std::string anchor(const ReportPart& p) { return "part-" + (p.rel_dir.empty() ? std::string("main") : url_path(p.rel_dir)); }
+
+void summary_tables(std::string& h, const std::vector<PaperSummary>& papers) {
+  h += "<h2 id=\"summary\">Summary: the papers' claims on this model</h2>\n";
+  h += "<p class=\"sub\">Each verdict follows from numbers in the parts' results.json by the rule shown beside it. "
+       "<b>pass</b>: this model shows what the paper reports; <b>differs</b>: it does not; <b>shown</b>: reported "
+       "without a verdict; <b>not computed</b>: the analysis or the key is missing.</p>\n";
+  for (const auto& paper : papers) {
+    h += fmt::format("<h3>Seed {}: {}</h3>\n<table>\n<tr><th style=\"width:30%\">claim</th><th>this model</th><th>verdict</th>"
+                     "<th style=\"width:28%\">rule</th></tr>\n",
+                     paper.seed, html_escape(paper.title));
+    for (const auto& c : paper.checks)
+      h += fmt::format("<tr><td>{}</td><td>{}</td><td><span class=\"verdict {}\">{}</span></td><td class=\"rule\">{}</td></tr>\n",
+                       html_escape(c.claim), html_escape(c.observed), verdict_class(c.verdict), verdict_text(c.verdict),
+                       html_escape(c.rule));
+    h += "</table>\n";
+  }
+}
+
+void json_details(std::string& h, const std::string& title, const json* j) {
+  if (!j || j->is_null() || (j->is_object() && j->empty())) return;
+  h += fmt::format("<details><summary>{}</summary><pre>{}</pre></details>\n", html_escape(title),
+                   html_escape(j->dump(2, ' ', false, json::error_handler_t::replace)));
+}
+
+void timings_details(std::string& h, const json& root) {
+  const json* t = find(root, "/timings");
+  if (!t || !t->is_object() || t->empty()) return;
+  h += "<details><summary>Timings</summary><table><tr><th>phase</th><th>seconds</th></tr>\n";
+  for (const auto& [phase, seconds] : t->items())
+    h += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", html_escape(phase),
+                     seconds.is_number() ? fmt::format("{:.3f}", seconds.get<double>()) : html_escape(seconds.dump()));
+  h += "</table></details>\n";
+}
+
+// `launch` is the analyze record of this part (null for a single results directory).
+void part_section(std::string& h, const fs::path& root, const ReportPart& p, const json* launch) {
+  h += fmt::format("<h2 id=\"{}\">{}</h2>\n", anchor(p), html_escape(part_title(p)));
+  if (!p.rel_dir.empty()) h += fmt::format("<p class=\"sub\">directory <code>{}</code></p>\n", html_escape(p.rel_dir));
+  if (!p.error.empty()) h += fmt::format("<p class=\"error\">{}</p>\n", html_escape(p.error));
+  if (const json* bridge = launch ? find(*launch, "/bridge") : nullptr) {
+    h += fmt::format("<p>Real-model bridge: head {} of layer {} of the model, with its own Q, K, V, O, simulated as {} particles "
+                     "({}). The part's own results.json lists these matrices as its .npy inputs.</p>\n",
+                     html_escape(text_at(*bridge, "/head")), html_escape(text_at(*bridge, "/layer")),
+                     html_escape(text_at(*bridge, "/tokens")), html_escape(text_at(*bridge, "/initial_tokens")));
+    json_details(h, "The bridge", bridge);
+  }
+  if (p.json.is_null()) return;
+  const json& j = p.json;
+  const json* argv = find(j, "/argv");
+  h += "<p>Reproduce:</p>\n";
+  h += fmt::format("<pre><code>{}</code></pre>\n", argv && argv->is_array() ? html_escape(shell_command(*argv)) : kNotComputed);
+  const std::string model = text_at(j, "/model/path");
+  if (!model.empty()) h += fmt::format("<p class=\"sub\">model <code>{}</code> {}</p>\n", html_escape(model), html_escape(text_at(j, "/model/family")));
+
+  // Figures: every NAME.svg listed in results.json, or NAME.gp when gnuplot could not render it.
+  struct Fig {
+    std::string stem, what;
+    size_t order;
+  };
+  std::vector<Fig> figures;
+  std::vector<std::pair<std::string, std::string>> other_files;
+  if (const json* files = find(j, "/files"); files && files->is_object()) {
+    for (const auto& [name, what] : files->items()) {
+      const std::string description = what.is_string() ? what.get<std::string>() : what.dump();
+      const fs::path f(name);
+      const std::string stem = (f.parent_path() / f.stem()).generic_string();
+      if (f.extension() == ".svg" || (f.extension() == ".gp" && !files->contains(stem + ".svg")))
+        figures.push_back({stem, description, caption_index(f.stem().string())});
+      else if (f.extension() != ".dat" && f.extension() != ".gp")
+        other_files.emplace_back(name, description);
+    }
+  }
+  std::stable_sort(figures.begin(), figures.end(), [](const Fig& a, const Fig& b) {
+    return a.order != b.order ? a.order < b.order : natural_less(a.stem, b.stem);
+  });
+  if (!figures.empty()) {
+    h += "<div class=\"figures\">\n";
+    for (const auto& f : figures) {
+      const std::string svg = join_path(p.rel_dir, f.stem + ".svg");
+      h += "<figure>";
+      if (fs::exists(root / svg))
+        h += fmt::format("<img src=\"{}\" alt=\"{}\" loading=\"lazy\">", html_escape(url_path(svg)), html_escape(f.stem));
+      else
+        h += fmt::format("<div class=\"missing\">not rendered: plot <a href=\"{0}.gp\">{1}.gp</a> with gnuplot "
+                         "(data in {1}.dat)</div>",
+                         html_escape(url_path(join_path(p.rel_dir, f.stem))), html_escape(fs::path(f.stem).filename().string()));
+      const std::string caption = figure_caption(fs::path(f.stem).filename().string());
+      h += fmt::format("<figcaption><b>{}</b>{}{}<br><span class=\"what\">{} · data <a href=\"{}.dat\">.dat</a>, script "
+                       "<a href=\"{}.gp\">.gp</a></span></figcaption></figure>\n",
+                       html_escape(f.stem), caption.empty() ? "" : " — ", html_escape(caption), html_escape(f.what),
+                       html_escape(url_path(join_path(p.rel_dir, f.stem))), html_escape(url_path(join_path(p.rel_dir, f.stem))));
+    }
+    h += "</div>\n";
+  } else {
+    h += "<p class=\"sub\">No figures.</p>\n";
+  }
+  const json* notes = find(j, "/results/notes");
+  if (notes && notes->is_array() && !notes->empty()) {
+    h += "<details><summary>Notes</summary><ul>\n";
+    for (const json& n : *notes) h += fmt::format("<li>{}</li>\n", html_escape(n.is_string() ? n.get<std::string>() : n.dump()));
+    h += "</ul></details>\n";
+  }
+  json_details(h, "Model", find(j, "/model"));
+  json_details(h, "Options (every default actually used)", find(j, "/options"));
+  timings_details(h, j);
+  if (!other_files.empty()) {
+    h += "<details><summary>Data files</summary><table><tr><th>file</th><th>contents</th></tr>\n";
+    for (const auto& [name, what] : other_files)
+      h += fmt::format("<tr><td><a href=\"{}\">{}</a></td><td>{}</td></tr>\n", html_escape(url_path(join_path(p.rel_dir, name))),
+                       html_escape(name), html_escape(what));
+    h += "</table></details>\n";
+  }
+  h += fmt::format("<p class=\"sub\">tdyn {} · schema {} · started {} · <a href=\"{}\">results.json</a></p>\n",
+                   html_escape(text_at(j, "/tool_version")), html_escape(text_at(j, "/schema_version")),
+                   html_escape(text_at(j, "/started_utc")), html_escape(url_path(join_path(p.rel_dir, "results.json"))));
+}
+
+json read_json(const fs::path& file, std::string* error) {
+  try {
+    return json::parse(read_file(file));
+  } catch (const std::exception& e) {
+    *error = fmt::format("cannot read {}: {}", file.string(), e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string figure_caption(const std::string& figure_stem) {
+  const size_t i = caption_index(figure_stem);
+  return i < std::size(kCaptions) ? kCaptions[i].text : "";
+}
+
+std::string shell_command(const json& argv) {
+  std::string out;
+  for (const json& a : argv) {
+    const std::string s = a.is_string() ? a.get<std::string>() : a.dump();
+    const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+      return std::isalnum(c) || std::string_view("@%+=:,./_-").find(static_cast<char>(c)) != std::string_view::npos;
+    });
+    if (!out.empty()) out += ' ';
+    if (plain) {
+      out += s;
+    } else {
+      out += '\'';
+      for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      out += '\'';
+    }
+  }
+  return out;
+}
+
+std::vector<ReportPart> load_report_parts(const fs::path& dir) {
+  if (!fs::is_directory(dir)) fail("report: '{}' is not a directory", dir.string());
+  std::vector<ReportPart> parts;
+  std::string error;
+  const fs::path top = dir / "results.json";
+  json top_json = fs::exists(top) ? read_json(top, &error) : json(nullptr);
+  if (!top_json.is_null() && text_at(top_json, "/command") != "analyze") {
+    parts.push_back({text_at(top_json, "/command"), "", std::move(top_json), ""});
+    return parts;
+  }
+  if (!error.empty()) parts.push_back({"results.json", "", nullptr, error});
+
+  // The analyze layout. Its results.json names the parts in the order they ran and says why one is missing.
+  std::vector<std::string> names;
+  const json& listed = array_at(top_json, "/results/order");
+  for (const json& n : listed)
+    if (n.is_string()) names.push_back(n.get<std::string>());
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_directory() && fs::exists(entry.path() / "results.json")) found.push_back(entry.path().filename().string());
+  std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
+    static const std::vector<std::string> order = {"power", "jacobian", "topology", "particles"};
+    auto rank = [](const std::string& s) { return std::find(order.begin(), order.end(), s) - order.begin(); };
+    return std::pair(rank(a), a) < std::pair(rank(b), b);
+  });
+  for (const auto& f : found)
+    if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
+  for (const auto& name : names) {
+    ReportPart p{name, name, nullptr, ""};
+    const json* info = find(top_json, "/results/parts/" + name);
+    const std::string status = info ? text_at(*info, "/status") : "";
+    if (info) {
+      const std::string sub = text_at(*info, "/dir");
+      if (!sub.empty() && sub.find("..") == std::string::npos && sub[0] != '/') p.rel_dir = sub;
+    }
+    if (fs::exists(dir / p.rel_dir / "results.json")) p.json = read_json(dir / p.rel_dir / "results.json", &p.error);
+    if (status == "skipped") p.error = "skipped (--skip)";
+    else if (status == "failed") p.error = "failed: " + text_at(*info, "/error");
+    else if (p.json.is_null() && p.error.empty()) p.error = "no results.json";
+    parts.push_back(std::move(p));
+  }
+  return parts;
+}
+
+std::vector<PaperSummary> summarize_claims(const std::vector<ReportPart>& parts) {
+  return {power_summary(part_for(parts, "power")), residual_summary(part_for(parts, "jacobian"), part_for(parts, "topology")),
+          particles_summary(part_for(parts, "particles"))};
+}
+
+std::string render_html_report(const fs::path& dir) {
+  const std::vector<ReportPart> parts = load_report_parts(dir);
+  std::string top_error;
+  const json top = fs::exists(dir / "results.json") ? read_json(dir / "results.json", &top_error) : json(nullptr);
+  const bool analyze = text_at(top, "/command") == "analyze";
+  std::string model = text_at(top, "/model/path");
+  for (const auto& p : parts)
+    if (model.empty()) model = text_at(p.json, "/model/path");
+
+  std::string h;
+  h += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  h += fmt::format("<title>tdyn report{}</title>\n", model.empty() ? "" : " — " + html_escape(model));
+  h += fmt::format("<style>{}</style>\n</head>\n<body>\n", kStyle);
+  h += fmt::format("<h1>tdyn report{}</h1>\n", model.empty() ? "" : fmt::format(": <code>{}</code>", html_escape(model)));
+  std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  h += fmt::format("<p class=\"sub\">Transformers as dynamical systems · report built {} by tdyn {} from <code>{}</code></p>\n", stamp,
+                   TDYN_VERSION, html_escape(dir.filename().empty() ? dir.string() : dir.filename().string()));
+  h += "<nav><a href=\"#summary\">Summary</a>";
+  for (const auto& p : parts) h += fmt::format("<a href=\"#{}\">{}</a>", anchor(p), html_escape(p.name));
+  h += "</nav>\n";
+
+  if (analyze) {
+    const json* argv = find(top, "/argv");
+    h += "<p>The whole analysis:</p>\n";
+    h += fmt::format("<pre><code>{}</code></pre>\n", argv && argv->is_array() ? html_escape(shell_command(*argv)) : kNotComputed);
+    h += "<table><tr><th>part</th><th>status</th><th>seconds</th></tr>\n";
+    for (const auto& p : parts) {
+      const json* info = find(top, "/results/parts/" + p.name);
+      auto seconds = info ? number(*info, "/seconds") : std::nullopt;
+      h += fmt::format("<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td></tr>\n", anchor(p), html_escape(p.name),
+                       html_escape(info ? text_at(*info, "/status") : (p.json.is_null() ? "missing" : "ok")),
+                       seconds ? fmt::format("{:.1f}", *seconds) : "");
+    }
+    h += "</table>\n";
+    json_details(h, "Options of the analysis (every default actually used)", find(top, "/options"));
+    json_details(h, "What the parts share", find(top, "/results/sharing"));
+    timings_details(h, top);
+  } else if (!top_error.empty()) {
+    h += fmt::format("<p class=\"error\">{}</p>\n", html_escape(top_error));
+  }
+
+  summary_tables(h, summarize_claims(parts));
+  if (parts.empty()) h += "<p class=\"error\">No results.json found in this directory or its subdirectories.</p>\n";
+  for (const auto& p : parts) part_section(h, dir, p, analyze ? find(top, "/results/parts/" + p.name) : nullptr);
+  h += "</body>\n</html>\n";
+  return h;
+}
+
+fs::path write_html_report(const fs::path& dir) {
+  const std::string html = render_html_report(dir);
+  const fs::path index = dir / "index.html";
+  write_file_atomic(index, html);
+  return index;
+}
+
+}  // namespace tdyn
