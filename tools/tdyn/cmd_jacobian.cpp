@@ -25,23 +25,6 @@ struct JacobianArgs {
   uint64_t surgery_seed = 0;
 };
 
-std::vector<double> parse_double_list(const std::string& text, const std::string& flag) {
-  std::vector<double> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      out.push_back(std::stod(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      throw CLI::ValidationError(flag, "expected comma-separated numbers, got '" + item + "'");
-    }
-  }
-  if (out.empty()) throw CLI::ValidationError(flag, "expected at least one number");
-  return out;
-}
-
 // Everything computed for one checkpoint.
 struct ModelResult {
   std::string path, prefix;  // prefix of its files: "" (MODEL) or "compare{i}."
