@@ -54,8 +54,18 @@ std::vector<int32_t> parse_ids(std::string_view line, const std::string& origin)
 }  // namespace
 
 fs::path default_corpus() {
-  fs::path shared = std::getenv("TDYN_SHARED") ? fs::path(std::getenv("TDYN_SHARED")) : fs::path("../shared");
-  return shared / "data/wikitext-2/wiki.test.raw";
+  const fs::path relative = "data/wikitext-2/wiki.test.raw";
+  if (const char* env = std::getenv("TDYN_SHARED")) return fs::path(env) / relative;
+  // shared/ beside the repository: seen from the working directory (repository root) or from the
+  // executable (build/tdyn), whichever finds it first.
+  std::vector<fs::path> candidates = {fs::current_path().parent_path() / "shared", fs::current_path() / "shared"};
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path().parent_path().parent_path() / "shared");
+  for (const auto& dir : candidates) {
+    if (fs::exists(dir / relative)) return dir / relative;
+  }
+  return candidates.front() / relative;
 }
 
 std::vector<Sample> load_samples(const SampleOptions& o, const Tokenizer* tok, int64_t d_vocab) {

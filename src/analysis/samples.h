@@ -39,8 +39,8 @@ std::vector<std::string> split_passages(std::string_view text);
 // Loads the samples. `tokenizer` is needed for text (throws Error otherwise); ids are checked against d_vocab.
 std::vector<Sample> load_samples(const SampleOptions& options, const Tokenizer* tokenizer, int64_t d_vocab);
 
-// ../shared/data/wikitext-2/wiki.test.raw relative to the executable's source tree or $TDYN_SHARED, if present;
-// the default corpus when --data is not given.
+// The default corpus when --data is not given: data/wikitext-2/wiki.test.raw in $TDYN_SHARED, else in a
+// shared/ directory beside the repository (found from the working directory or from the executable).
 fs::path default_corpus();
 
 }  // namespace tdyn
