@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Fuzz smoke run for CI: builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz and runs each on its
-# seed corpus plus a fixed number of mutations. Fails on the first crash, sanitizer report or timeout; the
+# seed corpus plus RUNS mutations or SECONDS seconds, whichever ends first. Fails on the first crash, sanitizer report or timeout; the
 # offending input is left in build-fuzz/artifacts/<target>/.
 #
-# Usage: scripts/fuzz-smoke.sh [RUNS_PER_TARGET]   (default 20000; JOBS=N for the build, default 2)
+# Usage: scripts/fuzz-smoke.sh [RUNS_PER_TARGET] [SECONDS_PER_TARGET]   (defaults 20000 and 10; JOBS=N for the
+# build, default 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-20000}
+SECONDS_PER_TARGET=${2:-10}
 BUILD=build-fuzz
 if [[ ! -f $BUILD/build.ninja ]]; then
-  CC=clang CXX=clang++ cmake -S . -B $BUILD -G Ninja -DTDYN_FUZZ=ON -DTDYN_BUILD_TESTS=OFF -DTDYN_BUILD_BENCH=OFF >/dev/null
+  CC=clang CXX=clang++ cmake -S . -B $BUILD -G Ninja -DTDYN_FUZZ=ON -DTDYN_FUZZ_OPT="${TDYN_FUZZ_OPT:--O0}" -DTDYN_BUILD_TESTS=OFF -DTDYN_BUILD_BENCH=OFF >/dev/null
 fi
 TARGETS=$(cd fuzz && ls fuzz_*.cpp | sed 's/\.cpp$//')
 ninja -C $BUILD -j"${JOBS:-2}" $TARGETS >/dev/null
@@ -20,10 +22,10 @@ for t in $TARGETS; do
   work=$BUILD/fuzz-work/$name
   mkdir -p "$work" "$BUILD/artifacts/$name"
   # The corpus in the repository is only read: new inputs go to the scratch directory listed first.
-  if ! $BUILD/$t -runs="$RUNS" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+  if ! $BUILD/$t -runs="$RUNS" -max_total_time="$SECONDS_PER_TARGET" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
       -artifact_prefix="$BUILD/artifacts/$name/" "$work" "fuzz/corpus/$name" >"$work.log" 2>&1; then
     echo "FAIL $name (log: $work.log)"; tail -n 40 "$work.log"; exit 1
   fi
-  printf 'ok   %-18s %s\n' "$name" "$(grep -o '#[0-9]*.*DONE.*' "$work.log" | tail -1)"
+  printf 'ok   %-18s %8s runs\n' "$name" "$(grep -oE '^#[0-9]+' "$work.log" | tail -1 | tr -d '#')"
 done
 echo "fuzz smoke: all targets passed in $((SECONDS - start)) s"

@@ -10,8 +10,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build
 (cd build && ctest --output-on-failure -j "$jobs")
 
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTDYN_SANITIZE=ON -DTDYN_BUILD_BENCH=OFF \
-  -DTDYN_PYTHON=OFF >/dev/null
+# -O0 with line tables: the sanitized build exists to check memory safety on small inputs, and compiles several
+# times faster than an optimised one.
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DTDYN_SANITIZE=ON \
+  -DTDYN_BUILD_BENCH=OFF -DTDYN_PYTHON=OFF >/dev/null
 cmake --build build-asan --target tdyn tdyn_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \

@@ -1,9 +1,15 @@
 #include "cli_util.h"
 
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 
 #include "tokenizer/tokenizer.h"
+
+extern char** environ;
 
 namespace tdyn::cli {
 
@@ -40,6 +46,18 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
     start = comma + 1;
   }
   return out;
+}
+
+int run_self(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, args.data(), environ) != 0) return 127;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return 127;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 void ModelArgs::add_to(CLI::App* cmd) {

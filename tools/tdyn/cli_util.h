@@ -16,6 +16,11 @@ std::vector<int32_t> parse_int_list(const std::string& text, const std::string& 
 // "0,0.25,1e3" -> {0, 0.25, 1000}; finite numbers only.
 std::vector<double> parse_double_list(const std::string& text, const std::string& flag);
 
+// Runs this executable (/proc/self/exe) with `argv` (argv[0] included) and waits; returns the exit status
+// (128 + signal if killed, 127 if it could not start). Used to run one subcommand from another so that each
+// part keeps a command line that reproduces it alone.
+int run_self(const std::vector<std::string>& argv);
+
 // Adds the model argument and loading flags (--allow-unknown-config-keys) to a subcommand.
 struct ModelArgs {
   std::string path;

@@ -11,8 +11,6 @@
 // still complete, and returns its memory when it ends. Nothing is shared between parts yet: each loads the
 // model (memory-mapped, so cheap) and runs its own forward passes over the same samples (same --data,
 // --samples and sample seed, so the same passages). Sharing those passes is a later optimisation.
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <cmath>
@@ -32,7 +30,6 @@
 #include "report/progress.h"
 #include "report/results.h"
 
-extern char** environ;
 
 namespace tdyn::cli {
 namespace {
@@ -46,19 +43,6 @@ struct AnalyzeArgs {
   int64_t head_layer = 0, head = 0, particles_tokens = 32;
   double particles_t = 20;  // a real head on the sphere clusters between T = 10 and 15 on stories260K; 5 is too short
 };
-
-// Runs /proc/self/exe with `argv` (argv[0] included) and waits; returns the exit status (128 + signal if killed).
-int run_child(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, args.data(), environ) != 0) return 127;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return 127;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 // The real-model bridge of seed 004: head `h` of layer `l` as the paper's (Q, K, V, O), β = the model's attention
 // scale absorbed in Q, the pre-attention norm folded in (below), and the first n tokens of the first sample's
@@ -185,7 +169,7 @@ int run_analyze(AnalyzeArgs& a) {
     argv.insert(argv.end(), {"--out", dir.string()});
     record["argv"] = argv;
     const auto start = std::chrono::steady_clock::now();
-    const int code = run_child(argv);
+    const int code = run_self(argv);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     record["exit_code"] = code;
     record["seconds"] = seconds;

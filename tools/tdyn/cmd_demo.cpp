@@ -1,6 +1,7 @@
 // tdyn demo [--out DIR]: the self-contained tour that needs no download. It writes a small random-initialised
 // Llama checkpoint with tdyn's own safetensors writer, loads it back, describes it, runs it with every hook
-// captured, checks the residual-stream identities, and writes a results directory with a figure.
+// captured, checks the residual-stream identities, writes a results directory with a figure, and then runs
+// every analysis (tdyn analyze) on that model with random token sequences, ending in DIR/analysis/index.html.
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "model/init.h"
 #include "report/figure.h"
 #include "report/results.h"
+#include "core/npy.h"
 
 namespace tdyn::cli {
 namespace {
@@ -18,6 +20,8 @@ namespace {
 struct DemoArgs {
   std::string out = "tdyn-demo";
   uint64_t seed = 0;
+  int64_t samples = 24;
+  bool skip_analysis = false;
 };
 
 int run_demo(const DemoArgs& a) {
@@ -117,7 +121,18 @@ int run_demo(const DemoArgs& a) {
                    {"hooks_captured", hooks.tensors().size()}};
   out.write();
   std::cout << "results: " << out.file("results.json").string() << "\n";
-  return identity_error == 0 ? 0 : 3;
+  if (identity_error != 0) return 3;
+  if (a.skip_analysis) return 0;
+
+  // 5. Every analysis of the three papers on this model, with random token sequences as the data.
+  std::vector<int32_t> ids(a.samples * 48);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % c.d_vocab);
+  write_npy(out.file("samples.npy"), ids.data(), {a.samples, 48});
+  std::cout << "running tdyn analyze on it (" << a.samples << " random sequences of 48 tokens)...\n" << std::flush;
+  int code = run_self({"tdyn", "analyze", model_dir.string(), "--data", out.file("samples.npy").string(), "--samples",
+                       std::to_string(a.samples), "--out", out.file("analysis").string()});
+  if (code == 0) std::cout << "report: " << out.file("analysis/index.html").string() << "\n";
+  return code;
 }
 
 std::function<int()> setup(CLI::App& app) {
@@ -125,6 +140,8 @@ std::function<int()> setup(CLI::App& app) {
   auto a = std::make_shared<DemoArgs>();
   cmd->add_option("--out", a->out, "Results directory")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed for the random weights and prompt")->capture_default_str();
+  cmd->add_option("--samples", a->samples, "Random token sequences for the analyses")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--skip-analysis", a->skip_analysis, "Stop after the checkpoint round trip (no tdyn analyze)");
   return [a] { return run_demo(*a); };
 }
 
