@@ -93,6 +93,8 @@ NpyArray parse_npy(std::string_view b, const std::string& name) {
     fail("{}: unsupported .npy version {}", name, major);
   }
   if (header_len > b.size() - offset) fail("{}: .npy header length {} runs past the end of the file", name, header_len);
+  // numpy itself refuses headers over 10,000 bytes; a bound also keeps the header parsing cheap.
+  if (header_len > 65536) fail("{}: .npy header of {} bytes is too long (at most 65536)", name, header_len);
   std::string header(b.substr(offset, header_len));
   std::smatch m;
   NpyArray a;

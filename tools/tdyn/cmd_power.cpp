@@ -10,6 +10,7 @@
 
 #include "analysis/power.h"
 #include "cli_util.h"
+#include "report/progress.h"
 #include "command.h"
 #include "core/npy.h"
 #include "report/figure.h"
@@ -178,7 +179,7 @@ void steering_figure(ResultsDir& out, const SteeringResult& s, std::vector<std::
 }
 
 int run_power(PowerArgs& a) {
-  const ProgressFn progress = a.quiet ? ProgressFn{} : ProgressFn([](const std::string& line) { std::cerr << "tdyn power: " << line << "\n"; });
+  const ProgressFn progress = (a.quiet || progress_quiet()) ? ProgressFn{} : ProgressFn([](const std::string& line) { std::cerr << "tdyn power: " << line << "\n"; });
   auto model = a.model.load();
   const ModelConfig& c = model->config;
   const Transformer transformer(model);
