@@ -11,6 +11,7 @@
 #include "model/generate.h"
 #include "model/init.h"
 #include "report/figure.h"
+#include "report/progress.h"
 #include "report/results.h"
 #include "core/npy.h"
 
@@ -129,8 +130,10 @@ int run_demo(const DemoArgs& a) {
   for (auto& id : ids) id = static_cast<int32_t>(rng() % c.d_vocab);
   write_npy(out.file("samples.npy"), ids.data(), {a.samples, 48});
   std::cout << "running tdyn analyze on it (" << a.samples << " random sequences of 48 tokens)...\n" << std::flush;
-  int code = run_self({"tdyn", "analyze", model_dir.string(), "--data", out.file("samples.npy").string(), "--samples",
-                       std::to_string(a.samples), "--out", out.file("analysis").string()});
+  std::vector<std::string> argv = {"tdyn", "analyze", model_dir.string(), "--data", out.file("samples.npy").string(),
+                                   "--samples", std::to_string(a.samples), "--out", out.file("analysis").string()};
+  if (progress_quiet()) argv.push_back("--quiet");
+  int code = run_self(argv);
   if (code == 0) std::cout << "report: " << out.file("analysis/index.html").string() << "\n";
   return code;
 }
