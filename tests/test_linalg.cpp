@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "random_matrix.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "linalg/dense.h"
@@ -18,14 +19,7 @@ namespace {
 
 using RowMajorMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-Matrix random_gaussian(Index rows, Index cols, uint64_t seed) {
-  std::mt19937_64 generator(seed);
-  std::normal_distribution<double> gaussian;
-  Matrix a(rows, cols);
-  for (Index j = 0; j < cols; ++j)
-    for (Index i = 0; i < rows; ++i) a(i, j) = gaussian(generator);
-  return a;
-}
+using test::random_gaussian;
 
 std::vector<double> load_vector(const fs::path& path) {
   const NpyArray array = read_npy(path);

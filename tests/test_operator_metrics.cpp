@@ -7,20 +7,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "random_matrix.h"
 #include "analysis/operator_metrics.h"
 #include "core/error.h"
 
 namespace tdyn {
 namespace {
 
-Matrix random_gaussian(Index rows, Index cols, uint64_t seed) {
-  std::mt19937_64 generator(seed);
-  std::normal_distribution<double> gaussian;
-  Matrix a(rows, cols);
-  for (Index j = 0; j < cols; ++j)
-    for (Index i = 0; i < rows; ++i) a(i, j) = gaussian(generator);
-  return a;
-}
+using test::random_gaussian;
 
 Matrix random_orthogonal(Index d, uint64_t seed) {
   Eigen::HouseholderQR<Matrix> qr(random_gaussian(d, d, seed));
