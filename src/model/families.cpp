@@ -435,6 +435,8 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
       if (!bound.count(name)) {
         m.storage.push_back(store.floats(name));
         bound[name] = m.storage.back().data();
+        m.sources.push_back({name, layered ? l : -1, m.storage.back().data(),
+                             static_cast<int64_t>(m.storage.back().size())});
       }
       const float* data = bound[name];
       LayerWeights& L = per_layer(spec.role) ? stored[l] : unused_layer;

@@ -1,7 +1,10 @@
 #include "model/loader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -9,8 +12,64 @@
 #include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "model/families.h"
+#include "model/finite.h"
 
 namespace tdyn {
+namespace {
+
+// "layer 3"; a stored layer that several layers reuse (ALBERT) lists them; -1: a model-wide tensor.
+std::string layer_label(const ModelConfig& c, int64_t stored) {
+  if (stored < 0) return "model-wide, not in a layer";
+  std::vector<int64_t> users;
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    if (c.layer(l).weights == stored) users.push_back(l);
+  if (users == std::vector<int64_t>{stored}) return fmt::format("layer {}", stored);
+  return fmt::format("stored layer {}, used by layers {}", stored, fmt::join(users, ", "));
+}
+
+// Every weight the model reads, checked for NaN/Inf before anything runs: a non-finite weight would otherwise
+// surface as NaN metrics far from its cause. The weights are float32 here whatever the format (F32 used in
+// place, F16/BF16/F64 converted once by bind_weights), so one bit test covers every format and dtype, and it
+// checks exactly what the forward pass reads. Tensors are cut into chunks so that a few large matrices (the
+// embedding) still spread over all threads; the first offender in binding order is reported.
+void check_finite_weights(const Model& m) {
+  const auto& sources = m.weights.sources;
+  constexpr int64_t kChunk = int64_t{1} << 20;  // floats: 4 MiB
+  struct Chunk {
+    size_t source;
+    int64_t begin, end;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t s = 0; s < sources.size(); ++s)
+    for (int64_t b = 0; b < sources[s].size; b += kChunk) chunks.push_back({s, b, std::min(b + kChunk, sources[s].size)});
+  std::vector<int64_t> bad(chunks.size(), 0);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t i = 0; i < static_cast<int64_t>(chunks.size()); ++i)
+    bad[i] = count_non_finite(sources[chunks[i].source].data + chunks[i].begin, chunks[i].end - chunks[i].begin);
+
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (bad[i] == 0) continue;
+    const auto& src = sources[chunks[i].source];
+    int64_t count = 0;
+    for (size_t j = 0; j < chunks.size(); ++j)
+      if (chunks[j].source == chunks[i].source) count += bad[j];
+    const int64_t first = chunks[i].begin + first_non_finite(src.data + chunks[i].begin, chunks[i].end - chunks[i].begin);
+    const TensorInfo& info = m.store.get(src.name);
+    std::vector<int64_t> index(info.shape.size());  // the flat index as a multi-index into the stored shape
+    for (int64_t k = static_cast<int64_t>(index.size()) - 1, rest = first; k >= 0; --k) {
+      index[k] = rest % info.shape[k];
+      rest /= info.shape[k];
+    }
+    fail("weight tensor '{}' ({}) in '{}' is {} at element [{}] (flat index {}); {} of its {} elements {} NaN or "
+         "Inf. A non-finite weight would turn every activation it touches into NaN/Inf; the checkpoint is corrupt "
+         "or was saved after training diverged (--no-check-weights, or LoadOptions::check_finite = false, loads it "
+         "anyway)",
+         src.name, layer_label(m.config, src.layer), info.file, value_name(src.data[first]), fmt::join(index, ", "),
+         first, count, src.size, count == 1 ? "is" : "are");
+  }
+}
+
+}  // namespace
 
 ModelConfig llama2c_config(const TensorStore& store) {
   const auto& h = store.metadata();
@@ -78,6 +137,7 @@ std::shared_ptr<const Model> load_model(const fs::path& path, const LoadOptions&
     fail("cannot tell the format of '{}': expected a Hugging Face directory, a .gguf file or a llama2.c .bin", path.string());
   }
   model->weights = bind_weights(model->config, model->store, family_table(model->config.family, model->config.format));
+  if (options.check_finite) check_finite_weights(*model);
   return model;
 }
 

@@ -13,6 +13,10 @@ namespace tdyn {
 
 struct LoadOptions {
   ConfigParseOptions config;
+  // Check every weight the model reads for NaN/Inf, failing on the first non-finite tensor with its name,
+  // layer, element and value. It reads each weight once (for float32 checkpoints, which are otherwise mapped
+  // lazily, that means the whole file at load); false skips it, e.g. to inspect a broken checkpoint.
+  bool check_finite = true;
 };
 
 struct Model {

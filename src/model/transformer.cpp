@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/finite.h"
 #include "model/ops.h"
 
 namespace tdyn {
@@ -145,10 +146,13 @@ Tensor Transformer::embed(std::span<const int32_t> ids, int64_t start, std::span
     apply_norm(c.norm, e.ptr(), n, E, W.embed_norm, c.norm_eps, e.ptr());
     hook(hooks, "embed.ln.hook_normalized", e.ptr(), {n, E});
   }
-  if (!W.embed_map) return e;
-  Tensor x({n, c.d_model});  // ALBERT embedding_hidden_mapping_in: [pos, d_embed] -> [pos, d_model]
-  W.embed_map.apply(e.ptr(), n, x.ptr());
-  return x;
+  if (W.embed_map) {
+    Tensor x({n, c.d_model});  // ALBERT embedding_hidden_mapping_in: [pos, d_embed] -> [pos, d_model]
+    W.embed_map.apply(e.ptr(), n, x.ptr());
+    e = std::move(x);
+  }
+  check_finite(e, start, 0, "hook_resid_pre", "the embeddings");
+  return e;
 }
 
 Tensor Transformer::per_layer_inputs(std::span<const int32_t> ids, const Tensor& embeddings, ActivationCache* hooks) const {
@@ -234,11 +238,12 @@ Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVC
   hook(hooks, block_hook(l, "attn.hook_z"), z.ptr(), {n, c.n_heads, hd});
   Tensor out({n, c.d_model});
   L.o.apply(z.ptr(), n, out.ptr());
+  check_finite(out, start, l, "attn.hook_out_proj", "the attention sublayer");
   hook(hooks, block_hook(l, "attn.hook_out_proj"), out.ptr(), {n, c.d_model});
   return out;
 }
 
-Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks) const {
+Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks, int64_t start) const {
   const ModelConfig& c = config();
   const LayerWeights& L = model_->weights.layers[l];
   const int64_t n = input.dim(0), d_mlp = layers_[l].d_mlp;
@@ -257,6 +262,7 @@ Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks) 
   hook(hooks, block_hook(l, "mlp.hook_post"), up.ptr(), {n, d_mlp});
   Tensor out({n, c.d_model});
   L.down.apply(up.ptr(), n, out.ptr());
+  check_finite(out, start, l, "mlp.hook_out_proj", "the MLP sublayer");
   hook(hooks, block_hook(l, "mlp.hook_out_proj"), out.ptr(), {n, c.d_model});
   return out;
 }
@@ -275,11 +281,14 @@ void Transformer::attention_block(int64_t l, Tensor& x, int64_t start, KVCache* 
     f = attention(l, x, start, cache, hooks);
   }
   Tensor added = residual_step(c, x, std::move(f), L.attn_post_norm);
+  check_finite(x, start, l, "hook_resid_mid",
+               "the attention step's residual add or post-norm (the attention output was finite)");
   hook(hooks, block_hook(l, "hook_attn_out"), added.ptr(), {n, d});
   hook(hooks, block_hook(l, "hook_resid_mid"), x.ptr(), {n, d});
 }
 
-void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, ActivationCache* hooks) const {
+void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, ActivationCache* hooks,
+                            int64_t start) const {
   const ModelConfig& c = config();
   const LayerWeights& L = model_->weights.layers[l];
   const int64_t n = x.dim(0), d = c.d_model;
@@ -288,9 +297,9 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
     Tensor h({n, d});
     apply_norm(c.norm, x.ptr(), n, d, L.mlp_norm, c.norm_eps, h.ptr());
     hook(hooks, block_hook(l, "ln2.hook_normalized"), h.ptr(), {n, d});
-    f = mlp(l, h, hooks);
+    f = mlp(l, h, hooks, start);
   } else {
-    f = mlp(l, x, hooks);
+    f = mlp(l, x, hooks, start);
   }
   Tensor added = residual_step(c, x, std::move(f), L.mlp_post_norm);
   hook(hooks, block_hook(l, "hook_mlp_out"), added.ptr(), {n, d});
@@ -318,10 +327,12 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
     const float s = L.layer_scalar[0];
     for (float& v : x.data) v *= s;
   }
+  check_finite(x, start, l, "hook_resid_post",
+               "the MLP step's residual add, post-norm, per-layer-input branch or layer scalar (the MLP output was finite)");
   hook(hooks, block_hook(l, "hook_resid_post"), x.ptr(), {n, d});
 }
 
-Tensor Transformer::unembed(const Tensor& x, ActivationCache* hooks) const {
+Tensor Transformer::unembed(const Tensor& x, ActivationCache* hooks, int64_t start) const {
   const ModelConfig& c = config();
   const ModelWeights& W = model_->weights;
   const int64_t n = x.dim(0), d = c.d_model;
@@ -346,6 +357,8 @@ Tensor Transformer::unembed(const Tensor& x, ActivationCache* hooks) const {
     hook(hooks, "hook_logits_pre_softcap", logits.ptr(), logits.shape);
     softcap_inplace(logits.ptr(), logits.size(), c.final_logit_softcap);
   }
+  check_finite(logits, start, -1, "logits",
+               "the unembedding (final norm and output head; the residual stream was finite)");
   return logits;
 }
 
@@ -375,10 +388,10 @@ Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks
   for (int64_t l = 0; l < c.n_layers; ++l) {
     hook(hooks, block_hook(l, "hook_resid_pre"), x.ptr(), {n, c.d_model});
     attention_block(l, x, start, kv, hooks);
-    mlp_block(l, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), hooks);
+    mlp_block(l, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), hooks, start);
   }
   if (cache) cache->length = start + n;
-  return unembed(x, hooks);
+  return unembed(x, hooks, start);
 }
 
 }  // namespace tdyn

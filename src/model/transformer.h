@@ -67,6 +67,12 @@ class Transformer {
 
   // ---- The steps of forward(), for analyses that run pieces of the model. `start`: absolute position of
   // the first row; x: residual stream [n, d_model].
+  //
+  // Every step checks what it produces for NaN/Inf (model/finite.h) and throws tdyn::Error naming the hook,
+  // layer, position and unit: the embeddings (as blocks.0.hook_resid_pre), each sublayer output
+  // (attn.hook_out_proj, mlp.hook_out_proj), the stream after each residual step (hook_resid_mid,
+  // hook_resid_post) and the logits. Each input was checked by the step before, so the first failure names the
+  // step that made the value. One pass over [n, d_model] per check, next to the step's matrix products.
 
   // Residual stream entering layer 0 [n, d_model]: token (+ position, + token-type) embeddings, embedding norm,
   // ALBERT mapping_in. `token_types` empty: all 0. Validates ids, types and positions.
@@ -81,15 +87,17 @@ class Transformer {
   // A KV-shared layer reads its source layer's storage, which must hold this chunk (forward() keeps it).
   void attention_block(int64_t layer, Tensor& x, int64_t start, KVCache* cache, ActivationCache* hooks = nullptr) const;
   // resid_mid -> resid_post in place. per_layer_input: row-major [n, n_layers, d_per_layer] (Gemma 4) or null.
-  void mlp_block(int64_t layer, Tensor& x, const float* per_layer_input, ActivationCache* hooks = nullptr) const;
+  // `start` (here, in mlp() and unembed()) only numbers the positions in NaN/Inf errors.
+  void mlp_block(int64_t layer, Tensor& x, const float* per_layer_input, ActivationCache* hooks = nullptr,
+                 int64_t start = 0) const;
   // The residual stream after the last layer [n, d_model] -> logits [n, d_vocab] (final norm, MLM head
   // transform, unembedding, soft-capping).
-  Tensor unembed(const Tensor& x, ActivationCache* hooks = nullptr) const;
+  Tensor unembed(const Tensor& x, ActivationCache* hooks = nullptr, int64_t start = 0) const;
 
   // The sublayer functions themselves, without norms around them or the residual: input [n, d_model] (already
   // pre-normed where the family pre-norms) -> output projection incl. bias [n, d_model].
   Tensor attention(int64_t layer, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks = nullptr) const;
-  Tensor mlp(int64_t layer, const Tensor& input, ActivationCache* hooks = nullptr) const;
+  Tensor mlp(int64_t layer, const Tensor& input, ActivationCache* hooks = nullptr, int64_t start = 0) const;
 
  private:
   std::shared_ptr<const Model> model_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "io/tensor_store.h"
@@ -69,6 +70,16 @@ struct ModelWeights {
   Norm head_norm;                           // [d_embed]
   Linear unembed;                           // [d_vocab, d_embed] (+ [d_vocab] bias: MLM decoder bias)
   std::vector<FloatBuffer> storage;  // owns converted copies; views point into the store's mappings
+
+  // Every checkpoint tensor bound above, once, as the float32 data the forward pass reads (a view into the
+  // mapping or a converted copy in `storage`): what load_model checks for NaN/Inf, by checkpoint name.
+  struct Source {
+    std::string name;
+    int64_t layer;  // stored layer index of a per-layer tensor; -1 for model-wide tensors
+    const float* data;
+    int64_t size;
+  };
+  std::vector<Source> sources;
 };
 
 }  // namespace tdyn

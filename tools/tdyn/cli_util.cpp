@@ -52,8 +52,16 @@ int run_self(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The child is one process of its own: under mpirun it must not see the launcher's variables, or it would try
+  // to join the MPI job (core/ranks.h).
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view v(*e);
+    if (!v.starts_with("OMPI_") && !v.starts_with("PMI_") && !v.starts_with("PMIX_")) env.push_back(*e);
+  }
+  env.push_back(nullptr);
   pid_t pid = 0;
-  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, args.data(), environ) != 0) return 127;
+  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, args.data(), env.data()) != 0) return 127;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return 127;
@@ -67,13 +75,19 @@ void ModelArgs::add_to(CLI::App* cmd) {
       ->required();
   cmd->add_flag("--allow-unknown-config-keys", allow_unknown_config_keys,
                 "Warn about config.json keys tdyn does not know instead of refusing the model");
+  cmd->add_flag("--no-check-weights", no_check_weights,
+                "Skip the NaN/Inf check of every weight at load (it reads each weight once: for a float32 "
+                "checkpoint, the whole file). Activations are still checked as the model runs");
 }
 
-std::shared_ptr<const Model> ModelArgs::load() const {
+LoadOptions ModelArgs::options() const {
   LoadOptions options;
   options.config.allow_unknown_keys = allow_unknown_config_keys;
-  return load_model(path, options);
+  options.check_finite = !no_check_weights;
+  return options;
 }
+
+std::shared_ptr<const Model> ModelArgs::load() const { return load_model(path, options()); }
 
 void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples) {
   options.samples = default_samples;

@@ -21,11 +21,13 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
 // part keeps a command line that reproduces it alone.
 int run_self(const std::vector<std::string>& argv);
 
-// Adds the model argument and loading flags (--allow-unknown-config-keys) to a subcommand.
+// Adds the model argument and loading flags (--allow-unknown-config-keys, --no-check-weights) to a subcommand.
 struct ModelArgs {
   std::string path;
   bool allow_unknown_config_keys = false;
+  bool no_check_weights = false;
   void add_to(CLI::App* cmd);
+  LoadOptions options() const;  // the flags as load options, for loading further checkpoints (--compare)
   std::shared_ptr<const Model> load() const;
 };
 
