@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -429,6 +430,105 @@ TEST(ParticlesCli, WritesResultsArraysAndFigures) {
   EXPECT_EQ(read_npy(dir / "t.npy").as_double().back(), 5.0);
   for (const char* f : {"diagnostics.csv", "trajectories.dat", "clusters.gp", "rank_P.dat", "attention_t0.dat", "attention_t5.dat"})
     EXPECT_TRUE(fs::exists(dir / f)) << f;
+}
+
+// The series of a figure's .dat file (blocks headed "# series s: label"), each as rows of numbers.
+std::vector<std::vector<std::vector<double>>> dat_series(const fs::path& file) {
+  std::vector<std::vector<std::vector<double>>> series;
+  std::istringstream in(read_file(file));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# series", 0) == 0) series.emplace_back();
+    else if (!line.empty() && !series.empty()) {
+      std::istringstream row(line);
+      std::vector<double> values;
+      for (double v; row >> v;) values.push_back(v);
+      series.back().push_back(values);
+    }
+  }
+  return series;
+}
+
+// The title line of a figure's gnuplot script.
+std::string gp_title(const fs::path& file) {
+  const std::string gp = read_file(file);
+  const size_t at = gp.find("set title ");
+  return at == std::string::npos ? "" : gp.substr(at, gp.find('\n', at) - at);
+}
+
+// The trajectory figure draws the variable that clusters: z for the unnormalised theorems' presets, x on the
+// sphere (where z = R(t)^-1 x of bounded tokens goes to 0 or to infinity) and with --cluster-on x.
+TEST(ParticlesCli, TrajectoryFigureDrawsTheClusteredVariable) {
+  const fs::path dir = test::scratch_dir("particles_trajectory_variable");
+  struct Case {
+    std::string name, flags, npy, cluster_on;
+  };
+  for (const Case& c : {Case{"plain", "", "z.npy", "z"}, Case{"sphere", "--sphere", "x.npy", "z"},
+                        Case{"cluster_on_x", "--cluster-on x", "x.npy", "x"}}) {
+    const fs::path run = dir / c.name;
+    std::string out, err;
+    ASSERT_EQ(test::run_cli(fmt::format("particles --preset hyperplanes --n 6 --T 2 {} --out {}", c.flags, run.string()), &out, &err), 0)
+        << err;
+    // d = 2: the figure's axes are the coordinates themselves; series i < n is token i's path.
+    const NpyArray expected = read_npy(run / c.npy);
+    ASSERT_EQ(expected.shape, (Shape{21, 6, 2}));
+    const std::vector<double> v = expected.as_double();
+    const auto series = dat_series(run / "trajectories.dat");
+    ASSERT_GE(series.size(), 6u) << c.flags;
+    for (int64_t i = 0; i < 6; ++i) {
+      ASSERT_EQ(series[i].size(), 21u);
+      for (int64_t k = 0; k < 21; ++k)
+        for (int64_t j = 0; j < 2; ++j)
+          EXPECT_NEAR(series[i][k][j], v[(k * 6 + i) * 2 + j], 1e-9 * (1 + std::abs(v[(k * 6 + i) * 2 + j])))
+              << c.flags << ": token " << i << " save " << k;
+    }
+    const std::string var = c.npy.substr(0, 1);
+    EXPECT_NE(gp_title(run / "trajectories.gp").find(var + "_i(t)"), std::string::npos) << c.flags;
+    EXPECT_NE(gp_title(run / "clusters.gp").find("clusters of " + c.cluster_on), std::string::npos) << c.flags;
+    const auto j = nlohmann::json::parse(read_file(run / "results.json"));
+    EXPECT_EQ(j["options"]["cluster_on"], c.cluster_on);
+    EXPECT_NE(j["files"]["trajectories.dat"].get<std::string>().find(var + "_i(t)"), std::string::npos) << c.flags;
+  }
+}
+
+// The φ1 histogram shows φ1*(z_i(T)) minus its mean in units of max_i |φ1*(z_i(0))|, and its title gives the
+// level count of results.json; a spread below the level tolerance says "1 level" in so many words.
+TEST(ParticlesCli, Phi1HistogramIsRelativeAndNamesTheLevelCount) {
+  const fs::path dir = test::scratch_dir("particles_phi1_histogram");
+  std::string out, err;
+  ASSERT_EQ(test::run_cli(fmt::format("particles --preset hyperplanes --out {}", (dir / "a").string()), &out, &err), 0) << err;
+  auto j = nlohmann::json::parse(read_file(dir / "a" / "results.json"));
+  int levels = -1;
+  for (const auto& h : j["results"]["final"]["hyperplanes"])
+    if (h["is_top"]) levels = h["level_count"];
+  ASSERT_GE(levels, 1);
+  const std::string title = gp_title(dir / "a" / "phi1_histogram.gp");
+  EXPECT_NE(title.find(fmt::format(": {} level", levels)), std::string::npos) << title;
+  EXPECT_NE(read_file(dir / "a" / "phi1_histogram.gp").find("- mean) / max_i |phi1*(z_i(0))|"), std::string::npos);
+  auto bars = dat_series(dir / "a" / "phi1_histogram.dat");
+  ASSERT_EQ(bars.size(), 1u);
+  double tokens = 0, mean = 0;
+  for (const auto& bar : bars[0]) {
+    tokens += bar[1], mean += bar[0] * bar[1];
+    EXPECT_LT(std::abs(bar[0]), 2.0) << "values are relative to max_i |phi1*(z_i(0))|";
+  }
+  EXPECT_EQ(tokens, 20);
+  EXPECT_LT(std::abs(mean / tokens), 0.05) << "values are relative to their mean";
+
+  // Identical tokens: one level, spread 0, drawn as one bar.
+  Matrix x0(4, 2);
+  x0 << 1, 2, 1, 2, 1, 2, 1, 2;
+  write_npy(dir / "x0.npy", x0.data(), {4, 2});
+  ASSERT_EQ(test::run_cli(fmt::format("particles --preset hyperplanes --init {} --T 1 --out {}", (dir / "x0.npy").string(),
+                                      (dir / "b").string()),
+                          &out, &err),
+            0)
+      << err;
+  EXPECT_NE(gp_title(dir / "b" / "phi1_histogram.gp").find("1 level (spread 0 below the tolerance 0.01)"), std::string::npos)
+      << gp_title(dir / "b" / "phi1_histogram.gp");
+  bars = dat_series(dir / "b" / "phi1_histogram.dat");
+  ASSERT_EQ(bars.size(), 1u);
+  ASSERT_EQ(bars[0].size(), 1u);
+  EXPECT_EQ(bars[0][0][1], 4);
 }
 
 TEST(ParticlesCli, UserErrorsNameTheFlagAndTheShapes) {
