@@ -349,16 +349,21 @@ constexpr Caption kCaptions[] = {
     {"graph", "The correlation graph at one boundary, coloured by community; rings mark boundary (bridge) nodes."},
     {"compare_communities", "Community count per boundary for each checkpoint: training versus architecture."},
     {"compare_coupling", "Coupling ρ per layer for each checkpoint; filled markers are significant."},
-    {"trajectories", "Particle trajectories of the rescaled tokens z_i(t): look for tokens converging to a few points "
-                     "(clusters), polytope vertices (V = I) or hyperplanes."},
-    {"clusters", "Number of clusters over time: a falling staircase is clustering."},
+    {"trajectories", "Particle trajectories with snapshots at four times, of the variable that clusters (the title says "
+                     "which): the tokens x_i(t) on the unit sphere (real-model heads, --sphere) or with --cluster-on x, the "
+                     "rescaled tokens z_i(t) otherwise. Look for tokens converging to a few points (clusters), polytope "
+                     "vertices (V = I) or hyperplanes."},
+    {"clusters", "Number of clusters over time, of x or of z as the title says (options.cluster_on): a falling staircase "
+                 "is clustering. When V has a simple positive top eigenvalue, the second curve counts the levels of "
+                 "φ₁*(z) (Theorem 3.1: at most 3)."},
     {"rank_P", "Numerical rank of P(t) and the number of leaders: low rank with a few leaders is the paper's Boolean, "
                "low-rank limit."},
     {"boolean_distance", "Distance of P(t) to the nearest 0/1 matrix (falling to 0: P becomes Boolean) and to the uniform "
                          "matrix (falling to 0: collapse, as for V = −I)."},
     {"attention_t*", "The attention matrix P at one time: rows concentrating on a few columns are followers choosing leaders."},
-    {"phi1_histogram", "Values of φ₁*(z_i(T)) for the top eigenvalue of V: at most 3 distinct values means the limits lie on "
-                       "at most 3 parallel hyperplanes (Theorem 3.1)."},
+    {"phi1_histogram", "Values of φ₁*(z_i(T)) for the top eigenvalue of V, relative to their mean and in units of "
+                       "max_i |φ₁*(z_i(0))|; the title gives the number of levels (values closer than --level-tol are one "
+                       "level). At most 3 levels means the limits lie on at most 3 parallel hyperplanes (Theorem 3.1)."},
 };
 
 bool glob_match(std::string_view pattern, std::string_view text) {
@@ -415,15 +420,18 @@ const char* kStyle = R"(
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px; padding: 0 24px 48px; color: #1d2330; }
 h1 { font-size: 1.6em; margin: 24px 0 4px; } h2 { margin-top: 40px; border-bottom: 2px solid #d7dce5; padding-bottom: 4px; }
 h3 { margin: 24px 0 8px; } .sub { color: #5b6475; margin: 0 0 16px; }
-nav a { margin-right: 14px; } a { color: #1f5fbf; }
+nav { display: flex; flex-wrap: wrap; } nav a { margin-right: 14px; } a { color: #1f5fbf; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; }
 th, td { border: 1px solid #d7dce5; padding: 6px 8px; text-align: left; vertical-align: top; }
 th { background: #f1f4f9; } td.rule { color: #5b6475; font-size: 0.85em; }
-.verdict { font-weight: 600; white-space: nowrap; border-radius: 4px; padding: 1px 6px; }
+td.rule, td.contents, code { overflow-wrap: anywhere; }  /* long keys, file names and paths wrap in narrow windows */
+.scroll-x { overflow-x: auto; }  /* a table still wider than a phone scrolls on its own, not the page */
+.verdict { font-weight: 600; white-space: nowrap; border-radius: 4px; padding: 1px 6px; box-decoration-break: clone; -webkit-box-decoration-break: clone; }
+@media (max-width: 600px) { .verdict { white-space: normal; } }  /* "not computed" on two lines leaves the rule column room */
 .pass { background: #dff3e4; color: #17692e; } .differs { background: #fde7d9; color: #9a3b07; }
 .not-computed { background: #eceef2; color: #5b6475; } .info { background: #e3ecfa; color: #1f4f99; }
 pre { background: #f6f8fb; border: 1px solid #d7dce5; padding: 8px 10px; overflow-x: auto; font-size: 0.85em; white-space: pre-wrap; overflow-wrap: anywhere; }
-.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 18px; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(520px, 100%), 1fr)); gap: 18px; }
 figure { margin: 0; border: 1px solid #d7dce5; border-radius: 6px; padding: 8px; background: #fff; }
 figure img { width: 100%; height: auto; display: block; }
 figcaption { font-size: 0.9em; margin-top: 6px; } figcaption .what { color: #5b6475; font-size: 0.9em; }
@@ -469,14 +477,14 @@ void summary_tables(std::string& h, const std::vector<PaperSummary>& papers) {
        "<b>pass</b>: this model shows what the paper reports; <b>differs</b>: it does not; <b>shown</b>: reported "
        "without a verdict; <b>not computed</b>: the analysis or the key is missing.</p>\n";
   for (const auto& paper : papers) {
-    h += fmt::format("<h3>Seed {}: {}</h3>\n<table>\n<tr><th style=\"width:30%\">claim</th><th>this model</th><th>verdict</th>"
+    h += fmt::format("<h3>Seed {}: {}</h3>\n<div class=\"scroll-x\"><table>\n<tr><th style=\"width:30%\">claim</th><th>this model</th><th>verdict</th>"
                      "<th style=\"width:28%\">rule</th></tr>\n",
                      paper.seed, html_escape(paper.title));
     for (const auto& c : paper.checks)
       h += fmt::format("<tr><td>{}</td><td>{}</td><td><span class=\"verdict {}\">{}</span></td><td class=\"rule\">{}</td></tr>\n",
                        html_escape(c.claim), html_escape(c.observed), verdict_class(c.verdict), verdict_text(c.verdict),
                        html_escape(c.rule));
-    h += "</table>\n";
+    h += "</table></div>\n";
   }
 }
 
@@ -489,11 +497,11 @@ void json_details(std::string& h, const std::string& title, const json* j) {
 void timings_details(std::string& h, const json& root) {
   const json* t = find(root, "/timings");
   if (!t || !t->is_object() || t->empty()) return;
-  h += "<details><summary>Timings</summary><table><tr><th>phase</th><th>seconds</th></tr>\n";
+  h += "<details><summary>Timings</summary><div class=\"scroll-x\"><table><tr><th>phase</th><th>seconds</th></tr>\n";
   for (const auto& [phase, seconds] : t->items())
     h += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", html_escape(phase),
                      seconds.is_number() ? fmt::format("{:.3f}", seconds.get<double>()) : html_escape(seconds.dump()));
-  h += "</table></details>\n";
+  h += "</table></div></details>\n";
 }
 
 // `launch` is the analyze record of this part (null for a single results directory).
@@ -568,11 +576,11 @@ void part_section(std::string& h, const fs::path& root, const ReportPart& p, con
   json_details(h, "Options (every default actually used)", find(j, "/options"));
   timings_details(h, j);
   if (!other_files.empty()) {
-    h += "<details><summary>Data files</summary><table><tr><th>file</th><th>contents</th></tr>\n";
+    h += "<details><summary>Data files</summary><div class=\"scroll-x\"><table><tr><th>file</th><th>contents</th></tr>\n";
     for (const auto& [name, what] : other_files)
-      h += fmt::format("<tr><td><a href=\"{}\">{}</a></td><td>{}</td></tr>\n", html_escape(url_path(join_path(p.rel_dir, name))),
+      h += fmt::format("<tr><td><a href=\"{}\">{}</a></td><td class=\"contents\">{}</td></tr>\n", html_escape(url_path(join_path(p.rel_dir, name))),
                        html_escape(name), html_escape(what));
-    h += "</table></details>\n";
+    h += "</table></div></details>\n";
   }
   h += fmt::format("<p class=\"sub\">tdyn {} · schema {} · started {} · <a href=\"{}\">results.json</a></p>\n",
                    html_escape(text_at(j, "/tool_version")), html_escape(text_at(j, "/schema_version")),
