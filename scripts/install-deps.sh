@@ -9,6 +9,7 @@ packages=(
   libigraph-dev libarpack2-dev libglpk-dev libplfit-dev
   libicu-dev
   gnuplot-nox
+  libopenmpi-dev openmpi-bin  # MPI ranks (mpirun -np N tdyn ...); the build leaves MPI out without them
   chromium  # the report's rendering test (tests/report_renders_in_chromium.py); skipped without it
   pybind11-dev python3-dev
   python3-numpy

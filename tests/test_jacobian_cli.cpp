@@ -81,6 +81,22 @@ TEST(JacobianCli, Stories260KWithInitCompareSurgeryAndPerSample) {
                         "surgery.csv", "cumulative_effective_rank.dat", "cumulative_effective_rank.gp", "surgery.gp",
                         "metric_henrici_normalized.dat", "eigenvalues_depth1.dat"})
     EXPECT_TRUE(fs::exists(res / f)) << f;
+  // d = 64: self-alignment at k = 100 ≥ d would be 1 for every matrix, so it is neither computed nor plotted, and a
+  // note says so; k = 1 and 10 are.
+  EXPECT_EQ(r["options"]["alignment_ks"], nlohmann::json({1, 10, 100}));
+  EXPECT_EQ(r["options"]["alignment_ks_used"], nlohmann::json({1, 10}));
+  ASSERT_TRUE(r["results"]["notes"].is_array());
+  bool noted = false;
+  for (const auto& n : r["results"]["notes"]) noted |= n.get<std::string>().find("k = 100 skipped") != std::string::npos;
+  EXPECT_TRUE(noted) << r["results"]["notes"].dump();
+  EXPECT_EQ(r["results"]["models"][0]["depths"][0]["mean"]["self_alignment"].size(), 2u);
+  EXPECT_TRUE(fs::exists(res / "metric_alignment_k10.dat"));
+  EXPECT_FALSE(fs::exists(res / "metric_alignment_k100.dat"));
+  EXPECT_FALSE(r["files"].contains("metric_alignment_k100.dat"));
+  const std::string csv = read_file(res / "metrics_mean.csv");
+  const std::string header = csv.substr(0, csv.find('\n'));
+  EXPECT_NE(header.find("alignment_k10,"), std::string::npos) << header;
+  EXPECT_EQ(header.find("alignment_k100"), std::string::npos) << header;
   // Per-sample files carry the sample's last position.
   bool found = false;
   for (const auto& e : fs::directory_iterator(res / "per_sample"))

@@ -668,6 +668,11 @@ void StructuredMean::merge(const StructuredMean& o) {
 
 Matrix StructuredMean::mean() const {
   TDYN_CHECK(count_ > 0);
+  return sum() / static_cast<double>(count_);
+}
+
+Matrix StructuredMean::sum() const {
+  if (count_ == 0) return {};
   // Σ L (b I + F R), then diag(w_L) on the left, a I, the per-layer-input factor and the layer scalar.
   Matrix inner = both_;
   if (inner_identity_ != 0) {
@@ -684,7 +689,7 @@ Matrix StructuredMean::mean() const {
   k_sum.diagonal().array() += identity_ * static_cast<double>(count_);
   Matrix total = k_sum;
   if (ple_gate_) total += ple_product_sum_;
-  return (layer_scalar_ / static_cast<double>(count_)) * total;
+  return layer_scalar_ * total;
 }
 
 }  // namespace tdyn

@@ -124,7 +124,8 @@ class StructuredMean {
   void add(const StepStructure& s);
   void merge(const StructuredMean& other);  // sums of another accumulator (same sublayer)
   int64_t count() const { return count_; }
-  linalg::Matrix mean() const;
+  linalg::Matrix mean() const;  // Σ_s J_s / S
+  linalg::Matrix sum() const;   // Σ_s J_s ([0 × 0] when empty)
 
  private:
   struct BranchSums {

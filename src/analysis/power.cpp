@@ -193,50 +193,62 @@ nlohmann::json AlignmentStats::to_json() const {
 TokenDynamics token_dynamics(const Transformer& model, const std::vector<Sample>& samples,
                              const std::vector<LayerSpectrum>& spectra, const DynamicsOptions& options,
                              const ProgressFn& progress) {
-  const int64_t n_layers = model.config().n_layers, d = model.config().d_model;
+  const int64_t n_layers = model.config().n_layers;
   TDYN_CHECK(static_cast<int64_t>(spectra.size()) == n_layers);
   std::vector<Matrix> basis_f, basis_if;  // dominant subspaces of F_t and I + F_t
   for (const auto& s : spectra) {
     basis_f.push_back(dominant_basis(s.f));
     basis_if.push_back(dominant_basis(s.identity_plus_f));
   }
-  TokenDynamics out;
-  out.options = options;
-  out.samples = static_cast<int64_t>(samples.size());
-  out.before.assign(n_layers, {});
-  out.after.assign(n_layers, {});
-  std::vector<std::vector<double>> before_if(n_layers), after_if(n_layers);
-  std::vector<double> norm_before(n_layers, 0), norm_after(n_layers, 0);
+  TokenAlignments a;
+  a.samples = static_cast<int64_t>(samples.size());
+  for (auto* v : {&a.before_f, &a.after_f, &a.before_if, &a.after_if, &a.norm_before, &a.norm_after}) v->assign(n_layers, {});
   for (size_t si = 0; si < samples.size(); ++si) {
     TokenState state = initial_state(model, samples[si].ids, options);
     const int64_t n = state.x.dim(0);
-    out.tokens += n;
     for (int64_t t = 0; t < n_layers; ++t) {
       for (int64_t i = 0; i < n; ++i) {
         const Vector x = row_vector(state.x, i);
-        out.before[t].push_back(alignment(x, basis_f[t]));
-        before_if[t].push_back(alignment(x, basis_if[t]));
-        norm_before[t] += x.norm();
+        a.before_f[t].push_back(alignment(x, basis_f[t]));
+        a.before_if[t].push_back(alignment(x, basis_if[t]));
+        a.norm_before[t].push_back(x.norm());
       }
       apply_layer(model, t, state, options);
       for (int64_t i = 0; i < n; ++i) {
         const Vector x = row_vector(state.x, i);
-        out.after[t].push_back(alignment(x, basis_f[t]));
-        after_if[t].push_back(alignment(x, basis_if[t]));
-        norm_after[t] += x.norm();
+        a.after_f[t].push_back(alignment(x, basis_f[t]));
+        a.after_if[t].push_back(alignment(x, basis_if[t]));
+        a.norm_after[t].push_back(x.norm());
       }
     }
-    report_progress(progress, static_cast<int64_t>(si) + 1, out.samples, "token dynamics, samples");
+    report_progress(progress, static_cast<int64_t>(si) + 1, a.samples, "token dynamics, samples");
   }
+  return summarize_token_dynamics(std::move(a), spectra, model.config().d_model, options);
+}
+
+TokenDynamics summarize_token_dynamics(TokenAlignments a, const std::vector<LayerSpectrum>& spectra, int64_t d,
+                                       const DynamicsOptions& options) {
+  const int64_t n_layers = static_cast<int64_t>(spectra.size());
+  TDYN_CHECK(static_cast<int64_t>(a.before_f.size()) == n_layers);
+  TokenDynamics out;
+  out.options = options;
+  out.samples = a.samples;
+  out.tokens = n_layers > 0 ? static_cast<int64_t>(a.before_f[0].size()) : 0;
   for (int64_t t = 0; t < n_layers; ++t) {
+    const auto& s = spectra[t];
     LayerDynamics l;
     l.layer = t;
-    l.f = alignment_stats(out.before[t], out.after[t], random_alignment_baseline(d, basis_f[t].cols()));
-    l.identity_plus_f = alignment_stats(before_if[t], after_if[t], random_alignment_baseline(d, basis_if[t].cols()));
-    l.mean_norm_before = out.tokens ? norm_before[t] / out.tokens : 0;
-    l.mean_norm_after = out.tokens ? norm_after[t] / out.tokens : 0;
+    l.f = alignment_stats(a.before_f[t], a.after_f[t], random_alignment_baseline(d, dominant_basis(s.f).cols()));
+    l.identity_plus_f = alignment_stats(a.before_if[t], a.after_if[t], random_alignment_baseline(d, dominant_basis(s.identity_plus_f).cols()));
+    double before = 0, after = 0;  // summed in token order
+    for (double v : a.norm_before[t]) before += v;
+    for (double v : a.norm_after[t]) after += v;
+    l.mean_norm_before = out.tokens ? before / out.tokens : 0;
+    l.mean_norm_after = out.tokens ? after / out.tokens : 0;
     out.layers.push_back(std::move(l));
   }
+  out.before = std::move(a.before_f);
+  out.after = std::move(a.after_f);
   return out;
 }
 
@@ -510,6 +522,7 @@ ModelWeights weight_views(const ModelWeights& w) {
   v.head_dense = w.head_dense;
   v.head_norm = w.head_norm;
   v.unembed = w.unembed;
+  v.sources = w.sources;
   return v;
 }
 

@@ -116,6 +116,17 @@ TokenDynamics token_dynamics(const Transformer& model, const std::vector<Sample>
                              const std::vector<LayerSpectrum>& spectra, const DynamicsOptions& options,
                              const ProgressFn& progress = {});
 
+// The per-token measurements behind TokenDynamics, in token order (all samples concatenated): alignments
+// a(x^t; ·) before and a(x^{t+1}; ·) after layer t with the dominant subspaces of F_t and I + F_t, and ‖x‖.
+struct TokenAlignments {
+  int64_t samples = 0;
+  std::vector<std::vector<double>> before_f, after_f, before_if, after_if;  // [layer][token]
+  std::vector<std::vector<double>> norm_before, norm_after;                // [layer][token]
+};
+// γ_t, ρ_t, their tests and mean norms from the per-token measurements (what token_dynamics does after the loop).
+TokenDynamics summarize_token_dynamics(TokenAlignments alignments, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
+                                       const DynamicsOptions& options);
+
 // ---- Shared-weight iteration -------------------------------------------------------------------------------
 
 // The regimes of the paper's shared-weight analysis, classified from the token states after the last step.

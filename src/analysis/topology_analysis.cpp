@@ -1,4 +1,4 @@
-// Boundaries, the single forward pass over the samples, per-boundary topology, the topology–dynamics coupling
+// Boundaries, per-boundary topology, the topology–dynamics coupling
 // and graph layout; see topology_analysis.h.
 #include "analysis/topology_analysis.h"
 
@@ -36,96 +36,6 @@ std::vector<ResidualBoundary> residual_boundaries(int64_t n_layers, BoundarySet 
   }
   boundaries.push_back({fmt::format("blocks.{}.hook_resid_post", n_layers - 1), n_layers, -1});
   return boundaries;
-}
-
-// ---- The pass over the samples ---------------------------------------------------------------------------------
-
-namespace {
-
-// The residual stream [pos, d_model] at a boundary, from the Jacobian module's forward-pass state.
-const Tensor& boundary_activation(const SequenceState& state, const ResidualBoundary& b, int64_t n_layers) {
-  if (b.sublayer < 0) return state.resid_post.at(n_layers - 1);
-  return b.sublayer % 2 == 0 ? state.resid_pre.at(b.layer) : state.resid_mid.at(b.layer);
-}
-
-std::span<const float> rows_of(const Tensor& t) { return {t.ptr(), static_cast<size_t>(numel(t.shape))}; }
-
-}  // namespace
-
-BoundaryPass accumulate_boundaries(const Transformer& transformer, const JacobianModel* jacobians,
-                                   const std::vector<Sample>& samples, const std::vector<ResidualBoundary>& boundaries,
-                                   const BoundaryPassOptions& options) {
-  const int64_t n_boundaries = static_cast<int64_t>(boundaries.size());
-  const int64_t d = transformer.config().d_model, n_layers = transformer.config().n_layers;
-  const int64_t n_samples = static_cast<int64_t>(samples.size());
-  TDYN_CHECK(!jacobians || &jacobians->transformer() == &transformer);
-  std::string patterns;  // exact hook names (no wildcards): only the boundaries are captured
-  for (const auto& b : boundaries) patterns += (patterns.empty() ? "" : ",") + b.hook;
-
-  BoundaryPass pass;
-  pass.correlations.assign(n_boundaries, CorrelationAccumulator(d));
-  std::vector<StructuredMean> means(n_boundaries);
-  std::exception_ptr first_error;
-
-#pragma omp parallel
-  {
-    // Per-thread sums over disjoint samples, merged below (both accumulators merge exactly).
-    std::vector<CorrelationAccumulator> my_correlations(n_boundaries, CorrelationAccumulator(d));
-    std::vector<StructuredMean> my_means(n_boundaries);
-    int64_t my_tokens = 0, my_pairs = 0, my_samples = 0;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < n_samples; ++i) {
-      try {
-        const std::vector<int32_t>& ids = samples[i].ids;
-        if (jacobians) {
-          const SequenceState state = jacobians->run(ids);
-          for (int64_t b = 0; b < n_boundaries; ++b)
-            my_correlations[b].add_rows(rows_of(boundary_activation(state, boundaries[b], n_layers)));
-          const std::vector<int64_t> positions = options.jacobian_positions.resolve(state.n_pos);
-          for (int64_t pos : positions)
-            for (int64_t b = 0; b < n_boundaries; ++b) {
-              const ResidualBoundary& boundary = boundaries[b];
-              if (boundary.sublayer < 0) continue;
-              const Sublayer which = boundary.sublayer % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp;
-              my_means[b].add(jacobians->structure(state, boundary.layer, which, pos));
-            }
-          my_pairs += static_cast<int64_t>(positions.size());
-        } else {
-          ActivationCache cache(patterns);
-          transformer.forward(ids, &cache);
-          for (int64_t b = 0; b < n_boundaries; ++b) my_correlations[b].add_rows(rows_of(cache.at(boundaries[b].hook)));
-        }
-        my_tokens += static_cast<int64_t>(ids.size());
-        ++my_samples;
-      } catch (...) {
-#pragma omp critical(tdyn_topology_error)
-        if (!first_error) first_error = std::current_exception();
-      }
-      if (options.sample_done) {
-#pragma omp critical(tdyn_topology_progress)
-        options.sample_done();
-      }
-    }
-#pragma omp critical(tdyn_topology_merge)
-    {
-      for (int64_t b = 0; b < n_boundaries; ++b) {
-        pass.correlations[b].merge(my_correlations[b]);
-        if (my_means[b].count() > 0) means[b].merge(my_means[b]);
-      }
-      pass.n_tokens += my_tokens;
-      pass.n_jacobian_pairs += my_pairs;
-      pass.n_samples += my_samples;
-    }
-  }
-  if (first_error) std::rethrow_exception(first_error);
-  if (pass.n_tokens < 2) fail("topology: {} samples gave {} tokens; the correlation needs at least 2", n_samples, pass.n_tokens);
-  if (jacobians && pass.n_jacobian_pairs == 0)
-    fail("topology: no (sample, position) pair for the mean Jacobians: {} samples, positions '{}'", n_samples,
-         options.jacobian_positions.to_string());
-  pass.mean_jacobians.resize(n_boundaries);
-  for (int64_t b = 0; b < n_boundaries; ++b)
-    if (means[b].count() > 0) pass.mean_jacobians[b] = means[b].mean();
-  return pass;
 }
 
 // ---- One boundary ------------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@
 // The model-independent steps live in analysis/topology/ (topology.h); mean Jacobians come from
 // analysis/jacobian.h. This file adds what needs a model:
 //   * residual_boundaries(): which hooks are cut (the input of every layer and the output of the last one);
-//   * accumulate_boundaries(): ONE forward pass per sample feeds both the correlation accumulators (all tokens)
-//     and the structured mean Jacobians (selected positions) — no activation is stored beyond one sample;
+//   * the pass over the samples lives in sample_pass.h: ONE forward pass per sample feeds both the correlation
+//     accumulators (all tokens) and the structured mean Jacobians (selected positions);
 //   * analyse_boundary(): graph, communities, γ scan and boundary scores of one correlation matrix;
 //   * topology_dynamics_coupling(): a pure function of (boundary scores, J̄) per layer;
 //   * graph_layout(): Fruchterman–Reingold node positions (igraph) for drawing one layer's graph.
@@ -44,31 +44,6 @@ struct ResidualBoundary {
 };
 
 std::vector<ResidualBoundary> residual_boundaries(int64_t n_layers, BoundarySet set);
-
-// ---- One pass over the samples -------------------------------------------------------------------------------
-
-struct BoundaryPassOptions {
-  PositionSpec jacobian_positions;  // positions averaged in J̄ (default: the last token, the paper's choice)
-  std::function<void()> sample_done;  // called once per finished sample (serialised), for progress
-};
-
-struct BoundaryPass {
-  std::vector<topology::CorrelationAccumulator> correlations;  // per boundary: all tokens of all samples
-  std::vector<linalg::Matrix> mean_jacobians;  // per boundary: J̄ of the map leaving it (empty: final boundary, or
-                                               // no JacobianModel given)
-  int64_t n_samples = 0;
-  int64_t n_tokens = 0;          // rows per accumulator
-  int64_t n_jacobian_pairs = 0;  // (sample, position) pairs averaged in each J̄
-};
-
-// Runs every sample once. With a JacobianModel (of the same transformer) the forward pass is
-// JacobianModel::run, which keeps the residual stream at every boundary (read by the accumulators) and the
-// state the structured Jacobians need (StructuredMean, jacobian.h); without one, Transformer::forward with an
-// ActivationCache that captures only the boundary hooks. Samples run in parallel (OpenMP); per-thread
-// accumulators are merged at the end. Throws Error when no sample has 2 tokens in all.
-BoundaryPass accumulate_boundaries(const Transformer& transformer, const JacobianModel* jacobians,
-                                   const std::vector<Sample>& samples, const std::vector<ResidualBoundary>& boundaries,
-                                   const BoundaryPassOptions& options = {});
 
 // ---- Graph, communities and boundary nodes of one boundary ----------------------------------------------------
 

@@ -2,30 +2,33 @@
 //   DIR/power      seed 000: layer matrices, spectra, token alignment (tdyn power)
 //   DIR/jacobian   seed 003: mean Jacobians, cumulative products, metrics, Schur surgery (tdyn jacobian --surgery)
 //   DIR/topology   seed 003: correlation graphs, signed Leiden, coupling with the Jacobian gains (tdyn topology)
-//   DIR/particles  seed 004: one attention head of the model simulated as interacting particles (tdyn particles)
+//   DIR/particles  seed 004: one attention head of the model simulated as interacting particles (tdyn particles
+//                  --from-model)
+//   DIR/pass       the forward pass over the samples that power, jacobian and topology share (pass.tdynpass)
 //   DIR/index.html the report; DIR/results.json which parts ran, their command lines, status and timings.
 //
-// Each part runs as a child process of this same executable (/proc/self/exe) with an argv built here. Why not in
-// process: every subcommand records the process's own command line in its results.json, and that line must
-// reproduce the part on its own; a child also confines a failing or crashing part, so the others and the report
-// still complete, and returns its memory when it ends. Nothing is shared between parts yet: each loads the
-// model (memory-mapped, so cheap) and runs its own forward passes over the same samples (same --data,
-// --samples and sample seed, so the same passages). Sharing those passes is a later optimisation.
+// The shared pass runs here, in this process, so that it can be split across MPI ranks and checkpointed; it is
+// the loop over samples that the parts have in common. Each part then runs as a child process
+// of this same executable (/proc/self/exe) with an argv built here. Why not in process: every subcommand
+// records the process's own command line in its results.json, and that line must reproduce the part (given the
+// pass file); a child also confines a failing or crashing part, so the others and the report still complete,
+// and returns its memory when it ends. Under MPI only rank 0 gets past the pass and runs the parts.
 
 #include <chrono>
 #include <cmath>
 #include <iostream>
-#include <numeric>
-#include <random>
 #include <set>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "analysis/layer_matrix.h"
+#include "analysis/power_pass.h"
+#include "analysis/sample_pass.h"
 #include "cli_util.h"
 #include "command.h"
-#include "core/npy.h"
+#include "core/ranks.h"
+#include "pass_args.h"
 #include "report/html_report.h"
 #include "report/progress.h"
 #include "report/results.h"
@@ -38,73 +41,55 @@ const std::vector<std::string> kParts = {"power", "jacobian", "topology", "parti
 
 struct AnalyzeArgs {
   ModelArgs model;
+  PassArgs pass;
   std::string data, out_dir, skip;
   int64_t samples = 200, max_len = 128;
   int64_t head_layer = 0, head = 0, particles_tokens = 32;
   double particles_t = 20;  // a real head on the sphere clusters between T = 10 and 15 on stories260K; 5 is too short
 };
 
-// The real-model bridge of seed 004: head `h` of layer `l` as the paper's (Q, K, V, O), β = the model's attention
-// scale absorbed in Q, the pre-attention norm folded in (below), and the first n tokens of the first sample's
-// embeddings, normalised to unit length, as the initial particles. RoPE, the causal mask and the MLP are left
-// out, as in the paper's model.
-std::vector<std::string> write_bridge(const AnalyzeArgs& a, const Model& model, const fs::path& dir, nlohmann::json* record) {
-  const ModelConfig& c = model.config;
-  if (a.head_layer >= c.n_layers) fail("--particles-layer {}: the model has {} layers", a.head_layer, c.n_layers);
-  if (a.head >= c.n_heads) fail("--particles-head {}: the model has {} heads", a.head, c.n_heads);
-  const LayerWeights& w = model.weights.layers.at(a.head_layer);
-  if (!w.q || !w.k) fail("layer {} has no query/key projection of its own", a.head_layer);
-  const int64_t d = c.d_model, dh = c.layer(a.head_layer).d_head, kv = a.head / (c.n_heads / c.n_kv_heads);
-  // The head sees RMSNorm/LayerNorm output g ⊙ sqrt(d) x̂ for a unit token x̂ (ignoring any norm bias), so the
-  // particles live on the unit sphere and the diagonal map sqrt(d) g is folded into Q, K and V; without it the
-  // scores are d times too small and P stays near uniform.
-  const double beta = c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(static_cast<double>(dh));
-  std::vector<double> gain(d, std::sqrt(static_cast<double>(d)));
-  if (w.attn_norm.w)
-    for (int64_t i = 0; i < d; ++i) gain[i] *= w.attn_norm.w[i];
-  std::vector<double> q(dh * d), k(dh * d), v(dh * d), o(d * dh);
-  const linalg::Matrix values = expanded_value_matrix(model, a.head_layer), outputs = output_matrix(model, a.head_layer);
-  for (int64_t r = 0; r < dh; ++r)
-    for (int64_t i = 0; i < d; ++i) {
-      q[r * d + i] = beta * w.q.at(a.head * dh + r, i) * gain[i];
-      k[r * d + i] = w.k.at(kv * dh + r, i) * gain[i];
-      v[r * d + i] = values(a.head * dh + r, i) * gain[i];
-      o[i * dh + r] = outputs(i, a.head * dh + r);
-    }
-
-  SampleArgs one;
-  one.options.data = a.data;
-  one.options.samples = 1;
-  one.options.min_len = 1;
-  std::vector<int32_t> ids = one.load(a.model.path, c.d_vocab).at(0).ids;
-  const int64_t n = std::min<int64_t>(a.particles_tokens, ids.size());
-  // ALBERT's factorised embeddings are narrower than d_model; there the particles start from random unit vectors.
-  const bool embeddings_fit = model.weights.embed && (c.d_embed == 0 || c.d_embed == d);
-  std::mt19937_64 rng(0);
-  std::normal_distribution<double> gaussian;
-  std::vector<double> x0(n * d);
-  for (int64_t t = 0; t < n; ++t) {
-    const float* row = embeddings_fit ? model.weights.embed + static_cast<int64_t>(ids[t]) * d : nullptr;
-    for (int64_t i = 0; i < d; ++i) x0[t * d + i] = row ? row[i] : gaussian(rng);
-    const double norm = std::sqrt(std::max(std::inner_product(&x0[t * d], &x0[t * d] + d, &x0[t * d], 0.0), 1e-30));
-    for (int64_t i = 0; i < d; ++i) x0[t * d + i] /= norm;
+// The forward pass shared by power, jacobian and topology: every sample runs once here (under MPI, split across the
+// ranks; with checkpoints and --resume) and the sums go to DIR/pass/pass.tdynpass, which the parts read with
+// --from-pass. A resumed analysis whose pass had finished reuses the file.
+fs::path shared_pass(const AnalyzeArgs& a, const std::shared_ptr<const Model>& model, const fs::path& dir,
+                     const std::set<std::string>& skip, nlohmann::json* record) {
+  SampleArgs samples_args;
+  samples_args.options.data = a.data;
+  samples_args.options.samples = a.samples;
+  samples_args.options.max_len = a.max_len;
+  const std::vector<Sample> samples = samples_args.load(a.model.path, model->config.d_vocab);
+  if (samples.empty()) fail("no samples to analyse in {} (check --data)", a.data);
+  PassSpec spec;
+  spec.boundaries = residual_boundaries(model->config.n_layers, BoundarySet::Sublayers);
+  spec.correlations = !skip.count("topology");
+  spec.jacobians = !skip.count("jacobian") || !skip.count("topology");
+  if (!skip.count("power")) {
+    // Power's token alignments with the dominant eigenvectors of F_t: its spectra with its default options.
+    std::vector<LayerSpectrum> spectra;
+    for (int64_t l = 0; l < model->config.n_layers; ++l) spectra.push_back(layer_spectrum(layer_matrix(*model, l), SpectrumOptions{}));
+    spec.probes = token_dynamics_probes(spectra);
+  }
+  const nlohmann::json identity = pass_identity(pass_model_identity(a.model.path, *model), samples, spec);
+  const fs::path file = dir / "pass.tdynpass";
+  *record = {{"file", "pass/pass.tdynpass"}, {"samples", samples.size()}, {"spec", spec.to_json()}};
+  if (a.pass.resume && fs::exists(file)) {
+    try {
+      if (load_pass(file).header.at("identity") == identity) {
+        (*record)["reused"] = true;
+        return file;
+      }
+    } catch (const Error&) {
+    }  // damaged or of other samples: run the pass again
   }
   fs::create_directories(dir);
-  write_npy(dir / "Q.npy", q.data(), {dh, d});
-  write_npy(dir / "K.npy", k.data(), {dh, d});
-  write_npy(dir / "V.npy", v.data(), {dh, d});
-  write_npy(dir / "O.npy", o.data(), {d, dh});
-  write_npy(dir / "x0.npy", x0.data(), {n, d});
-  *record = {{"layer", a.head_layer}, {"head", a.head}, {"kv_head", kv}, {"beta", beta},
-             {"norm_gain", "sqrt(d_model) times the pre-attention norm weight, folded into Q, K, V"}, {"tokens", n},
-             {"initial_tokens", embeddings_fit ? "unit-length embedding rows of the first tokens of the first sample"
-                                               : "random unit vectors (seed 0): the embeddings are narrower than d_model"},
-             {"left_out", "RoPE, QK-norm, the causal mask, the MLP, norm biases and the residual stream's own norm growth"}, {"files", dir.string()}};
-  return {"--query", (dir / "Q.npy").string(), "--key", (dir / "K.npy").string(), "--value", (dir / "V.npy").string(),
-          "--output", (dir / "O.npy").string(), "--init", (dir / "x0.npy").string(), "--n", std::to_string(n), "--d",
-          std::to_string(d), "--d-head", std::to_string(dh), "--T", fmt::format("{}", a.particles_t), "--sphere",
-          // On the sphere the tokens themselves cluster; z = e^{-tW} x rescales the unnormalised system only.
-          "--cluster-on", "x"};
+  auto transformer = std::make_shared<const Transformer>(model);
+  std::unique_ptr<JacobianModel> jacobians;
+  if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
+  const PassSums sums = obtain_pass(a.pass, *transformer, jacobians.get(), samples, spec, pass_model_identity(a.model.path, *model),
+                                    dir / "pass.checkpoint", "analyze: forward pass");
+  save_pass(file, {{{"identity", identity}, {"ranks", ranks().size}}, sums});
+  (*record)["reused"] = false;
+  return file;
 }
 
 int run_analyze(AnalyzeArgs& a) {
@@ -130,14 +115,30 @@ int run_analyze(AnalyzeArgs& a) {
                    {"jacobian", "--surgery (alphas and positions: the jacobian command's defaults)"},
                    {"topology", "the topology command's defaults (coupling on)"},
                    {"particles", {{"layer", a.head_layer}, {"head", a.head}, {"tokens", a.particles_tokens}, {"T", a.particles_t},
-                                  {"sphere", true}, {"cluster_on", "x"}}}};
+                                  {"sphere", true}, {"cluster_on", "x"}}},
+                   {"pass", pass_options_json(a.pass)}};
   nlohmann::json& parts = out.results()["parts"];
   out.results()["order"] = kParts;
-  out.results()["sharing"] = "nothing shared: each part loads the memory-mapped model and runs its own forward passes over the same "
-                             "samples (same --data, --samples, --max-len, sample seed)";
+  out.results()["sharing"] = "one forward pass per sample feeds power's token alignments, jacobian's mean Jacobians and topology's "
+                             "correlations and coupling (DIR/pass/pass.tdynpass, read with --from-pass); power's shared-weight "
+                             "iteration (one sample) and steering sweep (the steered models) run models of their own";
 
   const std::string self = invocation().empty() ? "tdyn" : invocation()[0];
-  const std::vector<std::string> common = {"--data", a.data, "--samples", std::to_string(a.samples), "--max-len", std::to_string(a.max_len)};
+  std::vector<std::string> common = {"--data", a.data, "--samples", std::to_string(a.samples), "--max-len", std::to_string(a.max_len)};
+  // The model's loading flags go to every part.
+  std::vector<std::string> loading;
+  if (a.model.allow_unknown_config_keys) loading.push_back("--allow-unknown-config-keys");
+  if (a.model.no_check_weights) loading.push_back("--no-check-weights");
+  common.insert(common.end(), loading.begin(), loading.end());
+  fs::path pass_file;
+  if (!skip.count("power") || !skip.count("jacobian") || !skip.count("topology")) {
+    PhaseTimer timer(out, "forward_pass");
+    nlohmann::json record;
+    pass_file = shared_pass(a, model, out_dir / "pass", skip, &record);
+    out.results()["pass"] = record;
+    out.record_file("pass/pass.tdynpass", "the shared forward pass: Jacobian and correlation sums over the samples (tdyn pass file)");
+  }
+  if (!ranks().root()) return 0;  // unreachable: worker ranks end inside the pass
   Progress progress("analyze", static_cast<int64_t>(kParts.size()), "part");
   for (const std::string& name : kParts) {
     const fs::path dir = out_dir / name;
@@ -151,20 +152,15 @@ int run_analyze(AnalyzeArgs& a) {
     std::vector<std::string> argv = {self, name};
     if (progress_quiet()) argv.push_back("--quiet");
     if (name == "particles") {
-      try {
-        nlohmann::json bridge;
-        std::vector<std::string> extra = write_bridge(a, *model, out_dir / "particles_bridge", &bridge);
-        argv.insert(argv.end(), extra.begin(), extra.end());
-        record["bridge"] = bridge;
-      } catch (const Error& e) {
-        record["status"] = "failed", record["error"] = e.what();
-        progress.advance();
-        continue;
-      }
+      // One head of the model as interacting particles, from the first tokens of the first passage.
+      argv.insert(argv.end(), {"--from-model", a.model.path, "--layer", std::to_string(a.head_layer), "--head", std::to_string(a.head),
+                               "--data", a.data, "--n", std::to_string(a.particles_tokens), "--T", fmt::format("{}", a.particles_t)});
+      argv.insert(argv.end(), loading.begin(), loading.end());
     } else {
       argv.push_back(a.model.path);
       argv.insert(argv.end(), common.begin(), common.end());
       if (name == "jacobian") argv.push_back("--surgery");
+      argv.insert(argv.end(), {"--from-pass", pass_file.string()});
     }
     argv.insert(argv.end(), {"--out", dir.string()});
     record["argv"] = argv;
@@ -203,6 +199,7 @@ std::function<int()> setup(CLI::App& app) {
   cmd->add_option("--samples", a->samples, "S: passages per part (the papers use 1000; 200 keeps a laptop run short)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--max-len", a->max_len, "Tokens per sample")->capture_default_str()->check(CLI::PositiveNumber);
+  a->pass.add_to(cmd, false);
   cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,jacobian,topology,particles");
   cmd->add_option("--particles-layer", a->head_layer, "Layer whose attention head is simulated as particles")
       ->capture_default_str()->check(CLI::NonNegativeNumber);

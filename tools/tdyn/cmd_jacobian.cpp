@@ -8,8 +8,10 @@
 #include "analysis/jacobian_analysis.h"
 #include "cli_util.h"
 #include "command.h"
+#include "pass_args.h"
 #include "core/error.h"
 #include "report/figure.h"
+#include "report/progress.h"
 #include "report/results.h"
 
 namespace tdyn::cli {
@@ -18,6 +20,7 @@ namespace {
 struct JacobianArgs {
   ModelArgs model;
   SampleArgs samples;
+  PassArgs pass;
   std::vector<std::string> compare;
   std::string out, positions = "last", mean = "structured", cumulative = "product-of-means", alphas = "0,0.25,0.5,0.75,1",
               eig_sublayers, alignment_ks = "1,10,100";
@@ -60,16 +63,21 @@ void write_spectra(ResultsDir& out, const std::string& stem, const std::vector<O
   out.npy(stem + ".singular_values.npy", sv.data(), {K, d}, "float64 [depth, d]: singular values of " + what + ", descending");
 }
 
-const std::vector<std::string> kMetricColumns = {
-    "model", "depth", "layer", "sublayer", "frobenius_norm", "condition_number", "henrici", "henrici_normalized",
-    "henrici_identity", "alignment_k1", "alignment_k10", "alignment_k100", "expanding_fraction", "complex_fraction",
-    "symmetry_index", "rank_roy_vetterli", "rank_participation", "rank_stable", "rank_energy90"};
+// The metrics tables' columns: one alignment column per k computed (--alignment-k less the ks ≥ d).
+std::vector<std::string> metric_columns(const std::vector<linalg::Index>& alignment_ks) {
+  std::vector<std::string> columns = {"model", "depth", "layer", "sublayer", "frobenius_norm", "condition_number", "henrici",
+                                      "henrici_normalized", "henrici_identity"};
+  for (linalg::Index k : alignment_ks) columns.push_back(fmt::format("alignment_k{}", k));
+  columns.insert(columns.end(), {"expanding_fraction", "complex_fraction", "symmetry_index", "rank_roy_vetterli",
+                                 "rank_participation", "rank_stable", "rank_energy90"});
+  return columns;
+}
 
 std::vector<double> metric_row(int64_t model, int64_t k, const OperatorMetrics& m) {
   std::vector<double> row = {static_cast<double>(model), static_cast<double>(k + 1), static_cast<double>(k / 2),
                              static_cast<double>(k % 2), m.frobenius_norm, m.condition_number, m.departure.schur,
                              m.departure.schur_normalized, m.departure.identity};
-  for (size_t i = 0; i < 3; ++i) row.push_back(i < m.self_alignment.size() ? m.self_alignment[i].value : NAN);
+  for (const SubspaceAlignment& a : m.self_alignment) row.push_back(a.value);
   row.insert(row.end(), {m.expanding_fraction, m.complex_fraction, m.symmetry_index, m.effective_rank.roy_vetterli,
                          m.effective_rank.participation_ratio, m.effective_rank.stable_rank,
                          static_cast<double>(m.effective_rank.energy_rank)});
@@ -98,17 +106,21 @@ void write_figures(ResultsDir& out, const std::vector<ModelResult>& results, con
     std::function<double(const OperatorMetrics&)> get;
     bool log = false;
   };
-  const std::vector<MetricPlot> plots = {
+  std::vector<MetricPlot> plots = {
       {"henrici_normalized", "Henrici departure from normality dep/||J||_F", [](const auto& m) { return m.departure.schur_normalized; }},
       {"complex_fraction", "fraction of complex eigenvalues", [](const auto& m) { return m.complex_fraction; }},
       {"expanding_fraction", "fraction of expanding modes |lambda| > 1", [](const auto& m) { return m.expanding_fraction; }},
       {"symmetry_index", "symmetry index ||J - J^T||_F/||J||_F", [](const auto& m) { return m.symmetry_index; }},
       {"condition_number", "condition number sigma_1/sigma_d", [](const auto& m) { return m.condition_number; }, true},
-      {"alignment_k1", "self-alignment ||U_k^T V_k||_F^2/k, k = 1", [](const auto& m) { return m.self_alignment.size() > 0 ? m.self_alignment[0].value : NAN; }},
-      {"alignment_k10", "self-alignment, k = 10", [](const auto& m) { return m.self_alignment.size() > 1 ? m.self_alignment[1].value : NAN; }},
-      {"alignment_k100", "self-alignment, k = 100", [](const auto& m) { return m.self_alignment.size() > 2 ? m.self_alignment[2].value : NAN; }},
-      {"effective_rank", "effective rank (Roy-Vetterli) of the mean Jacobian", [](const auto& m) { return m.effective_rank.roy_vetterli; }},
   };
+  // One self-alignment figure per k computed (the ks ≥ d were dropped before the metrics, with a note).
+  const std::vector<SubspaceAlignment>& alignments = results.front().mean_metrics.front().self_alignment;
+  for (size_t i = 0; i < alignments.size(); ++i)
+    plots.push_back({fmt::format("alignment_k{}", alignments[i].k),
+                     fmt::format("self-alignment ||U_k^T V_k||_F^2/k, k = {}", alignments[i].k),
+                     [i](const auto& m) { return i < m.self_alignment.size() ? m.self_alignment[i].value : NAN; }});
+  plots.push_back({"effective_rank", "effective rank (Roy-Vetterli) of the mean Jacobian",
+                   [](const auto& m) { return m.effective_rank.roy_vetterli; }});
   for (const auto& p : plots) {
     Figure fig{"metric_" + p.name, p.title + " of the mean Jacobians", xlabel, p.name, {}, {}};
     if (p.log) fig.settings.push_back("set logscale y");
@@ -189,7 +201,7 @@ void write_figures(ResultsDir& out, const std::vector<ModelResult>& results, con
 
 int run(const JacobianArgs& a) {
   ResultsDir out(a.out, "jacobian", invocation());
-  const bool progress = !a.quiet;
+  const bool progress = !a.quiet && !progress_quiet();
   auto note = [&](const std::string& s) {
     if (progress) std::cerr << "tdyn: " << s << "\n";
   };
@@ -199,6 +211,13 @@ int run(const JacobianArgs& a) {
   opts.structured = a.mean == "structured";
   opts.mean_of_products = a.cumulative != "product-of-means";
   opts.progress = progress;
+  // The structured mean is a sum over samples: the shared pass computes it, with checkpoints and MPI. The other
+  // modes keep per-sample Jacobians and run in one process.
+  const bool use_pass = opts.structured && !opts.mean_of_products && !a.save_per_sample;
+  if (!use_pass && (a.pass.resume || !a.pass.from_pass.empty()))
+    fail("--resume and --from-pass need the structured mean without --cumulative both and --save-per-sample");
+  require_single_rank(!use_pass, "jacobian with --mean plain, --cumulative both or --save-per-sample");
+  require_single_rank(!a.compare.empty(), "jacobian with --compare");
   OperatorMetricsOptions metric_opts;
   metric_opts.alignment_ks.clear();
   for (int32_t k : parse_int_list(a.alignment_ks, "--alignment-k")) metric_opts.alignment_ks.push_back(k);
@@ -238,6 +257,7 @@ int run(const JacobianArgs& a) {
   o["mean"] = a.mean;
   o["cumulative"] = a.cumulative;
   o["save_per_sample"] = a.save_per_sample;
+  o["pass"] = use_pass ? pass_options_json(a.pass) : nlohmann::json("not used: per-sample Jacobians are needed");
   o["alignment_ks"] = metric_opts.alignment_ks;
   o["complex_tolerance"] = metric_opts.complex_tolerance;
   o["energy_fraction"] = 0.9;
@@ -258,6 +278,20 @@ int run(const JacobianArgs& a) {
           "int64 [S]: passage / row index of each sample in its source");
 
   const int64_t K = 2 * c0.n_layers, d = c0.d_model;
+  // Self-alignment for k ≥ d compares two bases of all of R^d: ‖U_kᵀV_k‖²/k = 1 for every matrix. Such ks are
+  // neither computed nor plotted; results.json says which were dropped.
+  std::vector<linalg::Index> skipped_ks;
+  std::erase_if(metric_opts.alignment_ks, [&](linalg::Index k) {
+    if (k < d) return false;
+    skipped_ks.push_back(k);
+    return true;
+  });
+  o["alignment_ks_used"] = metric_opts.alignment_ks;
+  if (!skipped_ks.empty())
+    out.results()["notes"].push_back(fmt::format(
+        "self-alignment k = {} skipped (not computed, not plotted): k ≥ d = {} makes U_k and V_k bases of all of R^d, so "
+        "‖U_kᵀV_k‖²/k = 1 for every matrix",
+        fmt::join(skipped_ks, ", "), d));
   std::vector<int64_t> eig_sublayers;
   if (a.eig_sublayers.empty()) eig_sublayers = {0, K / 2, K - 1};
   else
@@ -294,7 +328,21 @@ int run(const JacobianArgs& a) {
     }
     {
       PhaseTimer t(out, r.prefix + "mean_jacobians");
-      r.jacobians = mean_jacobians(jm, samples, mo);
+      if (use_pass) {
+        // Σ J leaving every boundary of the sublayer set: k = 0, 1, ..., 2L − 1 in order, then the final boundary.
+        PassSpec spec;
+        spec.boundaries = residual_boundaries(c0.n_layers, BoundarySet::Sublayers);
+        spec.correlations = false;
+        spec.positions = opts.positions;
+        const PassSums sums = obtain_pass(a.pass, *transformer, &jm, samples, spec, pass_model_identity(r.path, *r.model),
+                                          out.file(r.prefix + "pass.checkpoint"), mo.label + "mean Jacobians: samples");
+        r.jacobians.mean = sums.mean_jacobians();
+        r.jacobians.mean.pop_back();
+        r.jacobians.n_samples = sums.n_samples;
+        r.jacobians.n_pairs = sums.n_pairs;
+      } else {
+        r.jacobians = mean_jacobians(jm, samples, mo);
+      }
     }
     r.cumulative = cumulative_products(r.jacobians.mean);
     {
@@ -372,11 +420,12 @@ int run(const JacobianArgs& a) {
     out.write();  // partial results survive a later failure
   }
 
-  out.csv("metrics_mean.csv", kMetricColumns, mean_rows,
+  const std::vector<std::string> columns = metric_columns(metric_opts.alignment_ks);
+  out.csv("metrics_mean.csv", columns, mean_rows,
           "metrics of the mean Jacobians J̄_k per depth (model: 0 = MODEL, i = compare{i}; sublayer 0 attention, 1 MLP)");
-  out.csv("metrics_cumulative.csv", kMetricColumns, cumulative_rows, "metrics of the cumulative products C_k per depth");
+  out.csv("metrics_cumulative.csv", columns, cumulative_rows, "metrics of the cumulative products C_k per depth");
   if (opts.mean_of_products)
-    out.csv("metrics_mean_of_products.csv", kMetricColumns, product_rows, "metrics of the mean of per-sample products");
+    out.csv("metrics_mean_of_products.csv", columns, product_rows, "metrics of the mean of per-sample products");
   if (a.surgery)
     out.csv("surgery.csv",
             {"model", "alpha", "depth", "surgery_roy_vetterli", "surgery_participation", "surgery_stable", "surgery_energy90",
@@ -396,6 +445,7 @@ std::function<int()> setup(CLI::App& app) {
   auto a = std::make_shared<JacobianArgs>();
   a->model.add_to(cmd);
   a->samples.add_to(cmd, 1000);
+  a->pass.add_to(cmd);
   cmd->add_option("--out", a->out, "Results directory")->required();
   cmd->add_option("--positions", a->positions, "Token positions per sample: last, all, or a list such as 5,23,-1")
       ->capture_default_str();

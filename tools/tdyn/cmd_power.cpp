@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/power.h"
+#include "analysis/power_pass.h"
 #include "cli_util.h"
+#include "pass_args.h"
 #include "report/progress.h"
 #include "command.h"
 #include "core/npy.h"
@@ -23,6 +25,7 @@ namespace {
 struct PowerArgs {
   ModelArgs model;
   SampleArgs samples;
+  std::string from_pass;
   std::string out_dir, mode = "full", steer = "random", steer_scales = "0,1,10,100,1000,10000,100000";
   bool no_residual = false, no_iterate = false, no_steer = false, quiet = false, save_matrices = false;
   int64_t iterate_layer = -1, iterate_sample = 0, steer_samples = 8;
@@ -241,7 +244,19 @@ int run_power(PowerArgs& a) {
   TokenDynamics dyn;
   {
     PhaseTimer timer(out, "token_dynamics");
-    dyn = token_dynamics(transformer, samples, spectra, dynamics, progress);
+    if (a.from_pass.empty()) {
+      dyn = token_dynamics(transformer, samples, spectra, dynamics, progress);
+    } else {
+      // The per-token alignments were measured by a shared pass (tdyn analyze): probes at the layer boundaries.
+      if (dynamics.mode != DynamicsMode::Full || !dynamics.residual) fail("--from-pass needs --mode full with the residual");
+      PassArgs pass;
+      pass.from_pass = a.from_pass;
+      PassSpec spec;
+      spec.correlations = spec.jacobians = false;
+      spec.probes = token_dynamics_probes(spectra);
+      dyn = token_dynamics_from_pass(obtain_pass(pass, transformer, nullptr, samples, spec, pass_model_identity(a.model.path, *model), {}, ""),
+                                     spectra, d, dynamics);
+    }
   }
   {
     std::vector<float> before, after;
@@ -351,6 +366,7 @@ int run_power(PowerArgs& a) {
 
   out.options()["mode"] = to_string(dynamics.mode);
   out.options()["residual"] = dynamics.residual;
+  out.options()["from_pass"] = a.from_pass.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.from_pass);
   out.options()["samples"] = a.samples.options.to_json();
   if (a.samples.options.data.empty() && a.samples.options.prompt.empty() && a.samples.options.ids.empty())
     out.options()["samples"]["data"] = default_corpus().string();
@@ -375,6 +391,9 @@ std::function<int()> setup(CLI::App& app) {
   auto* text = cmd->add_option("--text", a->samples.options.data, "Alias of --data: a text file (passages) or an id file");
   text->excludes(cmd->get_option("--data"))->excludes(cmd->get_option("--prompt"))->excludes(cmd->get_option("--ids"));
   cmd->add_option("--out", a->out_dir, "Results directory")->required();
+  cmd->add_option("--from-pass", a->from_pass,
+                  "Take the token alignments from this pass file (written by tdyn analyze as DIR/pass/pass.tdynpass) instead of "
+                  "running the samples; same model, samples and --mode full");
   cmd->add_option("--mode", a->mode, "Token dynamics: full (the real model), attn-only (FFN removed), attn-only-l2 (FFN "
                                      "removed, norms replaced by x/|x|: the paper's idealisation)")
       ->capture_default_str()->check(CLI::IsMember({"full", "attn-only", "attn-only-l2"}));

@@ -14,6 +14,7 @@
 
 #include "analysis/topology_analysis.h"
 #include "cli_util.h"
+#include "pass_args.h"
 #include "command.h"
 #include "core/npy.h"
 #include "model/init.h"
@@ -27,6 +28,7 @@ namespace {
 struct TopologyArgs {
   ModelArgs model;
   SampleArgs samples;
+  PassArgs pass;
   std::string out_dir;
   std::vector<std::string> compare;
   bool random_init = false;
@@ -187,6 +189,7 @@ nlohmann::json options_json(const TopologyArgs& a, const std::vector<ResidualBou
       {"tokenizer", a.samples.tokenizer.empty() ? "the one shipped with MODEL" : a.samples.tokenizer},
       {"boundaries", a.boundaries},
       {"boundary_hooks", hooks},
+      {"pass", pass_options_json(a.pass)},
       {"correlation", "Pearson r of the d_model residual units over all tokens of all samples (streaming, float64)"},
       {"graph", a.graph.threshold > 0
                     ? nlohmann::json{{"method", "threshold"}, {"min_abs_r", a.graph.threshold}}
@@ -236,16 +239,19 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
   out.options() = options_json(a, boundaries);
   nlohmann::json notes = nlohmann::json::array();
 
-  // ---- One forward pass per sample: correlations (all tokens) and, for the coupling, mean Jacobians.
-  BoundaryPass pass;
+  // ---- One forward pass per sample (or the sums of analyze's pass): correlations (all tokens) and, for the
+  // coupling, mean Jacobians.
+  PassSpec spec;
+  spec.boundaries = boundaries;
+  spec.jacobians = jacobians != nullptr;
+  spec.positions = PositionSpec::parse(a.positions);
+  PassSums pass;
   {
     PhaseTimer timer(out, jacobians ? "forward_correlations_and_jacobians" : "forward_correlations");
-    Progress progress(fmt::format("topology {}: samples", label), static_cast<int64_t>(samples.size()), "samples");
-    BoundaryPassOptions options;
-    options.jacobian_positions = PositionSpec::parse(a.positions);
-    options.sample_done = [&progress] { progress.advance(); };
-    pass = accumulate_boundaries(*transformer, jacobians.get(), samples, boundaries, options);
+    pass = obtain_pass(a.pass, *transformer, jacobians.get(), samples, spec, pass_model_identity(model_path, *model), out.file("pass.checkpoint"),
+                       fmt::format("topology {}: samples", label));
   }
+  const std::vector<linalg::Matrix> mean_jacobians = jacobians ? pass.mean_jacobians() : std::vector<linalg::Matrix>();
 
   // ---- Graph, communities, boundary nodes per boundary.
   std::vector<BoundaryTopology> topo;
@@ -276,7 +282,7 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
       if (boundaries[b].sublayer >= 0) {
         coupled.push_back(b);
         scores.push_back(topo[b].boundary_score());
-        means.push_back(pass.mean_jacobians[b]);
+        means.push_back(mean_jacobians[b]);
       }
     coupling = topology_dynamics_coupling(scores, means, a.coupling);
     if (a.save_jacobians) {
@@ -390,7 +396,7 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
       summary.coupling_significant.push_back(l.column.significant);
     }
     auto number = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
-    coupling_json = {{"jacobian_pairs", pass.n_jacobian_pairs}, {"decision_p", coupling.decision_p}, {"fdr_q", a.coupling.fdr_q},
+    coupling_json = {{"jacobian_pairs", pass.n_pairs}, {"decision_p", coupling.decision_p}, {"fdr_q", a.coupling.fdr_q},
                      {"significant_layers", coupling.n_significant_column}, {"significant_hooks", significant},
                      {"significant_layers_row_gain", coupling.n_significant_row},
                      {"rho_vs_normalized_departure", number(coupling.rho_vs_departure)},
@@ -466,14 +472,14 @@ nlohmann::json random_init_config(const Model& model, const fs::path& path) {
 int run_topology(TopologyArgs& a) {
   if (!a.gamma_scan.empty()) a.graph.gamma_scan = parse_double_list(a.gamma_scan, "--gamma-scan");
   PositionSpec::parse(a.positions);  // fail early on a bad --positions
+  require_single_rank(!a.compare.empty() || a.random_init, "topology with --compare or --random-init");
   auto model = a.model.load();
   const std::vector<Sample> samples = a.samples.load(a.model.path, model->config.d_vocab);
   ResultsDir out(a.out_dir, "topology", invocation());
   std::vector<std::string> labels;
   std::vector<CheckpointSummary> summaries;
   summaries.push_back(analyse_checkpoint(a, model, a.model.path, checkpoint_label(a.model.path, &labels), samples, out));
-  LoadOptions load_options;
-  load_options.config.allow_unknown_keys = a.model.allow_unknown_config_keys;
+  const LoadOptions load_options = a.model.options();
   for (const std::string& path : a.compare) {
     const std::string label = checkpoint_label(path, &labels);
     ResultsDir sub(out.file("compare") / label, "topology", invocation());
@@ -505,6 +511,7 @@ std::function<int()> setup(CLI::App& app) {
   auto a = std::make_shared<TopologyArgs>();
   a->model.add_to(cmd);
   a->samples.add_to(cmd, 1000);
+  a->pass.add_to(cmd);
   cmd->add_option("--out", a->out_dir, "Results directory")->required();
   cmd->add_option("--compare", a->compare, "Further checkpoints analysed the same way on the same samples (DIR/compare/LABEL)");
   cmd->add_flag("--random-init", a->random_init, "Also analyse a random initialisation of MODEL's architecture (the step-0 null model)");

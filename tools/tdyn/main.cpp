@@ -2,11 +2,14 @@
 #include <algorithm>
 #include <iostream>
 
+#include <fmt/format.h>
+
 #include "command.h"
 #include <cblas.h>
 #include <omp.h>
 
 #include "core/error.h"
+#include "core/ranks.h"
 #include "report/progress.h"
 
 namespace tdyn::cli {
@@ -21,8 +24,19 @@ const std::vector<std::string>& invocation() { return g_invocation; }
 
 }  // namespace tdyn::cli
 
+namespace {
+
+// Under MPI an error on one rank ends them all (the others would wait for its share forever).
+int fail_run(int code) {
+  tdyn::abort_ranks(code);
+  return code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace tdyn::cli;
+  tdyn::init_ranks(&argc, &argv);
   g_invocation.assign(argv, argv + argc);
   CLI::App app{"tdyn " TDYN_VERSION " - transformers as dynamical systems.\n"
                "Loads a checkpoint (Hugging Face directory, GGUF or llama2.c .bin), runs it with every residual-stream\n"
@@ -50,21 +64,24 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
-  tdyn::set_progress_quiet(quiet);
+  tdyn::set_progress_quiet(quiet || !tdyn::ranks().root());  // one progress display: rank 0's
   if (threads > 0) {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
   }
+  const std::string where = tdyn::ranks().size > 1 ? fmt::format(" (rank {} of {})", tdyn::ranks().rank, tdyn::ranks().size) : "";
   try {
-    return selected ? selected() : 0;
+    const int code = selected ? selected() : 0;
+    tdyn::finalize_ranks();
+    return code;
   } catch (const tdyn::Error& e) {
-    std::cerr << "tdyn: error: " << e.what() << "\n";
-    return kExitInputError;
+    std::cerr << "tdyn: error" << where << ": " << e.what() << "\n";
+    return fail_run(kExitInputError);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "tdyn: " << e.what() << "\n";
-    return kExitUsage;
+    std::cerr << "tdyn" << where << ": " << e.what() << "\n";
+    return fail_run(kExitUsage);
   } catch (const std::bad_alloc&) {
-    std::cerr << "tdyn: error: out of memory\n";
-    return kExitInputError;
+    std::cerr << "tdyn: error" << where << ": out of memory\n";
+    return fail_run(kExitInputError);
   }
 }

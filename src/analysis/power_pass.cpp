@@ -1,0 +1,45 @@
+#include "analysis/power_pass.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace tdyn {
+
+std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& spectra) {
+  const int64_t n_layers = static_cast<int64_t>(spectra.size());
+  std::vector<TokenProbe> probes;
+  for (int64_t t = 0; t < n_layers; ++t) {
+    const std::string before = fmt::format("blocks.{}.hook_resid_pre", t);
+    const std::string after = t + 1 < n_layers ? fmt::format("blocks.{}.hook_resid_pre", t + 1)
+                                               : fmt::format("blocks.{}.hook_resid_post", t);
+    const Matrix f = dominant_basis(spectra[t].f), identity_plus_f = dominant_basis(spectra[t].identity_plus_f);
+    probes.push_back({fmt::format("power.{}.before.F", t), before, f});
+    probes.push_back({fmt::format("power.{}.before.I+F", t), before, identity_plus_f});
+    probes.push_back({fmt::format("power.{}.before.norm", t), before, {}});
+    probes.push_back({fmt::format("power.{}.after.F", t), after, f});
+    probes.push_back({fmt::format("power.{}.after.I+F", t), after, identity_plus_f});
+    probes.push_back({fmt::format("power.{}.after.norm", t), after, {}});
+  }
+  return probes;
+}
+
+TokenDynamics token_dynamics_from_pass(const PassSums& sums, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
+                                       const DynamicsOptions& options) {
+  if (options.mode != DynamicsMode::Full || !options.residual)
+    fail("token dynamics from a shared pass need the full mode with the residual (mode {} was asked for{})",
+         to_string(options.mode), options.residual ? "" : ", without the residual");
+  const size_t n_layers = spectra.size();
+  if (sums.probe_values.size() != 6 * n_layers)
+    fail("the pass holds {} token probes; token dynamics of {} layers need {}", sums.probe_values.size(), n_layers, 6 * n_layers);
+  TokenAlignments a;
+  a.samples = sums.n_samples;
+  for (size_t t = 0; t < n_layers; ++t) {
+    const auto* p = &sums.probe_values[6 * t];
+    a.before_f.push_back(p[0]), a.before_if.push_back(p[1]), a.norm_before.push_back(p[2]);
+    a.after_f.push_back(p[3]), a.after_if.push_back(p[4]), a.norm_after.push_back(p[5]);
+  }
+  return summarize_token_dynamics(std::move(a), spectra, d_model, options);
+}
+
+}  // namespace tdyn

@@ -1,0 +1,24 @@
+// Power's token dynamics (seed 000) from the shared sample pass (sample_pass.h) instead of a loop of its own. In
+// the full mode with the residual (power's default) the tokens entering layer t, x^t, are the residual stream
+// blocks.{t}.hook_resid_pre and those leaving it, x^{t+1}, the next layer's resid_pre (the last layer's
+// resid_post): their alignments with the dominant subspaces of F_t and I + F_t, and their norms, are per-token
+// probes of the pass at those boundaries. `tdyn analyze` adds the probes to the pass it shares with jacobian and
+// topology, so that every sample runs through the model once.
+#pragma once
+
+#include <vector>
+
+#include "analysis/power.h"
+#include "analysis/sample_pass.h"
+
+namespace tdyn {
+
+// Six probes per layer t, in this order: F before, I + F before, norm before, F after, I + F after, norm after.
+std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& spectra);
+
+// TokenDynamics from the probe values of a pass over `sums` (probes as token_dynamics_probes gives them, in
+// that order). Equals token_dynamics() in the full mode with the residual; throws Error for the other modes.
+TokenDynamics token_dynamics_from_pass(const PassSums& sums, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
+                                       const DynamicsOptions& options);
+
+}  // namespace tdyn

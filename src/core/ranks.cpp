@@ -1,0 +1,105 @@
+#include "core/ranks.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+#include "core/error.h"
+
+#ifdef TDYN_HAVE_MPI
+// The C API only: the deprecated C++ bindings would need their own library.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace tdyn {
+namespace {
+
+Ranks g_ranks;
+bool g_mpi = false;
+
+// Environment variables that MPI launchers set for the processes they start (Open MPI, PMI/PMIx, Slurm's srun).
+bool launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(name)) return true;
+  return false;
+}
+
+}  // namespace
+
+bool built_with_mpi() {
+#ifdef TDYN_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+void init_ranks(int* argc, char*** argv) {
+#ifdef TDYN_HAVE_MPI
+  if (!launched_by_mpi()) return;
+  // Threads within a rank are OpenMP's; MPI is only ever called from the main thread.
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  g_mpi = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_ranks.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_ranks.size);
+#else
+  (void)argc, (void)argv;
+#endif
+}
+
+const Ranks& ranks() { return g_ranks; }
+
+std::vector<std::vector<double>> gather_to_root(const std::vector<double>& mine) {
+  if (g_ranks.size == 1) return {mine};
+#ifdef TDYN_HAVE_MPI
+  // Point to point in rank order: rank 0 decides the order of the reduction, whatever order messages arrive in.
+  // Lengths go first; the data in blocks of at most 2^30 doubles (MPI counts are int).
+  constexpr int64_t kBlock = int64_t{1} << 30;
+  if (g_ranks.root()) {
+    std::vector<std::vector<double>> all{mine};
+    for (int r = 1; r < g_ranks.size; ++r) {
+      int64_t n = 0;
+      MPI_Recv(&n, 1, MPI_INT64_T, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      std::vector<double> buffer(n);
+      for (int64_t at = 0; at < n; at += kBlock)
+        MPI_Recv(buffer.data() + at, static_cast<int>(std::min(kBlock, n - at)), MPI_DOUBLE, r, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      all.push_back(std::move(buffer));
+    }
+    return all;
+  }
+  const int64_t n = static_cast<int64_t>(mine.size());
+  MPI_Send(&n, 1, MPI_INT64_T, 0, 0, MPI_COMM_WORLD);
+  for (int64_t at = 0; at < n; at += kBlock)
+    MPI_Send(mine.data() + at, static_cast<int>(std::min(kBlock, n - at)), MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
+  return {};
+#else
+  return {mine};
+#endif
+}
+
+void finish_worker() {
+  finalize_ranks();
+  std::exit(0);
+}
+
+void abort_ranks(int code) {
+#ifdef TDYN_HAVE_MPI
+  if (g_mpi && g_ranks.size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#else
+  (void)code;
+#endif
+}
+
+void finalize_ranks() {
+#ifdef TDYN_HAVE_MPI
+  if (g_mpi) {
+    g_mpi = false;
+    MPI_Finalize();
+  }
+#endif
+}
+
+}  // namespace tdyn

@@ -1,0 +1,353 @@
+// The shared sample pass (analysis/sample_pass.h): its sums equal the Jacobian module's and the correlation's own
+// computations, its reduction order is fixed (repeatable bit for bit; chunking changes only round-off), the pass
+// file rejects damage, a run killed with SIGKILL and resumed ends identical to an uninterrupted one, and two MPI
+// ranks give the single-process result within 1e-12.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/sample_pass.h"
+#include "core/npy.h"
+#include "model/loader.h"
+#include "test_util.h"
+
+namespace tdyn {
+namespace {
+
+const char* kStories = "models/stories260K/stories260K.bin";
+
+std::vector<Sample> random_samples(int64_t count, int64_t d_vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Sample> samples;
+  for (int64_t s = 0; s < count; ++s) {
+    Sample sample;
+    sample.source_index = s;
+    const int64_t n = 4 + static_cast<int64_t>(rng() % 20);
+    for (int64_t i = 0; i < n; ++i) sample.ids.push_back(static_cast<int32_t>(rng() % d_vocab));
+    samples.push_back(sample);
+  }
+  return samples;
+}
+
+bool same_bits(const PassSums& a, const PassSums& b) { return a.to_buffer() == b.to_buffer(); }
+
+struct StoriesPass : ::testing::Test {
+  void SetUp() override {
+    if (!fs::exists(test::shared_dir() / kStories)) GTEST_SKIP() << "shared test data not found: " << test::shared_dir() / kStories;
+    model = load_model(test::shared_dir() / kStories);
+    transformer = std::make_shared<const Transformer>(model);
+    jacobians = std::make_unique<JacobianModel>(transformer);
+    samples = random_samples(21, model->config.d_vocab, 5);
+    spec.boundaries = residual_boundaries(model->config.n_layers, BoundarySet::Sublayers);
+    spec.chunk = 4;
+  }
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const Transformer> transformer;
+  std::unique_ptr<JacobianModel> jacobians;
+  std::vector<Sample> samples;
+  PassSpec spec;
+};
+
+TEST_F(StoriesPass, RepeatsBitForBitAndChunkingChangesOnlyRoundOff) {
+  const PassSums first = run_pass(*transformer, jacobians.get(), samples, spec, {});
+  const PassSums again = run_pass(*transformer, jacobians.get(), samples, spec, {});
+  EXPECT_TRUE(same_bits(first, again));
+  EXPECT_EQ(first.n_samples, 21);
+  EXPECT_EQ(first.n_pairs, 21);
+
+  PassSpec one_chunk = spec;
+  one_chunk.chunk = 1000;
+  const PassSums whole = run_pass(*transformer, jacobians.get(), samples, one_chunk, {});
+  const std::vector<linalg::Matrix> a = first.mean_jacobians(), b = whole.mean_jacobians();
+  for (size_t k = 0; k + 1 < a.size(); ++k) {
+    const double scale = b[k].cwiseAbs().maxCoeff();
+    EXPECT_LE((a[k] - b[k]).cwiseAbs().maxCoeff(), 1e-12 * scale) << spec.boundaries[k].hook;
+  }
+  for (size_t k = 0; k < a.size(); ++k)
+    test::expect_close(first.correlations[k].correlation().values, whole.correlations[k].correlation().values, 0, 1e-12,
+                       "correlation at " + spec.boundaries[k].hook);
+}
+
+// An interruption after any checkpoint, resumed, gives the uninterrupted sums bit for bit.
+TEST_F(StoriesPass, ResumedPassEqualsUninterrupted) {
+  const nlohmann::json identity = pass_identity({{"name", "stories260K"}}, samples, spec);
+  const PassSums expected = run_pass(*transformer, jacobians.get(), samples, spec, identity);
+  const fs::path dir = test::scratch_dir("pass_resume");
+  for (int64_t stop_after : {4, 8, 16}) {
+    PassControl control;
+    control.checkpoint = dir / "pass.checkpoint";
+    control.checkpoint_samples = 1;
+    control.checkpoint_seconds = 0;
+    int64_t seen = 0;
+    // The progress callback runs after a chunk is summed and before its checkpoint: throwing there is a crash
+    // that loses that chunk.
+    control.progress = [&](int64_t n) {
+      seen += n;
+      if (seen > stop_after) throw std::runtime_error("interrupted");
+    };
+    EXPECT_THROW(run_pass(*transformer, jacobians.get(), samples, spec, identity, control), std::runtime_error);
+    ASSERT_TRUE(fs::exists(control.checkpoint)) << "stop after " << stop_after;
+    EXPECT_EQ(load_pass(control.checkpoint).sums.n_samples, stop_after);
+
+    PassControl resume;
+    resume.checkpoint = control.checkpoint;
+    resume.resume = true;
+    const PassSums resumed = run_pass(*transformer, jacobians.get(), samples, spec, identity, resume);
+    EXPECT_TRUE(same_bits(resumed, expected)) << "stop after " << stop_after;
+    EXPECT_FALSE(fs::exists(control.checkpoint)) << "a completed pass removes its checkpoint";
+  }
+
+  // A checkpoint of other samples is refused, naming the file.
+  PassControl control;
+  control.checkpoint = dir / "other.checkpoint";
+  control.checkpoint_samples = 1;
+  control.checkpoint_seconds = 0;
+  int calls = 0;
+  control.progress = [&calls](int64_t) {
+    if (++calls == 2) throw std::runtime_error("interrupted");  // after the first chunk's checkpoint
+  };
+  EXPECT_THROW(run_pass(*transformer, jacobians.get(), samples, spec, identity, control), std::runtime_error);
+  ASSERT_TRUE(fs::exists(control.checkpoint));
+  control.progress = {};
+  std::vector<Sample> other = samples;
+  other.back().ids.push_back(1);
+  control.resume = true;
+  try {
+    run_pass(*transformer, jacobians.get(), other, spec, pass_identity({{"name", "stories260K"}}, other, spec), control);
+    ADD_FAILURE() << "a checkpoint of other samples was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("other.checkpoint"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(StoriesPass, PassFileRoundTripsAndRejectsDamage) {
+  const PassSums sums = run_pass(*transformer, jacobians.get(), samples, spec, {});
+  const fs::path dir = test::scratch_dir("pass_file");
+  const fs::path path = dir / "pass.tdynpass";
+  save_pass(path, {{{"identity", "x"}}, sums});
+  const PassFile back = load_pass(path);
+  EXPECT_EQ(back.header["identity"], "x");
+  EXPECT_TRUE(same_bits(back.sums, sums));
+
+  const std::string bytes = read_file(path);
+  auto expect_error = [&](const std::string& damaged, const std::string& what, const std::string& needle) {
+    write_file_atomic(dir / "damaged", damaged);
+    try {
+      load_pass(dir / "damaged");
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  for (size_t cut : {size_t{0}, size_t{5}, size_t{12}, size_t{40}, bytes.size() / 2, bytes.size() - 1})
+    expect_error(bytes.substr(0, cut), fmt::format("cut at {}", cut), cut < 8 ? "" : "truncated");
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x10;
+  expect_error(flipped, "one flipped bit", "checksum");
+  expect_error("NOTAPASS" + bytes.substr(8), "wrong magic", "not a tdyn pass file");
+  expect_error(bytes + "x", "trailing byte", "unexpected bytes");
+}
+
+// ---- Through the CLI: SIGKILL at several points, and two MPI ranks --------------------------------------------
+
+// Starts the CLI in the background (output to `log`); returns its pid.
+pid_t start_cli(const std::vector<std::string>& args, const fs::path& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<std::string> argv = {test::cli_path().string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> c_argv;
+    for (auto& a : argv) c_argv.push_back(a.data());
+    c_argv.push_back(nullptr);
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    (void)f;
+    dup2(fileno(stdout), fileno(stderr));
+    execv(c_argv[0], c_argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The chunks a checkpoint holds (0 while there is none).
+int64_t checkpointed_samples(const fs::path& checkpoint) {
+  try {
+    return fs::exists(checkpoint) ? load_pass(checkpoint).sums.n_samples : 0;
+  } catch (const Error&) {
+    return 0;  // between the write of the temporary and the rename nothing is half-visible, but be safe
+  }
+}
+
+// Every .npy and the numbers of results.json ("results" and "model") must be identical; only the directory's own
+// path may differ.
+void expect_same_outputs(const fs::path& a, const fs::path& b, const std::string& what) {
+  auto ja = nlohmann::json::parse(read_file(a / "results.json")), jb = nlohmann::json::parse(read_file(b / "results.json"));
+  for (auto* j : {&ja, &jb})
+    for (auto& c : (*j)["results"]["checkpoints"]) c.erase("results_dir");
+  EXPECT_EQ(ja["results"], jb["results"]) << what;
+  EXPECT_EQ(ja["model"], jb["model"]) << what;
+  int64_t arrays = 0;
+  for (const auto& entry : fs::directory_iterator(a)) {
+    if (entry.path().extension() != ".npy") continue;
+    ++arrays;
+    ASSERT_TRUE(fs::exists(b / entry.path().filename())) << what << ": " << entry.path().filename();
+    EXPECT_EQ(read_file(entry.path()), read_file(b / entry.path().filename())) << what << ": " << entry.path().filename();
+  }
+  EXPECT_GT(arrays, 3) << what;
+}
+
+std::string quoted(const std::vector<std::string>& args) {
+  std::string line;
+  for (const auto& a : args) line += " '" + a + "'";
+  return line;
+}
+
+// Runs `args(out)` to completion once; then, for each kill point, starts it, kills it with SIGKILL when the
+// checkpoint holds that many samples (0: after 150 ms, likely before any checkpoint), reruns it with --resume and
+// compares the outputs of `parts` (subdirectories; "" = the directory itself) with the uninterrupted run.
+void kill_and_resume(const std::string& name, const std::function<std::vector<std::string>(const fs::path&)>& args,
+                     const std::string& checkpoint, const std::vector<std::string>& parts, const std::vector<int64_t>& kill_points) {
+  const fs::path dir = test::scratch_dir(name);
+  std::string err;
+  ASSERT_EQ(test::run_cli(quoted(args(dir / "whole")), nullptr, &err), 0) << err;
+  int point = 0;
+  for (int64_t wait_for : kill_points) {
+    const fs::path out = dir / fmt::format("killed{}", point++);
+    const pid_t pid = start_cli(args(out), dir / "log");
+    const auto start = std::chrono::steady_clock::now();
+    bool exited = false;
+    while (!exited) {
+      if (wait_for == 0 ? std::chrono::steady_clock::now() - start > std::chrono::milliseconds(150)
+                        : checkpointed_samples(out / checkpoint) >= wait_for)
+        break;
+      int status = 0;
+      exited = waitpid(pid, &status, WNOHANG) == pid;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!exited) {
+      kill(pid, SIGKILL);
+      int status = 0;
+      waitpid(pid, &status, 0);
+    }
+    std::vector<std::string> resume = args(out);
+    resume.push_back("--resume");
+    ASSERT_EQ(test::run_cli(quoted(resume), nullptr, &err), 0) << err;
+    EXPECT_FALSE(fs::exists(out / checkpoint));
+    for (const std::string& part : parts)
+      expect_same_outputs(dir / "whole" / part, out / part,
+                          fmt::format("{}: killed after {} checkpointed samples{}", part, wait_for, exited ? " (it had finished)" : ""));
+  }
+}
+
+TEST(PassCli, KilledAndResumedRunEqualsUninterrupted) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const std::string model = (test::shared_dir() / kStories).string();
+  kill_and_resume("pass_kill", [&](const fs::path& out) {
+    return std::vector<std::string>{"--threads", "1", "--quiet", "topology", model, "--samples", "80", "--max-len", "64",
+                                    "--permutations", "200", "--save-correlations", "--save-jacobians",
+                                    "--checkpoint-every", "1", "--out", out.string()};
+  }, "pass.checkpoint", {""}, {0, 16, 48});
+}
+
+TEST(PassCli, KilledAndResumedAnalysisEqualsUninterrupted) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const std::string model = (test::shared_dir() / kStories).string();
+  kill_and_resume("pass_kill_analyze", [&](const fs::path& out) {
+    return std::vector<std::string>{"--threads", "1", "--quiet", "analyze", model, "--samples", "64", "--max-len", "64",
+                                    "--skip", "particles", "--checkpoint-every", "1", "--out", out.string()};
+  }, "pass/pass.checkpoint", {"power", "jacobian", "topology"}, {32});
+}
+
+TEST(PassCli, TwoMpiRanksEqualOneProcess) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const std::string mpiexec = TDYN_MPIEXEC;
+  if (mpiexec.empty() || !fs::exists(mpiexec)) GTEST_SKIP() << "built without MPI (install libopenmpi-dev openmpi-bin and rebuild)";
+  const fs::path dir = test::scratch_dir("pass_mpi");
+  const std::string model = (test::shared_dir() / kStories).string();
+  const std::string common = fmt::format("--threads 1 --quiet topology {} --samples 50 --max-len 48 --permutations 100 "
+                                         "--boundaries sublayers --save-correlations --save-jacobians",
+                                         model);
+  std::string err;
+  ASSERT_EQ(test::run_cli(common + " --out " + (dir / "one").string(), nullptr, &err), 0) << err;
+  // Open MPI refuses root without these, and a 2-core machine needs --oversubscribe for 2 ranks.
+  const std::string command =
+      fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 {} -np 2 {} {} --out {} "
+                  "> {} 2>&1", mpiexec, test::cli_path().string(), common, (dir / "two").string(), (dir / "mpi.log").string());
+  const int status = std::system(command.c_str());
+  ASSERT_EQ(status, 0) << read_file(dir / "mpi.log");
+  const auto rj = nlohmann::json::parse(read_file(dir / "two" / "results.json"));
+  EXPECT_EQ(rj["options"]["pass"]["ranks"], 2);
+  int64_t arrays = 0;
+  for (const auto& entry : fs::directory_iterator(dir / "one")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("correlation_", 0) != 0 && name != "mean_jacobians.npy") continue;
+    ++arrays;
+    const std::vector<double> a = read_npy(entry.path()).as_double(), b = read_npy(dir / "two" / name).as_double();
+    test::expect_close(b, a, 1e-12, 1e-14, "2 ranks vs 1: " + name);
+  }
+  const int64_t n_layers = load_model(model)->config.n_layers;
+  EXPECT_EQ(arrays, 1 + 2 * n_layers + 1);  // mean Jacobians + a correlation at every one of the 2L + 1 boundaries
+  EXPECT_FALSE(fs::exists(dir / "two" / "pass.rank0of2.checkpoint"));
+}
+
+}  // namespace
+}  // namespace tdyn
+
+namespace tdyn {
+namespace {
+
+// tdyn analyze runs the samples once, and each part it hands the pass to gives what the part gives on its own.
+TEST(PassCli, AnalyzeSharesOnePassWithThePartsOwnResults) {
+  TDYN_REQUIRE_SHARED(kStories);
+  TDYN_REQUIRE_SHARED("data/wikitext-2/wiki.test.raw");
+  const fs::path dir = test::scratch_dir("pass_analyze");
+  const std::string model = (test::shared_dir() / kStories).string();
+  const std::string data = (test::shared_dir() / "data/wikitext-2/wiki.test.raw").string();
+  const std::string inputs = fmt::format("{} --data {} --samples 24 --max-len 40", model, data);
+  std::string err;
+  ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet analyze {} --skip particles --out {}", inputs, (dir / "all").string()),
+                          nullptr, &err), 0) << err;
+  const auto analysis = nlohmann::json::parse(read_file(dir / "all" / "results.json"));
+  EXPECT_EQ(analysis["results"]["pass"]["samples"], 24);
+  for (const char* part : {"power", "jacobian", "topology"}) {
+    const auto argv = analysis["results"]["parts"][part]["argv"].get<std::vector<std::string>>();
+    EXPECT_NE(std::find(argv.begin(), argv.end(), "--from-pass"), argv.end()) << part;
+  }
+  ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet power {} --out {}", inputs, (dir / "power").string()), nullptr, &err), 0) << err;
+  ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet jacobian {} --surgery --out {}", inputs, (dir / "jacobian").string()), nullptr, &err), 0)
+      << err;
+  ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet topology {} --out {}", inputs, (dir / "topology").string()), nullptr, &err), 0)
+      << err;
+  for (const char* file : {"power/alignment_before.npy", "power/alignment_after.npy", "jacobian/mean_jacobians.npy",
+                           "jacobian/cumulative_products.npy", "topology/participation.npy", "topology/log_column_gain.npy"}) {
+    if (!fs::exists(dir / file)) continue;  // a part that does not write this array
+    EXPECT_EQ(read_file(dir / "all" / file), read_file(dir / file)) << file << " differs between analyze and the part alone";
+  }
+  for (const char* part : {"power", "jacobian"}) {
+    const auto shared = nlohmann::json::parse(read_file(dir / "all" / part / "results.json"));
+    const auto alone = nlohmann::json::parse(read_file(dir / part / "results.json"));
+    EXPECT_EQ(shared["results"], alone["results"]) << part;
+  }
+  auto topology = [](const fs::path& d) {
+    auto j = nlohmann::json::parse(read_file(d / "results.json"))["results"];
+    for (auto& c : j["checkpoints"]) c.erase("results_dir");
+    return j;
+  };
+  EXPECT_EQ(topology(dir / "all" / "topology"), topology(dir / "topology"));
+
+  // A pass of other samples is refused by the parts.
+  EXPECT_NE(test::run_cli(fmt::format("--quiet jacobian {} --data {} --samples 23 --max-len 40 --from-pass {} --out {}", model, data,
+                                      (dir / "all" / "pass" / "pass.tdynpass").string(), (dir / "bad").string()),
+                          nullptr, &err), 0);
+  EXPECT_NE(err.find("other samples"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace tdyn
