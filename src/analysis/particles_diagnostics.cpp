@@ -275,7 +275,11 @@ ParticleDiagnostics diagnose(const ParticleSystem& system, const Trajectory& tra
   const auto& x0 = trajectory.x.front();
   const int64_t n = x0.rows(), d = x0.cols();
   const double scale = std::max(max_row_norm(x0), 1e-300);
-  const auto directions = simple_positive_directions(W);
+  // Theorems 2.1 and 3.1 describe the limits of z = e^{-tV} x for the unnormalised dynamics. On the sphere the
+  // tokens stay bounded, so z → 0 whenever V has a positive eigenvalue and any count of its levels or vertices
+  // would pass without saying anything.
+  const bool examine_limits = !system.project_to_sphere;
+  const auto directions = examine_limits ? simple_positive_directions(W) : std::vector<EigenDirection>{};
   const EigenDirection* top = top_direction(directions);
   auto level_tolerance = [&](const EigenDirection& e) {
     return options.level_tol * std::max((x0 * e.left).cwiseAbs().maxCoeff(), 1e-300);
@@ -315,7 +319,10 @@ ParticleDiagnostics diagnose(const ParticleSystem& system, const Trajectory& tra
   f.directions = directions;
   for (const auto& e : directions) f.levels.push_back(find_levels(levels_of(trajectory, last, e), level_tolerance(e)));
 
-  const Matrix basis = polytope_basis(W);  // (d × k)
+  if (!examine_limits)
+    f.limits_not_examined = "the tokens move on the unit sphere: the polytope and hyperplane theorems are about the limits "
+                            "of the rescaled tokens of the unnormalised dynamics, which do not apply here";
+  const Matrix basis = examine_limits ? polytope_basis(W) : Matrix(d, 0);  // (d × k)
   f.polytope_dim = static_cast<int>(basis.cols());
   if (f.polytope_dim > 0) {
     // Theorem 2.1: each z_i converges to 0 or to a vertex of the polytope spanned by the limits.
@@ -393,6 +400,7 @@ nlohmann::json to_json(const ParticleDiagnostics& diag) {
                     {"membership", f.levels[k].membership}});
   }
   final_json["hyperplanes"] = dirs;
+  if (!f.limits_not_examined.empty()) final_json["limits_not_examined"] = f.limits_not_examined;
   if (f.polytope_dim > 0) {
     final_json["polytope"] = {{"eigenspace_dim", f.polytope_dim},
                               {"limits", matrix_json(f.polytope_limits)},

@@ -120,6 +120,8 @@ struct FinalDiagnostics {
   double max_distance_to_initial_hull = 0;  // the projected hull only shrinks: Πz_i(T) ∈ conv{Πx_j(0)}
   // d = 1 only: the extreme tokens (argmin, argmax of x(T)), the only possible leaders.
   std::vector<int> extreme_tokens;
+  // Why the limits of the rescaled tokens (polytope, hyperplanes) were not examined; empty when they were.
+  std::string limits_not_examined;
 };
 
 // Facts about the weights that decide which theorem applies (recorded beside the results).

@@ -285,7 +285,10 @@ PaperSummary particles_summary(const ReportPart* part) {
   if (levels)
     s.checks.push_back({c2, fmt::format("{} levels of φ₁*(z) (top eigenvalue {})", *levels, text_at(*top, "/eigenvalue")),
                         *levels <= 3 ? Verdict::kPass : Verdict::kDiffers, r2});
-  else s.checks.push_back(not_computed(c2, r2, "no simple positive top eigenvalue of V"));
+  else {
+    const std::string why = text_at(j, "/results/final/limits_not_examined");
+    s.checks.push_back(not_computed(c2, r2, why.empty() ? "no simple positive top eigenvalue of V" : why));
+  }
 
   // A near-uniform P is also close to a 0/1 matrix (the zero matrix, at distance ≈ 1/n), so a Boolean limit
   // needs a leader too: some column that rows attend to with weight near 1.
