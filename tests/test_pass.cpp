@@ -276,9 +276,12 @@ TEST(PassCli, TwoMpiRanksEqualOneProcess) {
                                          model);
   std::string err;
   ASSERT_EQ(test::run_cli(common + " --out " + (dir / "one").string(), nullptr, &err), 0) << err;
-  // Open MPI refuses root without these, and a 2-core machine needs --oversubscribe for 2 ranks.
+  // Open MPI refuses root without these, and a 2-core machine needs --oversubscribe for 2 ranks. Under the
+  // sanitizers the ranks run without leak checking: Open MPI's plugins leak at exit (and are unloaded by then,
+  // so no suppression can name them); tdyn's own code is leak-checked by every other test.
   const std::string command =
-      fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 {} -np 2 {} {} --out {} "
+      fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+                  "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" {} -np 2 {} {} --out {} "
                   "> {} 2>&1", mpiexec, test::cli_path().string(), common, (dir / "two").string(), (dir / "mpi.log").string());
   const int status = std::system(command.c_str());
   ASSERT_EQ(status, 0) << read_file(dir / "mpi.log");
