@@ -4,6 +4,7 @@
 // ranks give the single-process result within 1e-12.
 #include <signal.h>
 #include <sys/wait.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -62,6 +63,17 @@ TEST_F(StoriesPass, RepeatsBitForBitAndChunkingChangesOnlyRoundOff) {
   EXPECT_TRUE(same_bits(first, again));
   EXPECT_EQ(first.n_samples, 21);
   EXPECT_EQ(first.n_pairs, 21);
+
+  // Another thread count changes only the grouping of the additions.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  const PassSums three_threads = run_pass(*transformer, jacobians.get(), samples, spec, {});
+  omp_set_num_threads(threads);
+  for (size_t k = 0; k + 1 < spec.boundaries.size(); ++k) {
+    const linalg::Matrix a = first.jacobian_sums[k], b = three_threads.jacobian_sums[k];
+    EXPECT_LE((a - b).cwiseAbs().maxCoeff(), 1e-12 * b.cwiseAbs().maxCoeff()) << "3 threads vs 1: " << spec.boundaries[k].hook;
+  }
+  EXPECT_EQ(first.probe_values, three_threads.probe_values);
 
   PassSpec one_chunk = spec;
   one_chunk.chunk = 1000;

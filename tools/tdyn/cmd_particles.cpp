@@ -31,7 +31,7 @@ struct ParticlesArgs {
   std::map<std::string, CLI::Option*> given;
   // --from-model: the checkpoint, the layer and head, and where the tokens come from.
   std::string from_model;
-  bool allow_unknown_config_keys = false;
+  bool allow_unknown_config_keys = false, no_check_weights = false;
   int64_t layer = 0, head = -1;  // head -1: the whole layer
   SampleArgs tokens;             // --data | --prompt | --ids, --tokenizer; the first sample only
 };
@@ -54,6 +54,7 @@ ExperimentSpec model_defaults() {
 Experiment build_from_model(const ParticlesArgs& a, const ExperimentSpec& spec, nlohmann::json* model_section) {
   LoadOptions load;
   load.config.allow_unknown_keys = a.allow_unknown_config_keys;
+  load.check_finite = !a.no_check_weights;
   const std::shared_ptr<const Model> model = load_model(a.from_model, load);
   const ModelConfig& c = model->config;
   if (spec.n < 1) fail("--n must be at least 1, got {}", spec.n);
@@ -507,6 +508,8 @@ std::function<int()> setup_particles(CLI::App& app) {
                                      "or the whole layer)");
   auto* unknown_keys = cmd->add_flag("--allow-unknown-config-keys", a->allow_unknown_config_keys,
                                      "With --from-model: warn about config.json keys tdyn does not know instead of refusing the model");
+  auto* no_check = cmd->add_flag("--no-check-weights", a->no_check_weights,
+                                 "With --from-model: skip the NaN/Inf check of every weight at load");
   auto* layer = cmd->add_option("--layer", a->layer, "With --from-model: the layer (0-based)")->capture_default_str()->check(CLI::NonNegativeNumber);
   auto* head = cmd->add_option("--head", a->head,
                                "With --from-model: one head (0-based); default: the whole layer, its heads stacked into one (scores "
@@ -522,7 +525,7 @@ std::function<int()> setup_particles(CLI::App& app) {
   data->excludes(prompt)->excludes(ids);
   prompt->excludes(ids);
   for (auto* source : {data, prompt, ids, tokenizer}) source->excludes(a->given.at("--init"));  // --init replaces the model's tokens
-  for (auto* option : {unknown_keys, layer, head, data, prompt, ids, tokenizer}) option->needs(from_model);
+  for (auto* option : {unknown_keys, no_check, layer, head, data, prompt, ids, tokenizer}) option->needs(from_model);
   // The model supplies the matrices and the width.
   for (const char* flag : {"--query", "--key", "--value", "--output", "--d", "--d-head"}) from_model->excludes(a->given.at(flag));
   from_model->excludes(preset_option);
