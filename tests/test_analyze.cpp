@@ -58,7 +58,8 @@ TEST(Analyze, Stories260KEndToEnd) {
   TDYN_REQUIRE_SHARED("data/wikitext-2/wiki.test.raw");
   const fs::path dir = test::scratch_dir("analyze_stories");
   const fs::path model = test::shared_dir() / "models/stories260K/stories260K.bin";
-  const std::string cmd = fmt::format("{} analyze '{}' --samples 20 --quiet --out '{}' > '{}' 2>&1", test::cli_path().string(),
+  // S = 200, the default and the size the report is meant for.
+  const std::string cmd = fmt::format("{} analyze '{}' --samples 200 --quiet --out '{}' > '{}' 2>&1", test::cli_path().string(),
                                       model.string(), dir.string(), (dir / "log.txt").string());
   const int rc = std::system(cmd.c_str());
   ASSERT_EQ(rc, 0) << cmd << "\n" << (fs::exists(dir / "log.txt") ? read_file(dir / "log.txt") : "");
@@ -69,6 +70,7 @@ TEST(Analyze, Stories260KEndToEnd) {
   validate(results, schema, "", &errors);
   for (const auto& e : errors) ADD_FAILURE() << e;
 
+  EXPECT_EQ(results["results"]["pass"]["samples"], 200);
   for (const char* part : {"power", "jacobian", "topology", "particles"}) {
     EXPECT_EQ(results["results"]["parts"][part]["status"], "ok") << part << ": " << results["results"]["parts"][part].dump();
     EXPECT_TRUE(fs::exists(dir / part / "results.json")) << part;
