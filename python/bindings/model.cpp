@@ -259,9 +259,10 @@ Positions outside a sample are skipped for that sample.)doc")
 
   m.def(
       "load",
-      [](const std::string& path, bool allow_unknown_config_keys) {
+      [](const std::string& path, bool allow_unknown_config_keys, bool check_weights) {
         LoadOptions options;
         options.config.allow_unknown_keys = allow_unknown_config_keys;
+        options.check_finite = check_weights;
         std::shared_ptr<const Model> model;
         {
           py::gil_scoped_release release;
@@ -269,9 +270,10 @@ Positions outside a sample are skipped for that sample.)doc")
         }
         return PyModel(std::move(model));
       },
-      py::arg("path"), py::arg("allow_unknown_config_keys") = false,
+      py::arg("path"), py::arg("allow_unknown_config_keys") = false, py::arg("check_weights") = true,
       "Loads a checkpoint: a Hugging Face directory (config.json + safetensors, sharded or not), a llama2.c .bin "
-      "or a .gguf file. Weights stay memory-mapped. Unknown config.json keys are an error unless allowed.");
+      "or a .gguf file. Weights stay memory-mapped. Unknown config.json keys are an error unless allowed; a NaN or "
+      "Inf weight is an error naming the tensor unless check_weights=False.");
 }
 
 }  // namespace tdyn::python
