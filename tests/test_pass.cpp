@@ -310,6 +310,14 @@ TEST(PassCli, TwoMpiRanksEqualOneProcess) {
   const int64_t n_layers = load_model(model)->config.n_layers;
   EXPECT_EQ(arrays, 1 + 2 * n_layers + 1);  // mean Jacobians + a correlation at every one of the 2L + 1 boundaries
   EXPECT_FALSE(fs::exists(dir / "two" / "pass.rank0of2.checkpoint"));
+
+  // A command that does not split its work refuses to run N times over.
+  const std::string power = fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+                                        "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" {} -np 2 {} power {} --out {} > {} 2>&1",
+                                        mpiexec, test::cli_path().string(), model, (dir / "power").string(), (dir / "power.log").string());
+  EXPECT_NE(std::system(power.c_str()), 0);
+  EXPECT_NE(read_file(dir / "power.log").find("runs in one process"), std::string::npos) << read_file(dir / "power.log");
+  EXPECT_FALSE(fs::exists(dir / "power" / "results.json"));
 }
 
 }  // namespace

@@ -69,6 +69,16 @@ int main(int argc, char** argv) {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
   }
+  // Only the commands built on the shared sample pass split their work across MPI ranks; any other would run N
+  // times over and write the same files from every rank.
+  const std::string name = app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name();
+  if (tdyn::ranks().size > 1 && name != "jacobian" && name != "topology" && name != "analyze") {
+    if (tdyn::ranks().root())
+      std::cerr << "tdyn: error: tdyn " << name << " runs in one process; under mpirun/srun only jacobian, topology and "
+                                               "analyze split their samples across ranks\n";
+    tdyn::finalize_ranks();  // every rank stops here, so none waits for another
+    return kExitUsage;
+  }
   const std::string where = tdyn::ranks().size > 1 ? fmt::format(" (rank {} of {})", tdyn::ranks().rank, tdyn::ranks().size) : "";
   try {
     const int code = selected ? selected() : 0;

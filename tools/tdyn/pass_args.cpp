@@ -87,7 +87,10 @@ PassSums obtain_pass(const PassArgs& args, const Transformer& transformer, const
                      const std::vector<Sample>& samples, const PassSpec& spec, const nlohmann::json& model_identity,
                      const fs::path& checkpoint, const std::string& label) {
   const nlohmann::json identity = pass_identity(model_identity, samples, spec);
-  if (!args.from_pass.empty()) return select_from_pass(args.from_pass, identity, spec);
+  if (!args.from_pass.empty()) {
+    require_single_rank(true, "--from-pass");
+    return select_from_pass(args.from_pass, identity, spec);
+  }
   const Ranks& me = ranks();
   PassControl control;
   control.checkpoint = checkpoint;
