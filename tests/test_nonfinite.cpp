@@ -325,9 +325,10 @@ TEST_F(NonFinite, CliAnalysesStopWithTheMessageAndWriteNoMetric) {
   std::string out, err;
   EXPECT_EQ(test::run_cli(fmt::format("run {} --ids 1,2,3 --max-new-tokens 2", model.string()), &out, &err), 1) << err;
   expect_has(err, "blocks.1.attn.hook_out_proj");
-  for (const std::string command : {"jacobian", "topology", "power"}) {
+  int run_index = 0;
+  for (const std::string command : {"jacobian", "jacobian --mean plain --cumulative both", "topology", "power"}) {
     SCOPED_TRACE(command);
-    const fs::path res = dir_ / ("res_" + command);
+    const fs::path res = dir_ / fmt::format("res_{}", run_index++);
     const int rc = test::run_cli(fmt::format("{} {} --ids 1,2,3,4,5,6 --out {} --quiet", command, model.string(), res.string()),
                                  &out, &err);
     EXPECT_EQ(rc, 1) << err;

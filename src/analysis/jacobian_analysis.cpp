@@ -5,6 +5,7 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <exception>
 #include <iostream>
 
 #include <omp.h>
@@ -76,6 +77,8 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
   std::atomic<int64_t> done{0};
   const auto start = std::chrono::steady_clock::now();
   const int64_t report_every = std::max<int64_t>(1, S / 20);
+  int64_t failed_sample = -1;
+  std::exception_ptr error;
 
 #pragma omp parallel
   {
@@ -86,29 +89,36 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
     int64_t my_pairs = 0, my_samples = 0;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < S; ++i) {
-      const SequenceState state = model.run(samples[i].ids);
-      const std::vector<int64_t> positions = options.positions.resolve(state.n_pos);
-      for (int64_t pos : positions) {
-        Matrix product = Matrix::Identity(d, d);
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t layer = k / 2;
-          const Sublayer which = k % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp;
-          if (options.structured) my_structured[k].add(model.structure(state, layer, which, pos));
-          if (!need_plain) continue;
-          const Matrix j = model.jacobian(state, layer, which, pos);
-          if (!options.structured) my_plain[k] += j;
-          if (options.mean_of_products) {
-            product = j * product;
-            my_products[k] += product;
-          }
-          if (options.per_sample) {
+      // An exception must not leave the parallel region (that terminates the program): the first failing
+      // sample's error is kept and rethrown below.
+      try {
+        const SequenceState state = model.run(samples[i].ids);
+        const std::vector<int64_t> positions = options.positions.resolve(state.n_pos);
+        for (int64_t pos : positions) {
+          Matrix product = Matrix::Identity(d, d);
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t layer = k / 2;
+            const Sublayer which = k % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp;
+            if (options.structured) my_structured[k].add(model.structure(state, layer, which, pos));
+            if (!need_plain) continue;
+            const Matrix j = model.jacobian(state, layer, which, pos);
+            if (!options.structured) my_plain[k] += j;
+            if (options.mean_of_products) {
+              product = j * product;
+              my_products[k] += product;
+            }
+            if (options.per_sample) {
 #pragma omp critical(tdyn_jacobian_per_sample)
-            options.per_sample(i, pos, layer, which, j);
+              options.per_sample(i, pos, layer, which, j);
+            }
           }
+          ++my_pairs;
         }
-        ++my_pairs;
+        if (!positions.empty()) ++my_samples;
+      } catch (...) {
+#pragma omp critical(tdyn_jacobian_error)
+        if (failed_sample < 0 || i < failed_sample) failed_sample = i, error = std::current_exception();
       }
-      if (!positions.empty()) ++my_samples;
       const int64_t n = ++done;
       if (options.progress && (n % report_every == 0 || n == S)) {
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -127,6 +137,7 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
       result.n_samples += my_samples;
     }
   }
+  if (error) std::rethrow_exception(error);
   if (result.n_pairs == 0) fail("no (sample, position) pair to average: {} samples, positions '{}'", S, options.positions.to_string());
   const double inv = 1.0 / static_cast<double>(result.n_pairs);
   for (int64_t k = 0; k < K; ++k) {
