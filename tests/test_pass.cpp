@@ -370,6 +370,15 @@ TEST(PassCli, AnalyzeSharesOnePassWithThePartsOwnResults) {
                                       (dir / "all" / "pass" / "pass.tdynpass").string(), (dir / "bad").string()),
                           nullptr, &err), 0);
   EXPECT_NE(err.find("other samples"), std::string::npos) << err;
+
+  // A checkpoint holds the sums of part of the samples: it is refused as a finished pass.
+  PassFile unfinished = load_pass(dir / "all" / "pass" / "pass.tdynpass");
+  unfinished.header.erase("complete");
+  save_pass(dir / "unfinished.tdynpass", unfinished);
+  EXPECT_NE(test::run_cli(fmt::format("--quiet jacobian {} --from-pass {} --out {}", inputs, (dir / "unfinished.tdynpass").string(),
+                                      (dir / "bad2").string()),
+                          nullptr, &err), 0);
+  EXPECT_NE(err.find("unfinished pass"), std::string::npos) << err;
 }
 
 }  // namespace

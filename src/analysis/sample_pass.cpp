@@ -272,12 +272,13 @@ PassSums run_pass(const Transformer& transformer, const JacobianModel* jacobians
   if (control.resume && !control.checkpoint.empty()) {
     if (fs::exists(control.checkpoint)) {
       PassFile file = load_pass(control.checkpoint);
-      nlohmann::json expected = header_base, found = file.header;
+      nlohmann::json found = file.header;
+      const nlohmann::json chunks_done = found["chunks_done"];
       found.erase("chunks_done");
-      if (found != expected)
+      if (found != header_base || !chunks_done.is_number_unsigned())
         fail("{}: the checkpoint is of a different run (its model, samples, options or rank count differ: {} vs now {}); "
-             "remove it to start afresh", control.checkpoint.string(), found.dump(), expected.dump());
-      done = file.header.at("chunks_done").get<size_t>();
+             "remove it to start afresh", control.checkpoint.string(), found.dump(), header_base.dump());
+      done = chunks_done.get<size_t>();
       if (done > my_chunks.size()) fail("{}: the checkpoint claims {} of {} chunks", control.checkpoint.string(), done, my_chunks.size());
       total = std::move(file.sums);
       say(fmt::format("resuming from {}: {} of {} samples done", control.checkpoint.string(), total.n_samples, n_samples));

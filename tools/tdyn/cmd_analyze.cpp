@@ -87,7 +87,7 @@ fs::path shared_pass(const AnalyzeArgs& a, const std::shared_ptr<const Model>& m
   if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
   const PassSums sums = obtain_pass(a.pass, *transformer, jacobians.get(), samples, spec, pass_model_identity(a.model.path, *model),
                                     dir / "pass.checkpoint", "analyze: forward pass");
-  save_pass(file, {{{"identity", identity}, {"ranks", ranks().size}}, sums});
+  save_pass(file, {{{"identity", identity}, {"ranks", ranks().size}, {"complete", true}}, sums});
   (*record)["reused"] = false;
   return file;
 }

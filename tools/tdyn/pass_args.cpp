@@ -44,9 +44,11 @@ nlohmann::json pass_model_identity(const std::string& path, const Model& model) 
 
 namespace {
 
-// The sums of `spec` taken out of a pass over a superset of its boundaries.
+// The sums of `spec` taken out of a finished pass over a superset of its boundaries.
 PassSums select_from_pass(const fs::path& path, const nlohmann::json& expected, const PassSpec& spec) {
   PassFile file = load_pass(path);
+  if (!file.header.value("complete", false))
+    fail("--from-pass {}: the checkpoint of an unfinished pass, not a finished one (continue its run with --resume)", path.string());
   const nlohmann::json& found = file.header.at("identity");
   auto differs = [&](const char* key) { return found.at(key) != expected.at(key); };
   if (differs("model")) fail("--from-pass {}: a pass of another model ({} vs {})", path.string(), found["model"].dump(), expected["model"].dump());
@@ -89,7 +91,11 @@ PassSums obtain_pass(const PassArgs& args, const Transformer& transformer, const
   const nlohmann::json identity = pass_identity(model_identity, samples, spec);
   if (!args.from_pass.empty()) {
     require_single_rank(true, "--from-pass");
-    return select_from_pass(args.from_pass, identity, spec);
+    try {
+      return select_from_pass(args.from_pass, identity, spec);
+    } catch (const nlohmann::json::exception& e) {
+      fail("--from-pass {}: its header lacks what a pass file holds ({})", args.from_pass, e.what());
+    }
   }
   const Ranks& me = ranks();
   PassControl control;
