@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tdyn {
 
@@ -25,16 +26,12 @@ PositionSpec PositionSpec::parse(const std::string& text) {
     return p;
   }
   p.kind = Kind::List;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
+  for (const std::string& item : split_list(text)) {
     int64_t v = 0;
     auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || ptr != item.data() + item.size())
       fail("positions: expected 'last', 'all' or comma-separated integers, got '{}'", text);
     p.list.push_back(v);
-    start = comma + 1;
   }
   return p;
 }

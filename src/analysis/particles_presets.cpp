@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/npy.h"
+#include "core/text.h"
 
 namespace tdyn::particles {
 namespace {
@@ -166,12 +167,7 @@ Matrix make_matrix(const std::string& spec, int64_t rows, int64_t cols, uint64_t
   }
   if (name == "diag") {
     std::vector<double> entries;
-    for (size_t start = 0; start <= param.size();) {
-      size_t comma = param.find(',', start);
-      if (comma == std::string::npos) comma = param.size();
-      entries.push_back(number(param.substr(start, comma - start), NAN, flag, spec));
-      start = comma + 1;
-    }
+    for (const std::string& item : split_list(param)) entries.push_back(number(item, NAN, flag, spec));
     if (static_cast<int64_t>(entries.size()) != std::min(rows, cols))
       fail("{} '{}': expected {} diagonal entries, got {}", flag, spec, std::min(rows, cols), entries.size());
     Matrix m = Matrix::Zero(rows, cols);

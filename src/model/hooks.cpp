@@ -1,6 +1,7 @@
 #include "model/hooks.h"
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tdyn {
 
@@ -26,14 +27,8 @@ bool glob_match(std::string_view p, std::string_view s) {
 }
 
 ActivationCache::ActivationCache(const std::string& patterns) {
-  size_t start = 0;
-  while (start <= patterns.size()) {
-    size_t comma = patterns.find(',', start);
-    std::string p = patterns.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!p.empty()) patterns_.push_back(p);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  for (std::string& p : split_list(patterns))
+    if (!p.empty()) patterns_.push_back(std::move(p));
   if (patterns_.empty()) fail("empty hook pattern (use '*' for every hook)");
 }
 

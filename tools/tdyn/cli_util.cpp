@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "core/text.h"
 #include "tokenizer/tokenizer.h"
 
 extern char** environ;
@@ -15,10 +16,7 @@ namespace tdyn::cli {
 
 std::vector<int32_t> parse_int_list(const std::string& text, const std::string& flag) {
   std::vector<int32_t> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (std::string item : split_list(text)) {
     size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
     item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
     int32_t v = 0;
@@ -26,24 +24,18 @@ std::vector<int32_t> parse_int_list(const std::string& text, const std::string& 
     if (item.empty() || ec != std::errc() || ptr != item.data() + item.size())
       throw CLI::ValidationError(flag, "expected comma-separated integers, got '" + item + "'");
     out.push_back(v);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return out;
 }
 
 std::vector<double> parse_double_list(const std::string& text, const std::string& flag) {
   std::vector<double> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
+  for (const std::string& item : split_list(text)) {
     double v = 0;
     auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || !std::isfinite(v))
       throw CLI::ValidationError(flag, "expected comma-separated numbers, got '" + item + "'");
     out.push_back(v);
-    start = comma + 1;
   }
   return out;
 }

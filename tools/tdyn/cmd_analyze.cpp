@@ -28,6 +28,7 @@
 #include "cli_util.h"
 #include "command.h"
 #include "core/ranks.h"
+#include "core/text.h"
 #include "pass_args.h"
 #include "report/html_report.h"
 #include "report/progress.h"
@@ -69,24 +70,26 @@ fs::path shared_pass(const AnalyzeArgs& a, const std::shared_ptr<const Model>& m
     for (int64_t l = 0; l < model->config.n_layers; ++l) spectra.push_back(layer_spectrum(layer_matrix(*model, l), SpectrumOptions{}));
     spec.probes = token_dynamics_probes(spectra);
   }
-  const nlohmann::json identity = pass_identity(pass_model_identity(a.model.path, *model), samples, spec);
+  const nlohmann::json model_identity = pass_model_identity(a.model.path, *model);
+  const nlohmann::json identity = pass_identity(model_identity, samples, spec);
   const fs::path file = dir / "pass.tdynpass";
   *record = {{"file", "pass/pass.tdynpass"}, {"samples", samples.size()}, {"spec", spec.to_json()}};
   if (a.pass.resume && fs::exists(file)) {
     try {
-      if (load_pass(file).header.at("identity") == identity) {
+      const nlohmann::json header = load_pass(file).header;
+      if (header.value("complete", false) && header.value("identity", nlohmann::json()) == identity) {
         (*record)["reused"] = true;
         return file;
       }
     } catch (const Error&) {
-    }  // damaged or of other samples: run the pass again
+    }  // damaged, unfinished or of other samples: run the pass again
   }
   fs::create_directories(dir);
   auto transformer = std::make_shared<const Transformer>(model);
   std::unique_ptr<JacobianModel> jacobians;
   if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
-  const PassSums sums = obtain_pass(a.pass, *transformer, jacobians.get(), samples, spec, pass_model_identity(a.model.path, *model),
-                                    dir / "pass.checkpoint", "analyze: forward pass");
+  const PassSums sums = obtain_pass(a.pass, *transformer, jacobians.get(), samples, spec, model_identity, dir / "pass.checkpoint",
+                                    "analyze: forward pass");
   save_pass(file, {{{"identity", identity}, {"ranks", ranks().size}, {"complete", true}}, sums});
   (*record)["reused"] = false;
   return file;
@@ -94,13 +97,11 @@ fs::path shared_pass(const AnalyzeArgs& a, const std::shared_ptr<const Model>& m
 
 int run_analyze(AnalyzeArgs& a) {
   std::set<std::string> skip;
-  for (size_t start = 0; start < a.skip.size();) {
-    const size_t comma = std::min(a.skip.find(',', start), a.skip.size());
-    const std::string part = a.skip.substr(start, comma - start);
+  for (const std::string& part : split_list(a.skip)) {
+    if (part.empty()) continue;  // "" (nothing skipped) or a trailing comma
     if (std::find(kParts.begin(), kParts.end(), part) == kParts.end())
       throw CLI::ValidationError("--skip", fmt::format("unknown part '{}' (parts: {})", part, fmt::join(kParts, ", ")));
     skip.insert(part);
-    start = comma + 1;
   }
   // An absolute corpus path, so every part's command line reproduces from any directory.
   if (a.data.empty()) a.data = default_corpus().string();
