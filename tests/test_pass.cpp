@@ -49,6 +49,9 @@ struct StoriesPass : ::testing::Test {
     samples = random_samples(21, model->config.d_vocab, 5);
     spec.boundaries = residual_boundaries(model->config.n_layers, BoundarySet::Sublayers);
     spec.chunk = 4;
+    // Per-token probes: the norm, and the alignment with the first unit axis, at two boundaries.
+    const int64_t d = model->config.d_model;
+    spec.probes = {{"norm", "blocks.0.hook_resid_pre", {}}, {"axis0", "blocks.1.hook_resid_mid", linalg::Matrix::Identity(d, 1)}};
   }
   std::shared_ptr<const Model> model;
   std::shared_ptr<const Transformer> transformer;
@@ -63,6 +66,19 @@ TEST_F(StoriesPass, RepeatsBitForBitAndChunkingChangesOnlyRoundOff) {
   EXPECT_TRUE(same_bits(first, again));
   EXPECT_EQ(first.n_samples, 21);
   EXPECT_EQ(first.n_pairs, 21);
+  ASSERT_EQ(first.probe_values.size(), 2u);
+  EXPECT_EQ(static_cast<int64_t>(first.probe_values[0].size()), first.n_tokens);
+  // The norm probe equals the residual stream's own norms, token by token in sample order.
+  std::vector<double> norms;
+  for (const Sample& s : samples) {
+    const SequenceState state = jacobians->run(s.ids);
+    const Tensor& x = state.resid_pre.at(0);
+    for (int64_t i = 0; i < x.dim(0); ++i) {
+      const Eigen::VectorXd row = Eigen::Map<const Eigen::VectorXf>(x.row(i), x.dim(1)).cast<double>();
+      norms.push_back(row.norm());
+    }
+  }
+  test::expect_close(first.probe_values[0], norms, 0, 0, "norm probe vs the residual stream");
 
   // Another thread count changes only the grouping of the additions.
   const int threads = omp_get_max_threads();
@@ -78,6 +94,7 @@ TEST_F(StoriesPass, RepeatsBitForBitAndChunkingChangesOnlyRoundOff) {
   PassSpec one_chunk = spec;
   one_chunk.chunk = 1000;
   const PassSums whole = run_pass(*transformer, jacobians.get(), samples, one_chunk, {});
+  EXPECT_EQ(first.probe_values, whole.probe_values);  // per token: the chunking does not touch them
   const std::vector<linalg::Matrix> a = first.mean_jacobians(), b = whole.mean_jacobians();
   for (size_t k = 0; k + 1 < a.size(); ++k) {
     const double scale = b[k].cwiseAbs().maxCoeff();

@@ -146,6 +146,13 @@ PassSums run_chunk(const Transformer& transformer, const JacobianModel* jacobian
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
+// Indices of this rank's chunks, in order.
+std::vector<int64_t> chunks_of_this_rank(int64_t n_samples, int64_t chunk) {
+  std::vector<int64_t> chunks;
+  for (int64_t c = ranks().rank; c * chunk < n_samples; c += ranks().size) chunks.push_back(c);
+  return chunks;
+}
+
 }  // namespace
 
 nlohmann::json PassSpec::to_json() const {
@@ -252,6 +259,13 @@ nlohmann::json pass_identity(const nlohmann::json& model, const std::vector<Samp
           {"spec", spec.to_json()}};
 }
 
+int64_t samples_of_this_rank(int64_t n_samples, const PassSpec& spec) {
+  const int64_t chunk = std::max<int64_t>(1, spec.chunk);
+  int64_t count = 0;
+  for (int64_t c : chunks_of_this_rank(n_samples, chunk)) count += std::min(chunk, n_samples - c * chunk);
+  return count;
+}
+
 PassSums run_pass(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
                   const PassSpec& spec, const nlohmann::json& identity, const PassControl& control) {
   TDYN_CHECK(!spec.jacobians || jacobians);
@@ -259,9 +273,7 @@ PassSums run_pass(const Transformer& transformer, const JacobianModel* jacobians
   const Ranks& me = ranks();
   const int64_t d = transformer.config().d_model;
   const int64_t n_samples = static_cast<int64_t>(samples.size()), chunk = std::max<int64_t>(1, spec.chunk);
-  const int64_t n_chunks = (n_samples + chunk - 1) / chunk;
-  std::vector<int64_t> my_chunks;
-  for (int64_t c = me.rank; c < n_chunks; c += me.size) my_chunks.push_back(c);
+  const std::vector<int64_t> my_chunks = chunks_of_this_rank(n_samples, chunk);
   const nlohmann::json header_base = {{"identity", identity}, {"rank", me.rank}, {"ranks", me.size}, {"chunks", my_chunks.size()}};
   auto say = [&](const std::string& text) {
     if (control.note) control.note(text);
@@ -369,6 +381,7 @@ PassFile load_pass(const fs::path& path) {
   PassFile file;
   try {
     file.header = nlohmann::json::parse(header);
+    if (!file.header.is_object()) fail("the header is not a JSON object");
     file.sums = PassSums::from_buffer(values);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: bad header: {}", name, e.what());

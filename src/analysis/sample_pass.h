@@ -85,6 +85,10 @@ struct PassControl {
   std::function<void(const std::string&)> note;  // resume messages
 };
 
+// The samples this process runs: under MPI rank r takes chunks r, r + N, r + 2N, ... of the samples (sizes
+// spec.chunk, the last one shorter); one process takes them all.
+int64_t samples_of_this_rank(int64_t n_samples, const PassSpec& spec);
+
 // Runs the pass over `samples` (on this rank's chunks under MPI) and returns the total over all samples. With
 // PassSpec::jacobians, `jacobians` must be a JacobianModel of `transformer`. On a worker rank (MPI rank > 0) it
 // delivers its share to rank 0 and ends the process. The checkpoint is removed once the pass completes.

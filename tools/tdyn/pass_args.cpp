@@ -109,11 +109,7 @@ PassSums obtain_pass(const PassArgs& args, const Transformer& transformer, const
   control.note = [](const std::string& text) {
     if (!progress_quiet()) std::cerr << "tdyn: " << text << "\n";
   };
-  // Each rank counts its own share of the samples.
-  const int64_t n = static_cast<int64_t>(samples.size()), chunk = std::max<int64_t>(1, spec.chunk);
-  int64_t mine = 0;
-  for (int64_t c = me.rank; c * chunk < n; c += me.size) mine += std::min(chunk, n - c * chunk);
-  Progress progress(label, mine, "samples");
+  Progress progress(label, samples_of_this_rank(static_cast<int64_t>(samples.size()), spec), "samples");  // this rank's share
   control.progress = [&progress](int64_t done) { progress.advance(done); };
   return run_pass(transformer, jacobians, samples, spec, identity, control);
 }
