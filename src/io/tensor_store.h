@@ -11,15 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "core/tensor.h"
 #include "io/mapped_file.h"
 
 namespace tdyn {
-
-enum class DType { F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL };
-
-const char* dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...
-size_t dtype_size(DType t);
 
 struct TensorInfo {
   std::string name;
@@ -81,8 +77,5 @@ class TensorStore {
   std::vector<std::shared_ptr<const MappedFile>> files_;
   nlohmann::json metadata_ = nlohmann::json::object();
 };
-
-float half_to_float(uint16_t h);
-float bf16_to_float(uint16_t b);
 
 }  // namespace tdyn
