@@ -1,6 +1,7 @@
 // Block-quantized GGUF types (kernels/quant_blocks.h): blocks built byte by byte from the documented layouts
 // decode bit-exactly to the documented formulas; the encoder stays within each type's error bound; the fused
-// dot product equals the dot product of the decoded row.
+// dot product equals the dot product of the decoded row; quantized tensors go through the GGUF writer, the
+// reader and TensorStore::floats unchanged.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,6 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "kernels/quant_blocks.h"
 #include "test_util.h"
 
@@ -324,6 +328,87 @@ TEST(QuantBlocks, DotRowEqualsDotOfDequantizedRow) {
       auto c = test::compare(&got, &expected, 1, 0.0, 1e-5 * magnitude);
       EXPECT_TRUE(c.ok) << c.describe(fmt::format("dot_row n={}", n));
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (d) GGUF: every quantized type through the writer, the reader and the tensor store.
+
+TEST(QuantGguf, TypeTableMatchesGgmlNames) {
+  for (const GgmlTensorType& t : kGgmlTensorTypes) {
+    EXPECT_STREQ(ggml_type_name(t.id), dtype_name(t.dtype));
+    EXPECT_EQ(ggml_type_dtype(t.id), t.dtype);
+    EXPECT_EQ(ggml_type_id(t.dtype), t.id);
+  }
+  for (DType t : kQuantTypes) EXPECT_TRUE(ggml_type_id(t).has_value()) << dtype_name(t);
+  EXPECT_FALSE(ggml_type_dtype(10).has_value());  // Q2_K: not read
+  EXPECT_FALSE(ggml_type_id(DType::I32).has_value());
+}
+
+TEST(QuantGguf, EveryQuantizedTypeRoundTripsThroughTheFile) {
+  std::vector<GgufTensor> tensors;
+  std::vector<std::vector<float>> originals;
+  for (DType t : kQuantTypes) {
+    const bool k_quant = dtype_layout(t).block_elements == 256;
+    const Shape shapes[] = {{3, 256}, k_quant ? Shape{2, 1, 512} : Shape{2, 2, 64}, {0, 256}};
+    for (size_t k = 0; k < std::size(shapes); ++k) {
+      originals.push_back(test_row(numel(shapes[k]), static_cast<uint32_t>(tensors.size())));
+      tensors.push_back(gguf_quantized_tensor(fmt::format("{}.{}", dtype_name(t), k), shapes[k], t,
+                                              originals.back().data()));
+    }
+  }
+  const fs::path file = test::scratch_dir("quant_gguf") / "quant.gguf";
+  write_gguf(file, {{"general.architecture", GgufValue::string("llama")}}, tensors);
+  TensorStore store;
+  read_gguf(file, store);
+  ASSERT_EQ(store.size(), tensors.size());
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const GgufTensor& want = tensors[k];
+    SCOPED_TRACE(want.name);
+    const TensorInfo& got = store.get(want.name);
+    const int64_t n = numel(want.shape);
+    EXPECT_EQ(got.dtype, want.dtype);
+    EXPECT_EQ(got.shape, want.shape);
+    EXPECT_EQ(got.nbytes, tensor_bytes(want.dtype, n));
+    ASSERT_EQ(want.bytes.size(), got.nbytes);
+    EXPECT_EQ(std::memcmp(got.data, want.bytes.data(), got.nbytes), 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(got.data) % kGgufDefaultAlignment, 0u);
+
+    // The store decodes exactly what dequantize_row decodes; doubles are the same floats widened.
+    std::vector<float> decoded(n);
+    if (n > 0) dequantize_row(want.dtype, got.data, decoded.data(), n);
+    const FloatBuffer floats = store.floats(want.name);
+    ASSERT_EQ(floats.size(), static_cast<size_t>(n));
+    EXPECT_EQ(first_bit_difference(floats.data(), decoded.data(), n), static_cast<size_t>(n));
+    const std::vector<double> doubles = store.doubles(want.name);
+    EXPECT_TRUE(std::equal(doubles.begin(), doubles.end(), decoded.begin()));
+    // ... and is close to the values written.
+    const std::vector<double> bound = error_bounds(want.dtype, originals[k]);
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::fabs(decoded[i] - originals[k][i]) > bound[i]) {
+        ADD_FAILURE() << "value " << i << ": " << originals[k][i] << " read back as " << decoded[i];
+        break;
+      }
+    }
+  }
+}
+
+TEST(QuantGguf, WriterRefusesRowsOfPartialBlocks) {
+  const std::vector<float> x(3 * 48, 1.0f);
+  try {
+    gguf_quantized_tensor("blk.0.ffn_up.weight", {3, 48}, DType::Q8_0, x.data());
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'blk.0.ffn_up.weight' of shape [3, 48] as Q8_0: its rows of 48 values are "
+                                         "not a whole number of 32-value blocks"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    gguf_bytes({}, {{"w", DType::Q4_K, {2, 128}, std::string(144, '\0')}});
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w' of shape [2, 128] as Q4_K"), std::string::npos) << e.what();
   }
 }
 
