@@ -631,6 +631,9 @@ std::vector<CorruptCase> corrupt_cases() {
   g.infos[1] = tensor_info("b", {uint64_t{1} << 40, uint64_t{1} << 40}, kGgmlF32, 32);
   add("dims_overflow", g, "tensor 'b': dimensions overflow");
   g = {};
+  g.infos[1] = tensor_info("b", {0, uint64_t{1} << 63}, kGgmlF32, 32);  // 0 elements, but no int64 dimension
+  add("dim_past_int64_after_zero", g, "tensor 'b': dimensions overflow");
+  g = {};
   g.infos[1] = tensor_info("b", {uint64_t{1} << 60}, kGgmlF32, 32);  // numel fits, bytes do not fit the file
   add("tensor_bytes_past_eof", g, "tensor 'b' data");
   g = {};

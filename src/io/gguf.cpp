@@ -189,7 +189,11 @@ RawTensorInfo read_tensor_info(Cursor& in, uint64_t index) {
   for (auto& d : ne) {
     d = in.read<uint64_t>("dimension");
     // 2^60 elements keep every later byte count (at most 8 bytes per element) below 2^63, away from overflow.
-    if (d != 0 && t.numel > (uint64_t{1} << 60) / d) in.error("dimensions overflow (element count beyond 2^60)");
+    // Each dimension is bounded on its own as well: after a zero dimension the product stays 0 whatever
+    // follows, and a dimension past 2^63 would turn negative in Shape.
+    constexpr uint64_t kMaxElements = uint64_t{1} << 60;
+    if (d > kMaxElements || (d != 0 && t.numel > kMaxElements / d))
+      in.error("dimensions overflow (a dimension or the element count beyond 2^60)");
     t.numel *= d;
   }
   t.shape.assign(ne.rbegin(), ne.rend());
