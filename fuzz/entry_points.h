@@ -62,8 +62,7 @@ inline std::string join_parts(const std::vector<std::string>& parts) {
 inline void touch_tensors(const TensorStore& store) {
   for (const auto& name : store.names()) {
     const TensorInfo& t = store.get(name);
-    const bool is_float = t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F64;
-    if (is_float) store.floats(name);
+    if (is_float(t.dtype)) store.floats(name);  // quantized types included: decoded block by block
     else store.ints(name);
   }
 }

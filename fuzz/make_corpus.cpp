@@ -213,6 +213,13 @@ void models() {
       {"tokenizer.ggml.bos_token_id", GgufValue::uint32(1)}, {"tokenizer.ggml.eos_token_id", GgufValue::uint32(2)}};
   const std::string gguf_llama = gguf_bytes(m, tensors);
   seed("gguf", "llama", gguf_llama);
+  // The same metadata over block-quantized tensors (a Q8_0 and a Q4_K matrix from tdyn's reference encoder),
+  // for the block decoders behind TensorStore::floats. d_model 8 is no whole block, so these are not the model's.
+  std::vector<float> values(2 * 256);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.05f * static_cast<float>(static_cast<int>(i % 23) - 11);
+  seed("gguf", "quantized",
+       gguf_bytes(m, {gguf_quantized_tensor("blk.0.attn_q.weight", {2, 64}, DType::Q8_0, values.data()),
+                      gguf_quantized_tensor("blk.0.ffn_down.weight", {2, 256}, DType::Q4_K, values.data())}));
   seed("model", "gguf_llama", gguf_llama);
   seed("model", "llama2c", read_file(g_out / "llama2c" / "separate_classifier"));
   seed("safetensors", "llama", read_file(dir / "model.safetensors"));

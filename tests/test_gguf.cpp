@@ -133,6 +133,7 @@ TEST(GgufWriter, RejectsWhatLlamaCppCouldNotRead) {
   expect_error({}, {{std::string(64, 'n'), DType::F32, {1}, std::string(4, '\0')}}, "64 bytes");
   expect_error({}, {{"five", DType::F32, {1, 1, 1, 1, 1}, std::string(4, '\0')}}, "5 dimensions");
   expect_error({}, {{"i", DType::I32, {1}, std::string(4, '\0')}}, "dtype I32");
+  expect_error({}, {{"q", DType::Q8_0, {2, 16}, std::string(34, '\0')}}, "rows of 16 values are not a whole number");
   expect_error({{"general.alignment", GgufValue::uint32(24)}}, {}, "power of two");
   expect_error({{"general.alignment", GgufValue::uint64(32)}}, {}, "must be a uint32");
 }
@@ -187,8 +188,11 @@ std::string gguf_name(const std::string& hf) {
 }
 
 // Converts an HF Llama directory (config.json + model.safetensors, any float dtype) to a GGUF file the way
-// llama.cpp's converter does; llama3 rope scaling becomes the rope_freqs.weight divisors.
-void convert_hf_llama(const fs::path& hf_dir, const fs::path& out, bool write_vocab_size) {
+// llama.cpp's converter does; llama3 rope scaling becomes the rope_freqs.weight divisors. With `quantize`,
+// every F32 matrix whose rows are whole blocks is stored as that type (the others stay F32, as llama.cpp
+// falls back for rows it cannot quantize).
+void convert_hf_llama(const fs::path& hf_dir, const fs::path& out, bool write_vocab_size,
+                      std::optional<DType> quantize = std::nullopt) {
   const ModelConfig c = read_hf_config(hf_dir / "config.json");
   TensorStore hf;
   read_safetensors(hf_dir / "model.safetensors", hf);
@@ -216,6 +220,13 @@ void convert_hf_llama(const fs::path& hf_dir, const fs::path& out, bool write_vo
     std::string bytes = raw_bytes(t);
     if (name.find("q_proj") != std::string::npos) bytes = rotate_half_rows_to_interleaved(t, c.n_heads);
     if (name.find("k_proj") != std::string::npos) bytes = rotate_half_rows_to_interleaved(t, c.n_kv_heads);
+    if (quantize && t.dtype == DType::F32 && t.shape.size() == 2 &&
+        t.shape.back() % dtype_layout(*quantize).block_elements == 0) {
+      std::vector<float> values(bytes.size() / sizeof(float));
+      std::memcpy(values.data(), bytes.data(), bytes.size());
+      tensors.push_back(gguf_quantized_tensor(gguf_name(name), t.shape, *quantize, values.data()));
+      continue;
+    }
     tensors.push_back({gguf_name(name), t.dtype, t.shape, std::move(bytes)});
   }
   if (c.rope.scaling == "llama3") {
@@ -232,8 +243,9 @@ void convert_hf_llama(const fs::path& hf_dir, const fs::path& out, bool write_vo
   write_gguf(out, m, tensors);
 }
 
-// Runs the GGUF model on the reference sequences and compares logits with the manifest tolerance.
-void expect_logits_match(const fs::path& gguf, const fs::path& refs_file) {
+// Runs the GGUF model on the reference sequences and compares logits with the manifest tolerance (or a
+// looser one: |a - b| <= rtol |b| + atol_of_max * max|ref|).
+void expect_logits_match(const fs::path& gguf, const fs::path& refs_file, double rtol = 1e-4, double atol_of_max = 2e-5) {
   auto model = load_model(gguf);
   TensorStore refs;
   read_safetensors(refs_file, refs);
@@ -247,7 +259,7 @@ void expect_logits_match(const fs::path& gguf, const fs::path& refs_file) {
     ASSERT_EQ(static_cast<size_t>(logits.size()), ref.size());
     double max_ref = 0;
     for (double v : ref) max_ref = std::max(max_ref, std::abs(v));
-    auto c = test::compare(logits.ptr(), ref.data(), ref.size(), 1e-4, 2e-5 * max_ref);
+    auto c = test::compare(logits.ptr(), ref.data(), ref.size(), rtol, atol_of_max * max_ref);
     std::string what = fmt::format("{} {}.logits", gguf.filename().string(), seq);
     EXPECT_TRUE(c.ok) << c.describe(what);
     std::cout << "  " << c.describe(what) << "\n";
@@ -303,6 +315,39 @@ TEST(GgufLlama, Bf16FixtureMatchesItsReferenceLogits) {
   auto model = load_model(gguf);
   EXPECT_EQ(model->store.get("blk.0.attn_q.weight").dtype, DType::BF16);
   expect_logits_match(gguf, fixture / "refs.safetensors");
+}
+
+// Quantized weights reach the forward pass through TensorStore::floats. Q8_0 moves each weight of this
+// fixture by about 0.5% (RMS, relative), which its three layers amplify to a few percent of the logits, in
+// proportion to the step (Q5_0's, 8x coarser, gives 0.33); a wrongly decoded block would move them by their
+// own size.
+TEST(GgufLlama, Q8_0FixtureStaysCloseToReferenceLogits) {
+  TDYN_REQUIRE_SHARED("fixtures/llama/model.safetensors");
+  const fs::path fixture = test::shared_dir() / "fixtures/llama";
+  const fs::path gguf = test::scratch_dir("gguf_llama_q8_0") / "llama_q8_0.gguf";
+  convert_hf_llama(fixture, gguf, /*write_vocab_size=*/true, DType::Q8_0);
+  auto model = load_model(gguf);
+  EXPECT_EQ(model->store.get("blk.0.attn_q.weight").dtype, DType::Q8_0);
+  EXPECT_EQ(model->store.get("token_embd.weight").dtype, DType::Q8_0);
+  EXPECT_EQ(model->store.get("blk.0.ffn_down.weight").dtype, DType::F32);  // rows of 172: no whole blocks
+  TensorStore refs;
+  read_safetensors(fixture / "refs.safetensors", refs);
+  Transformer transformer(model);
+  for (const char* seq : {"seq0", "seq1"}) {
+    std::vector<int32_t> ids;
+    for (int64_t id : refs.ints(fmt::format("{}.input_ids", seq))) ids.push_back(static_cast<int32_t>(id));
+    const Tensor logits = transformer.forward(ids);
+    const std::vector<double> ref = refs.doubles(fmt::format("{}.logits", seq));
+    ASSERT_EQ(static_cast<size_t>(logits.size()), ref.size());
+    double diff2 = 0, ref2 = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      diff2 += (logits.ptr()[i] - ref[i]) * (logits.ptr()[i] - ref[i]);
+      ref2 += ref[i] * ref[i];
+    }
+    const double relative_rms = std::sqrt(diff2 / ref2);
+    std::cout << "  llama_q8_0.gguf " << seq << ".logits: relative RMS difference " << relative_rms << "\n";
+    EXPECT_LT(relative_rms, 0.06) << seq;  // measured 0.040 and 0.030; Q5_0 (8x coarser) gives 0.33
+  }
 }
 
 TEST(GgufConfig, RejectsWhatTheForwardPassCannotRun) {
@@ -389,6 +434,9 @@ TEST(GgufConfig, RejectsWhatTheForwardPassCannotRun) {
 
 // ---------------------------------------------------------------------------------------------------------
 // (c) Corrupt files: each must throw tdyn::Error with a message naming the problem; none may crash or hang.
+
+// ggml type ids written out, rather than taken from the reader's own table.
+constexpr uint32_t kGgmlF32 = 0, kGgmlQ8_0 = 8, kGgmlQ8_1 = 9, kGgmlQ2_K = 10, kGgmlQ4_K = 12;
 
 template <typename T>
 void put(std::string& out, T v) {
@@ -583,6 +631,9 @@ std::vector<CorruptCase> corrupt_cases() {
   g.infos[1] = tensor_info("b", {uint64_t{1} << 40, uint64_t{1} << 40}, kGgmlF32, 32);
   add("dims_overflow", g, "tensor 'b': dimensions overflow");
   g = {};
+  g.infos[1] = tensor_info("b", {0, uint64_t{1} << 63}, kGgmlF32, 32);  // 0 elements, but no int64 dimension
+  add("dim_past_int64_after_zero", g, "tensor 'b': dimensions overflow");
+  g = {};
   g.infos[1] = tensor_info("b", {uint64_t{1} << 60}, kGgmlF32, 32);  // numel fits, bytes do not fit the file
   add("tensor_bytes_past_eof", g, "tensor 'b' data");
   g = {};
@@ -601,11 +652,21 @@ std::vector<CorruptCase> corrupt_cases() {
   g.infos[1] = tensor_info("a", {4}, kGgmlF32, 32);
   add("duplicate_tensor_name", g, "duplicate tensor name 'a'");
   g = {};
-  g.infos[0] = tensor_info("blk.0.attn_q.weight", {32}, kGgmlQ4_0, 0);
-  add("unsupported_type_q4_0", g, "unsupported tensor type Q4_0 for tensor 'blk.0.attn_q.weight'");
+  g.infos[0] = tensor_info("blk.0.attn_q.weight", {256}, kGgmlQ2_K, 0);
+  add("unsupported_type_q2_k", g,
+      "unsupported tensor type Q2_K for tensor 'blk.0.attn_q.weight' (tdyn reads GGUF tensors of types F32, F16, "
+      "BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K;");
   g = {};
-  g.infos[0] = tensor_info("blk.0.ffn_down.weight", {256}, 12, 0);
-  add("unsupported_type_q4_k", g, "unsupported tensor type Q4_K for tensor 'blk.0.ffn_down.weight'");
+  g.infos[0] = tensor_info("blk.0.ffn_down.weight", {32}, kGgmlQ8_1, 0);
+  add("unsupported_type_q8_1", g, "unsupported tensor type Q8_1 for tensor 'blk.0.ffn_down.weight'");
+  g = {};
+  g.infos[0] = tensor_info("blk.0.ffn_down.weight", {48, 1}, kGgmlQ8_0, 0);
+  add("quantized_row_not_whole_blocks", g,
+      "tensor 'blk.0.ffn_down.weight' of type Q8_0 has rows of ne[0] = 48 values, not a whole number of its "
+      "32-value blocks");
+  g = {};
+  g.infos[1] = tensor_info("b", {256, 2}, kGgmlQ4_K, 32);  // 2 blocks of 144 bytes in a 64-byte data section
+  add("quantized_data_past_eof", g, "tensor 'b' data [32, 320) lies outside the 64-byte data section (shape [2, 256] of Q4_K");
   g = {};
   g.infos[0] = tensor_info("a", {4}, 1000, 0);
   add("unknown_ggml_type", g, "tensor 'a' has unknown ggml type id 1000");
@@ -642,12 +703,13 @@ TEST(GgufCorrupt, EveryBrokenFileIsAClearError) {
 TEST(GgufCorrupt, NoPrefixOrByteFlipCrashes) {
   const fs::path dir = test::scratch_dir("gguf_fuzz");
   const fs::path path = dir / "f.gguf";
-  std::vector<float> w(6, 1.0f);
+  std::vector<float> w(32, 1.0f);
   const std::string whole = gguf_bytes(
       {{"general.architecture", GgufValue::string("llama")},
        {"tokenizer.ggml.tokens", GgufValue::strings({"a", "bc"})},
        {"nested", GgufValue::array(GgufType::Array, {GgufValue::int32s({1, 2})})}},
-      {gguf_f32_tensor("w", {2, 3}, w.data()), {"h", DType::F16, {2}, std::string(4, '\1')}});
+      {gguf_f32_tensor("w", {2, 3}, w.data()), gguf_quantized_tensor("q", {1, 32}, DType::Q8_0, w.data()),
+       {"h", DType::F16, {2}, std::string(4, '\1')}});
   // The last tensor ("h", 4 bytes) is followed by 28 bytes of padding: only those may be cut.
   for (size_t n = 0; n < whole.size(); ++n) {
     write_raw(path, whole.substr(0, n));
@@ -669,11 +731,11 @@ TEST(GgufCorrupt, CliReportsTheErrorWithoutCrashing) {
   if (test::run_cli("info --help", &out, &err) != 0) GTEST_SKIP() << "the CLI has no 'info' command yet";
   const fs::path dir = test::scratch_dir("gguf_cli");
   RawGguf g;
-  g.infos[0] = tensor_info("blk.0.attn_q.weight", {32}, kGgmlQ4_0, 0);
-  write_raw(dir / "q4.gguf", g.bytes());
-  int status = test::run_cli("info " + (dir / "q4.gguf").string(), &out, &err);
+  g.infos[0] = tensor_info("blk.0.attn_q.weight", {256}, kGgmlQ2_K, 0);
+  write_raw(dir / "q2_k.gguf", g.bytes());
+  int status = test::run_cli("info " + (dir / "q2_k.gguf").string(), &out, &err);
   EXPECT_EQ(status, 1) << err;
-  EXPECT_NE(err.find("unsupported tensor type Q4_0 for tensor 'blk.0.attn_q.weight'"), std::string::npos) << err;
+  EXPECT_NE(err.find("unsupported tensor type Q2_K for tensor 'blk.0.attn_q.weight'"), std::string::npos) << err;
 }
 
 }  // namespace

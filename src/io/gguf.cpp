@@ -42,6 +42,24 @@ size_t gguf_scalar_size(GgufType t) {
   return 0;
 }
 
+std::optional<DType> ggml_type_dtype(uint32_t type) {
+  for (const auto& t : kGgmlTensorTypes)
+    if (t.id == type) return t.dtype;
+  return std::nullopt;
+}
+
+std::optional<uint32_t> ggml_type_id(DType dtype) {
+  for (const auto& t : kGgmlTensorTypes)
+    if (t.dtype == dtype) return t.id;
+  return std::nullopt;
+}
+
+std::string ggml_tensor_type_names() {
+  std::string names;
+  for (const auto& t : kGgmlTensorTypes) names += (names.empty() ? "" : ", ") + std::string(dtype_name(t.dtype));
+  return names;
+}
+
 const char* ggml_type_name(uint32_t type) {
   // Indexed by ggml type id. Ids 4, 5 and 31..33, 36..38 are retired but still name what they were.
   static const char* const names[] = {
@@ -171,7 +189,11 @@ RawTensorInfo read_tensor_info(Cursor& in, uint64_t index) {
   for (auto& d : ne) {
     d = in.read<uint64_t>("dimension");
     // 2^60 elements keep every later byte count (at most 8 bytes per element) below 2^63, away from overflow.
-    if (d != 0 && t.numel > (uint64_t{1} << 60) / d) in.error("dimensions overflow (element count beyond 2^60)");
+    // Each dimension is bounded on its own as well: after a zero dimension the product stays 0 whatever
+    // follows, and a dimension past 2^63 would turn negative in Shape.
+    constexpr uint64_t kMaxElements = uint64_t{1} << 60;
+    if (d > kMaxElements || (d != 0 && t.numel > kMaxElements / d))
+      in.error("dimensions overflow (a dimension or the element count beyond 2^60)");
     t.numel *= d;
   }
   t.shape.assign(ne.rbegin(), ne.rend());
@@ -181,15 +203,12 @@ RawTensorInfo read_tensor_info(Cursor& in, uint64_t index) {
 }
 
 DType supported_dtype(uint32_t type, const std::string& tensor, const std::string& file) {
-  switch (type) {
-    case kGgmlF32: return DType::F32;
-    case kGgmlF16: return DType::F16;
-    case kGgmlBF16: return DType::BF16;
-  }
+  if (std::optional<DType> dtype = ggml_type_dtype(type)) return *dtype;
   const char* name = ggml_type_name(type);
   if (!name) fail("{}: tensor '{}' has unknown ggml type id {}", file, tensor, type);
-  fail("{}: unsupported tensor type {} for tensor '{}' (tdyn reads F32, F16 and BF16 GGUF tensors; convert the "
-       "model unquantized, e.g. with --outtype f16)", file, name, tensor);
+  fail("{}: unsupported tensor type {} for tensor '{}' (tdyn reads GGUF tensors of types {}; re-quantize the model "
+       "to one of them, e.g. Q8_0, or convert it unquantized, e.g. with --outtype f16)", file, name, tensor,
+       ggml_tensor_type_names());
 }
 
 }  // namespace
@@ -268,7 +287,11 @@ void read_gguf(std::shared_ptr<const MappedFile> file, TensorStore& store) {
   std::vector<TensorInfo> infos;
   for (const auto& t : raw) {
     DType dtype = supported_dtype(t.type, t.name, name);
-    const uint64_t nbytes = t.numel * dtype_size(dtype);
+    const int64_t block = dtype_layout(dtype).block_elements;
+    if (t.shape.back() % block != 0)
+      fail("{}: tensor '{}' of type {} has rows of ne[0] = {} values, not a whole number of its {}-value blocks", name,
+           t.name, dtype_name(dtype), t.shape.back(), block);
+    const uint64_t nbytes = tensor_bytes(dtype, static_cast<int64_t>(t.numel));
     if (t.offset % alignment != 0)
       fail("{}: tensor '{}' data offset {} is not a multiple of the alignment {}", name, t.name, t.offset, alignment);
     if (t.offset > data_size || nbytes > data_size - t.offset)

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "kernels/quant_blocks.h"
 
 namespace tdyn {
 namespace {
@@ -40,13 +41,19 @@ uint32_t alignment_of(const GgufMetadata& metadata) {
   return kGgufDefaultAlignment;
 }
 
-uint32_t ggml_type_of(DType dtype, const std::string& tensor) {
-  switch (dtype) {
-    case DType::F32: return kGgmlF32;
-    case DType::F16: return kGgmlF16;
-    case DType::BF16: return kGgmlBF16;
-    default: fail("cannot write tensor '{}' of dtype {} to GGUF (supported: F32, F16, BF16)", tensor, dtype_name(dtype));
-  }
+uint32_t ggml_type_of(const GgufTensor& t) {
+  std::optional<uint32_t> type = ggml_type_id(t.dtype);
+  if (!type)
+    fail("cannot write tensor '{}' of dtype {} to GGUF (supported: {})", t.name, dtype_name(t.dtype), ggml_tensor_type_names());
+  return *type;
+}
+
+// A quantized type packs each row (ne[0] values) into whole blocks.
+void check_rows_are_whole_blocks(const std::string& tensor, const Shape& shape, DType dtype) {
+  const int64_t block = dtype_layout(dtype).block_elements;
+  if (shape.back() % block != 0)
+    fail("cannot write GGUF tensor '{}' of shape {} as {}: its rows of {} values are not a whole number of {}-value "
+         "blocks", tensor, shape_str(shape), dtype_name(dtype), shape.back(), block);
 }
 
 }  // namespace
@@ -128,6 +135,18 @@ GgufTensor gguf_f32_tensor(const std::string& name, const Shape& shape, const fl
   return {name, DType::F32, shape, std::string(reinterpret_cast<const char*>(data), numel(shape) * sizeof(float))};
 }
 
+GgufTensor gguf_quantized_tensor(const std::string& name, const Shape& shape, DType dtype, const float* data) {
+  TDYN_CHECK(is_quantized(dtype));
+  if (shape.empty()) fail("cannot write GGUF tensor '{}' as {}: it has no dimensions", name, dtype_name(dtype));
+  check_rows_are_whole_blocks(name, shape, dtype);
+  const int64_t row = shape.back(), rows = row > 0 ? numel(shape) / row : 0;
+  const uint64_t row_bytes = tensor_bytes(dtype, row);
+  std::string bytes(tensor_bytes(dtype, numel(shape)), '\0');
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row(dtype, data + r * row, reinterpret_cast<std::byte*>(bytes.data()) + r * row_bytes, row);
+  return {name, dtype, shape, std::move(bytes)};
+}
+
 std::string gguf_bytes(const GgufMetadata& metadata, const std::vector<GgufTensor>& tensors) {
   const uint64_t alignment = alignment_of(metadata);
   std::string out;
@@ -153,8 +172,9 @@ std::string gguf_bytes(const GgufMetadata& metadata, const std::vector<GgufTenso
       fail("GGUF tensor name '{}' is {} bytes; at most {} are allowed", t.name, t.name.size(), kMaxTensorNameBytes);
     if (t.shape.empty() || t.shape.size() > kGgufMaxDims)
       fail("GGUF tensor '{}' has {} dimensions; 1..{} are allowed", t.name, t.shape.size(), kGgufMaxDims);
-    const uint32_t type = ggml_type_of(t.dtype, t.name);
-    TDYN_CHECK(t.bytes.size() == static_cast<uint64_t>(numel(t.shape)) * dtype_size(t.dtype));
+    const uint32_t type = ggml_type_of(t);
+    if (is_quantized(t.dtype)) check_rows_are_whole_blocks(t.name, t.shape, t.dtype);
+    TDYN_CHECK(t.bytes.size() == tensor_bytes(t.dtype, numel(t.shape)));
     append_string(out, t.name);
     append<uint32_t>(out, static_cast<uint32_t>(t.shape.size()));
     for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) append<uint64_t>(out, static_cast<uint64_t>(*d));

@@ -1,4 +1,5 @@
-// GGUF v3 writer: typed metadata + F32/F16/BF16 tensors, in the layout documented in io/gguf.h. Files it
+// GGUF v3 writer: typed metadata + F32/F16/BF16 and block-quantized tensors, in the layout documented in
+// io/gguf.h. Files it
 // writes are read back bit-exactly by read_gguf and follow llama.cpp's conventions (every tensor's data
 // padded to the alignment, names shorter than 64 bytes), so llama.cpp can read them too.
 #pragma once
@@ -62,12 +63,16 @@ using GgufMetadata = std::vector<std::pair<std::string, GgufValue>>;
 
 struct GgufTensor {
   std::string name;   // unique, shorter than 64 bytes
-  DType dtype;        // F32, F16 or BF16
-  Shape shape;        // row-major, 1..4 dims; stored as ne = shape reversed
-  std::string bytes;  // numel(shape) * dtype_size(dtype) little-endian bytes, row-major
+  DType dtype;        // one of kGgmlTensorTypes: F32, F16, BF16 or a quantized type
+  Shape shape;        // row-major, 1..4 dims; stored as ne = shape reversed. Quantized: shape.back() (ne[0])
+                      // a multiple of the type's block
+  std::string bytes;  // tensor_bytes(dtype, numel(shape)) little-endian bytes, row-major (rows of blocks)
 };
 
 GgufTensor gguf_f32_tensor(const std::string& name, const Shape& shape, const float* data);
+// `data` (row-major, numel(shape) floats) encoded row by row with quantize_row (kernels/quant_blocks.h) as the
+// quantized dtype `dtype`; shape.back() must be a multiple of the type's block.
+GgufTensor gguf_quantized_tensor(const std::string& name, const Shape& shape, DType dtype, const float* data);
 
 // The complete file contents, and the same written atomically to `file`.
 std::string gguf_bytes(const GgufMetadata& metadata, const std::vector<GgufTensor>& tensors);

@@ -1,8 +1,11 @@
 #include "io/tensor_store.h"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
+#include "kernels/quant_blocks.h"
 
 namespace tdyn {
 
@@ -29,11 +32,33 @@ std::vector<std::string> TensorStore::names() const {
   return out;
 }
 
+// A quantized tensor's rows (shape.back() values, whole blocks: the readers check it) decoded one by one.
+template <typename Out>
+static void dequantize_rows(const TensorInfo& t, std::vector<Out>& out) {
+  const int64_t n = static_cast<int64_t>(out.size());
+  TDYN_CHECK(!t.shape.empty() && t.nbytes == tensor_bytes(t.dtype, n));
+  const int64_t row = t.shape.back(), rows = row > 0 ? n / row : 0;
+  const uint64_t row_bytes = tensor_bytes(t.dtype, row);
+  std::vector<float> values(std::is_same_v<Out, float> ? 0 : row);
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<Out, float>) {
+      dequantize_row(t.dtype, t.data + r * row_bytes, out.data() + r * row, row);
+    } else {
+      dequantize_row(t.dtype, t.data + r * row_bytes, values.data(), row);
+      std::copy(values.begin(), values.end(), out.begin() + r * row);
+    }
+  }
+}
+
 template <typename Out>
 static std::vector<Out> convert_floats(const TensorInfo& t) {
   size_t n = static_cast<size_t>(numel(t.shape));
   std::vector<Out> out(n);
   const std::byte* p = t.data;
+  if (is_quantized(t.dtype)) {
+    dequantize_rows(t, out);
+    return out;
+  }
   switch (t.dtype) {
     case DType::F32:
       for (size_t i = 0; i < n; ++i) { float v; std::memcpy(&v, p + 4 * i, 4); out[i] = static_cast<Out>(v); }

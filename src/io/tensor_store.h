@@ -62,9 +62,10 @@ class TensorStore {
   std::vector<std::string> names() const;
   size_t size() const { return tensors_.size(); }
 
-  // The tensor as float32 (F32 used in place when aligned; F16, BF16, F64 converted).
+  // The tensor as float32 (F32 used in place when aligned; F16, BF16, F64 converted; quantized types decoded
+  // row by row with kernels/quant_blocks.h).
   FloatBuffer floats(const std::string& name) const;
-  std::vector<double> doubles(const std::string& name) const;  // any float dtype, converted
+  std::vector<double> doubles(const std::string& name) const;  // any float dtype (is_float), converted
   std::vector<int64_t> ints(const std::string& name) const;     // integer dtypes
 
   // Format-level metadata (safetensors __metadata__, GGUF key/values, llama2.c header), for `tdyn info`.
