@@ -132,15 +132,16 @@ TEST(FamilyLoading, Gpt2FusedQkvIsUsedInPlace) {
   TDYN_REQUIRE_SHARED("fixtures/gpt2");
   auto model = load_model(fixtures() / "gpt2");
   const int64_t d = model->config.d_model;
-  const auto* fused = reinterpret_cast<const float*>(model->store.get("transformer.h.1.attn.c_attn.weight").data);
+  const std::byte* fused = model->store.get("transformer.h.1.attn.c_attn.weight").data;
   const auto* fused_bias = reinterpret_cast<const float*>(model->store.get("transformer.h.1.attn.c_attn.bias").data);
   const LayerWeights& L = model->weights.layers[1];
-  EXPECT_EQ(L.q.w, fused);
-  EXPECT_EQ(L.k.w, fused + d);
-  EXPECT_EQ(L.v.w, fused + 2 * d);
+  EXPECT_EQ(L.q.w.data, fused);
+  EXPECT_EQ(L.k.w.data, fused + 4 * d);
+  EXPECT_EQ(L.v.w.data, fused + 4 * 2 * d);
   EXPECT_EQ(L.v.b, fused_bias + 2 * d);
   EXPECT_TRUE(L.q.in_out);
-  EXPECT_EQ(L.q.ld, 3 * d);
+  EXPECT_EQ(L.q.w.row_bytes, 4 * 3 * d);
+  EXPECT_EQ(L.q.w.cols, d);
 }
 
 // A checkpoint with tensor `name` removed (or, with `copy_as`, copied under an extra name) must fail with an
@@ -215,7 +216,7 @@ TEST(FamilyLoading, AlbertReusesOneStoredLayer) {
   TDYN_REQUIRE_SHARED("fixtures/albert");
   auto model = load_model(fixtures() / "albert");
   ASSERT_EQ(model->weights.layers.size(), 3u);
-  EXPECT_EQ(model->weights.layers[0].q.w, model->weights.layers[2].q.w);
+  EXPECT_EQ(model->weights.layers[0].q.w.data, model->weights.layers[2].q.w.data);
   EXPECT_EQ(model->config.n_stored_layers(), 1);
 }
 

@@ -41,9 +41,7 @@ namespace {
 DenseLinear to_dense(const Linear& l) {
   DenseLinear d;
   if (!l) return d;
-  d.w.resize(l.out, l.in);
-  for (int64_t o = 0; o < l.out; ++o)
-    for (int64_t i = 0; i < l.in; ++i) d.w(o, i) = l.at(o, i);
+  d.w = l.dense();
   if (l.b) d.b = Eigen::Map<const Eigen::VectorXf>(l.b, l.out).cast<double>();
   return d;
 }

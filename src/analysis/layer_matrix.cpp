@@ -25,22 +25,15 @@ linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer) {
   const int64_t d_head = c.layer(layer).d_head, group = c.n_heads / c.n_kv_heads;
   const Linear& v = value_projection(model, layer);  // [n_kv_heads * d_head, d_model]
   TDYN_CHECK(v.out == c.n_kv_heads * d_head && v.in == c.d_model);
+  const linalg::Matrix stored = v.dense();
   linalg::Matrix expanded(c.n_heads * d_head, c.d_model);  // [n_heads * d_head, d_model]
-  for (int64_t h = 0; h < c.n_heads; ++h) {
-    const int64_t kv_head = h / group;
-    for (int64_t r = 0; r < d_head; ++r)
-      for (int64_t i = 0; i < c.d_model; ++i) expanded(h * d_head + r, i) = v.at(kv_head * d_head + r, i);
-  }
+  for (int64_t h = 0; h < c.n_heads; ++h) expanded.middleRows(h * d_head, d_head) = stored.middleRows((h / group) * d_head, d_head);
   return expanded;
 }
 
 linalg::Matrix output_matrix(const Model& model, int64_t layer) {
   require_layer(model, layer);
-  const Linear& o = model.weights.layers.at(layer).o;  // [d_model, n_heads * d_head]
-  linalg::Matrix out(o.out, o.in);
-  for (int64_t r = 0; r < o.out; ++r)
-    for (int64_t i = 0; i < o.in; ++i) out(r, i) = o.at(r, i);
-  return out;
+  return model.weights.layers.at(layer).o.dense();  // [d_model, n_heads * d_head]
 }
 
 LayerMatrix layer_matrix(const Model& model, int64_t layer) {

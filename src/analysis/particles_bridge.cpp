@@ -65,12 +65,13 @@ particles::AttentionHead model_attention_head(const Model& model, const ModelHea
   const int64_t width = c.n_heads * dh;
   Matrix q(width, d), k(width, d), v(width, d);
   const linalg::Matrix values = expanded_value_matrix(model, l);  // [n_heads * d_head, d]
+  const linalg::Matrix wq = w.q.dense(), wk = w.k.dense();
   for (int64_t head = 0; head < c.n_heads; ++head)
     for (int64_t r = 0; r < dh; ++r) {
       const int64_t row = head * dh + r, kv_row = (head / group) * dh + r;
       for (int64_t i = 0; i < d; ++i) {
-        q(row, i) = beta * w.q.at(row, i) * gain[i];
-        k(row, i) = w.k.at(kv_row, i) * gain[i];
+        q(row, i) = beta * wq(row, i) * gain[i];
+        k(row, i) = wk(kv_row, i) * gain[i];
         v(row, i) = values(row, i) * gain[i];
       }
     }
@@ -123,10 +124,11 @@ particles::Matrix model_initial_tokens(const Model& model, const std::vector<int
   std::mt19937_64 rng(options.seed);
   std::normal_distribution<double> gaussian;
   Matrix x0(n, d);
+  std::vector<float> row(d);
   for (int64_t t = 0; t < n; ++t) {
     if (ids[t] < 0 || ids[t] >= c.d_vocab) fail("token id {} at position {} is outside the vocabulary [0, {})", ids[t], t, c.d_vocab);
-    const float* row = embeddings_fit ? model.weights.embed + static_cast<int64_t>(ids[t]) * d : nullptr;
-    for (int64_t i = 0; i < d; ++i) x0(t, i) = row ? row[i] : gaussian(rng);
+    if (embeddings_fit) model.weights.embed.row_floats(ids[t], 0, d, row.data());
+    for (int64_t i = 0; i < d; ++i) x0(t, i) = embeddings_fit ? row[i] : gaussian(rng);
     const double norm = x0.row(t).norm();
     if (!(norm > 0)) fail("token {} (id {}) has a zero embedding row: it has no direction on the sphere", t, ids[t]);
     x0.row(t) /= norm;

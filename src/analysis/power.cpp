@@ -501,31 +501,6 @@ RankOneSteering rank_one_steering(const Model& model, int64_t layer, const Vecto
 
 namespace {
 
-// Every weight view of `w`, without the owned storage (the views keep pointing into the source's storage, which
-// the caller keeps alive). ModelWeights is move-only because it owns converted buffers, so the fields are listed
-// here: a field added to ModelWeights must be added here too (PowerSteering.ZeroScaleIsTheBaseModel checks
-// every family's forward pass through the copy).
-ModelWeights weight_views(const ModelWeights& w) {
-  ModelWeights v;
-  v.embed = w.embed;
-  v.embed_dtype = w.embed_dtype;
-  v.ple_embed_dtype = w.ple_embed_dtype;
-  v.pos_embed = w.pos_embed;
-  v.token_type_embed = w.token_type_embed;
-  v.embed_norm = w.embed_norm;
-  v.embed_map = w.embed_map;
-  v.ple_embed = w.ple_embed;
-  v.ple_model_proj = w.ple_model_proj;
-  v.ple_proj_norm = w.ple_proj_norm;
-  v.layers = w.layers;
-  v.final_norm = w.final_norm;
-  v.head_dense = w.head_dense;
-  v.head_norm = w.head_norm;
-  v.unembed = w.unembed;
-  v.sources = w.sources;
-  return v;
-}
-
 struct SteeredModel {
   std::shared_ptr<const Model> base;  // owns the storage the views point into
   Model model;
@@ -540,18 +515,18 @@ std::shared_ptr<const Model> steered_model(std::shared_ptr<const Model> base, co
   m.path = base->path;
   m.config = base->config;
   m.store = base->store;
-  m.weights = weight_views(base->weights);
+  m.weights = base->weights;
   const Linear& o = base->weights.layers.at(s.layer).o;  // [d_model, n_heads * d_head]
   TDYN_CHECK(s.u.size() == o.out && s.w.size() == o.in);
-  // O' = O + c u wᵀ, stored in the base's layout ([out, in], or GPT-2 Conv1D [in, out]) so that the same GEMM
-  // runs and c = 0 reproduces the base model bit for bit.
-  std::vector<float> steered(o.out * o.in);
-  for (int64_t r = 0; r < o.out; ++r)
-    for (int64_t i = 0; i < o.in; ++i)
-      steered[o.in_out ? i * o.out + r : r * o.in + i] = static_cast<float>(o.at(r, i) + c * s.u[r] * s.w[i]);
-  m.weights.storage.emplace_back(std::move(steered));
-  Linear& steered_o = m.weights.layers[s.layer].o;
-  steered_o = Linear{m.weights.storage.back().data(), o.b, o.out, o.in, o.in_out ? o.out : o.in, o.in_out};
+  // O' = O + c u wᵀ as float32 in the base's layout ([out, in], or GPT-2 Conv1D [in, out]): for a float32 O the
+  // same GEMM runs, so c = 0 reproduces the base model bit for bit.
+  const Eigen::MatrixXf steered = (o.dense() + c * s.u * s.w.transpose()).cast<float>();  // column-major [out, in]
+  // Column-major [out, in] is row-major [in, out]: the Conv1D layout as it is, the nn.Linear one once transposed.
+  const Eigen::MatrixXf stored = o.in_out ? steered : Eigen::MatrixXf(steered.transpose());
+  auto storage = std::make_shared<std::vector<float>>(stored.data(), stored.data() + stored.size());
+  m.weights.owners.push_back(storage);
+  m.weights.layers[s.layer].o.w = o.in_out ? StoredMatrix::of_floats(storage->data(), o.in, o.out, o.out)
+                                           : StoredMatrix::of_floats(storage->data(), o.out, o.in, o.in);
   return std::shared_ptr<const Model>(holder, &holder->model);
 }
 
@@ -567,7 +542,8 @@ Vector token_direction(const Model& model, int32_t token) {
   const ModelConfig& c = model.config;
   if (token < 0 || token >= c.d_vocab) fail("token {} is outside the vocabulary [0, {})", token, c.d_vocab);
   const int64_t e = c.embed_dim();
-  std::vector<float> row(model.weights.embed + static_cast<int64_t>(token) * e, model.weights.embed + (token + 1) * e);
+  std::vector<float> row(e);
+  model.weights.embed.row_floats(token, 0, e, row.data());
   if (model.weights.embed_map) {  // ALBERT: embedding_size -> d_model
     std::vector<float> mapped(c.d_model);
     model.weights.embed_map.apply(row.data(), 1, mapped.data());

@@ -370,15 +370,28 @@ Norm* norm_for(LayerWeights& L, ModelWeights& M, Role r) {
   }
 }
 
-const float** table_for(LayerWeights& L, ModelWeights& M, Role r) {
+StoredMatrix* table_for(ModelWeights& M, Role r) {
   switch (r) {
     case Role::Embed: return &M.embed;
+    case Role::PleEmbed: return &M.ple_embed;
+    default: return nullptr;
+  }
+}
+
+// Small float32 vectors and tables read directly by the forward pass (widened when stored otherwise).
+const float** floats_for(LayerWeights& L, ModelWeights& M, Role r) {
+  switch (r) {
     case Role::PosEmbed: return &M.pos_embed;
     case Role::TokenTypeEmbed: return &M.token_type_embed;
-    case Role::PleEmbed: return &M.ple_embed;
     case Role::LayerScalar: return &L.layer_scalar;
     default: return nullptr;
   }
+}
+
+// A 2-D tensor as a matrix in place.
+StoredMatrix matrix_of(const TensorInfo& t) {
+  TDYN_CHECK(t.shape.size() == 2);
+  return {t.data, t.dtype, t.shape[0], t.shape[1], static_cast<int64_t>(tensor_bytes(t.dtype, t.shape[1]))};
 }
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
@@ -414,7 +427,7 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
   std::vector<LayerWeights> stored(n_stored);
   LayerWeights unused_layer;
   std::set<std::string> used;
-  std::map<std::string, const float*> bound;  // each tensor converted once, even when several specs slice it
+  std::map<std::string, const float*> widened;  // vectors widened once, even when several specs slice them
   const std::string prefix = detect_prefix(table, store);
   for (const auto& spec : table.tensors) {
     const bool layered = per_layer(spec.role) || spec.role == Role::IgnoredPerLayer;
@@ -431,35 +444,43 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
       Shape expected = spec.shape(c, l);
       if (t->shape != expected)
         fail("tensor '{}' has wrong shape; expected {}, got {}", name, shape_str(expected), shape_str(t->shape));
-      used.insert(name);
-      if (!bound.count(name)) {
-        m.storage.push_back(store.floats(name));
-        bound[name] = m.storage.back().data();
-        m.sources.push_back({name, layered ? l : -1, m.storage.back().data(),
-                             static_cast<int64_t>(m.storage.back().size())});
-      }
-      const float* data = bound[name];
+      if (!is_float(t->dtype))
+        fail("tensor '{}' has dtype {}, expected a floating-point type (float32, float16, bfloat16 or a GGUF quantization)", name, dtype_name(t->dtype));
+      if (used.insert(name).second) m.sources.push_back({name, layered ? l : -1});
+      // Vectors as float32 pointers: in place when already aligned float32, else widened once and owned.
+      auto vector_data = [&]() -> const float* {
+        if (auto it = widened.find(name); it != widened.end()) return it->second;
+        auto buffer = std::make_shared<FloatBuffer>(store.floats(name));
+        m.owners.push_back(buffer);
+        return widened[name] = buffer->data();
+      };
       LayerWeights& L = per_layer(spec.role) ? stored[l] : unused_layer;
       if (Linear* lin = linear_for(L, m, spec.role)) {
         // A fused tensor is `fused_count` equal parts along the output axis: columns of a Conv1D [in, out]
         // matrix, rows of an nn.Linear [out, in] one, elements of a bias.
         const int64_t parts = spec.fused_count, index = spec.fused_index;
         if (spec.part == Part::Bias) {
-          lin->b = data + index * (expected[0] / parts);
+          lin->b = vector_data() + index * (expected[0] / parts);
         } else {
           const bool in_out = spec.layout == Layout::InOut;
+          const StoredMatrix whole = matrix_of(*t);
           lin->in_out = in_out;
           lin->out = (in_out ? expected[1] : expected[0]) / parts;
           lin->in = in_out ? expected[0] : expected[1];
-          lin->ld = expected[1];
-          lin->w = data + index * (in_out ? lin->out : lin->out * lin->in);
+          if (parts > 1 && in_out && is_quantized(t->dtype))
+            fail("tensor '{}' is a fused Conv1D matrix stored as {}: its parts cannot be cut out of quantized blocks", name,
+                 dtype_name(t->dtype));
+          lin->w = parts == 1 ? whole : in_out ? whole.column_slice(index * lin->out, lin->out)
+                                                : whole.row_slice(index * lin->out, lin->out);
         }
       } else if (Norm* norm = norm_for(L, m, spec.role)) {
-        (spec.part == Part::Bias ? norm->b : norm->w) = data;
-      } else if (const float** table_ptr = table_for(L, m, spec.role)) {
-        *table_ptr = data;
+        (spec.part == Part::Bias ? norm->b : norm->w) = vector_data();
+      } else if (StoredMatrix* matrix = table_for(m, spec.role)) {
+        *matrix = matrix_of(*t);
         if (spec.role == Role::Embed) m.embed_dtype = t->dtype;
         if (spec.role == Role::PleEmbed) m.ple_embed_dtype = t->dtype;
+      } else if (const float** data = floats_for(L, m, spec.role)) {
+        *data = vector_data();
       } else {
         TDYN_CHECK(false);
       }
@@ -467,7 +488,7 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
   }
   if (c.tied_embeddings) {
     const float* decoder_bias = m.unembed.b;
-    m.unembed = Linear{m.embed, decoder_bias, c.d_vocab, c.embed_dim(), c.embed_dim(), false};
+    m.unembed = Linear{m.embed, decoder_bias, c.d_vocab, c.embed_dim(), false};
   }
   for (const auto& name : store.names()) {
     if (used.count(name)) continue;

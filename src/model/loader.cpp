@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "model/families.h"
 #include "model/finite.h"
+#include "kernels/stored_matrix.h"
 
 namespace tdyn {
 namespace {
@@ -28,33 +29,55 @@ std::string layer_label(const ModelConfig& c, int64_t stored) {
 }
 
 // Every weight the model reads, checked for NaN/Inf before anything runs: a non-finite weight would otherwise
-// surface as NaN metrics far from its cause. The weights are float32 here whatever the format (F32 used in
-// place, F16/BF16/F64 converted once by bind_weights), so one bit test covers every format and dtype, and it
-// checks exactly what the forward pass reads. Tensors are cut into chunks so that a few large matrices (the
-// embedding) still spread over all threads; the first offender in binding order is reported.
+// surface as NaN metrics far from its cause. The check streams through each tensor as stored (float32 in place,
+// other dtypes widened a chunk at a time into a per-thread buffer), so it keeps nothing and reads each weight
+// byte once. Tensors are cut into chunks so that a few large matrices (the embedding) still spread over all
+// threads; the first offender in binding order is reported.
 void check_finite_weights(const Model& m) {
   const auto& sources = m.weights.sources;
-  constexpr int64_t kChunk = int64_t{1} << 20;  // floats: 4 MiB
   struct Chunk {
     size_t source;
-    int64_t begin, end;
+    int64_t begin, end;  // values [begin, end) of the flattened tensor, whole blocks for quantized dtypes
   };
+  std::vector<const TensorInfo*> infos;
   std::vector<Chunk> chunks;
-  for (size_t s = 0; s < sources.size(); ++s)
-    for (int64_t b = 0; b < sources[s].size; b += kChunk) chunks.push_back({s, b, std::min(b + kChunk, sources[s].size)});
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const TensorInfo& t = m.store.get(sources[s].name);
+    const int64_t n = numel(t.shape), block = dtype_layout(t.dtype).block_elements;
+    const int64_t chunk = (int64_t{1} << 20) / block * block;  // 1 Mi values
+    infos.push_back(&t);
+    for (int64_t b = 0; b < n; b += chunk) chunks.push_back({s, b, std::min(b + chunk, n)});
+  }
+  // Widens chunk i into `buffer` (or points into the mapping) and returns its values.
+  auto values = [&](const Chunk& c, std::vector<float>& buffer) -> const float* {
+    const TensorInfo& t = *infos[c.source];
+    const std::byte* at = t.data + tensor_bytes(t.dtype, c.begin);
+    if (t.dtype == DType::F32 && reinterpret_cast<uintptr_t>(at) % alignof(float) == 0)
+      return reinterpret_cast<const float*>(at);
+    buffer.resize(c.end - c.begin);
+    convert_to_float(t.dtype, at, c.end - c.begin, buffer.data());
+    return buffer.data();
+  };
   std::vector<int64_t> bad(chunks.size(), 0);
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t i = 0; i < static_cast<int64_t>(chunks.size()); ++i)
-    bad[i] = count_non_finite(sources[chunks[i].source].data + chunks[i].begin, chunks[i].end - chunks[i].begin);
+#pragma omp parallel
+  {
+    std::vector<float> buffer;
+#pragma omp for schedule(dynamic)
+    for (int64_t i = 0; i < static_cast<int64_t>(chunks.size()); ++i)
+      bad[i] = count_non_finite(values(chunks[i], buffer), chunks[i].end - chunks[i].begin);
+  }
 
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (bad[i] == 0) continue;
     const auto& src = sources[chunks[i].source];
+    const TensorInfo& info = *infos[chunks[i].source];
     int64_t count = 0;
     for (size_t j = 0; j < chunks.size(); ++j)
       if (chunks[j].source == chunks[i].source) count += bad[j];
-    const int64_t first = chunks[i].begin + first_non_finite(src.data + chunks[i].begin, chunks[i].end - chunks[i].begin);
-    const TensorInfo& info = m.store.get(src.name);
+    std::vector<float> buffer;
+    const float* chunk_values = values(chunks[i], buffer);
+    const int64_t offset = first_non_finite(chunk_values, chunks[i].end - chunks[i].begin);
+    const int64_t first = chunks[i].begin + offset;
     std::vector<int64_t> index(info.shape.size());  // the flat index as a multi-index into the stored shape
     for (int64_t k = static_cast<int64_t>(index.size()) - 1, rest = first; k >= 0; --k) {
       index[k] = rest % info.shape[k];
@@ -64,8 +87,8 @@ void check_finite_weights(const Model& m) {
          "Inf. A non-finite weight would turn every activation it touches into NaN/Inf; the checkpoint is corrupt "
          "or was saved after training diverged (--no-check-weights, or LoadOptions::check_finite = false, loads it "
          "anyway)",
-         src.name, layer_label(m.config, src.layer), info.file, value_name(src.data[first]), fmt::join(index, ", "),
-         first, count, src.size, count == 1 ? "is" : "are");
+         src.name, layer_label(m.config, src.layer), info.file, value_name(chunk_values[offset]), fmt::join(index, ", "),
+         first, count, numel(info.shape), count == 1 ? "is" : "are");
   }
 }
 

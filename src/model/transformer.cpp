@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/finite.h"
+#include "kernels/products.h"
 #include "model/ops.h"
 
 namespace tdyn {
@@ -42,33 +43,11 @@ Tensor residual_step(const ModelConfig& c, Tensor& x, Tensor f, const Norm& post
   return f;
 }
 
-// `f` rounded to the nearest float16 (even on ties). Compilers without a _Float16 type (clang 14 on x86-64) use
-// the same rounding done on the bits: 13 mantissa bits dropped, 2^-24 steps below the normal range.
-float round_to_half(float f) {
-#ifdef __FLT16_MANT_DIG__
-  return static_cast<float>(static_cast<_Float16>(f));
-#else
-  if (std::isnan(f)) return f;
-  if (std::fabs(f) >= 65520.0f) return std::copysign(INFINITY, f);  // past 65504 + half a step
-  if (std::fabs(f) < 0x1p-14f) return std::nearbyint(f * 0x1p24f) * 0x1p-24f;
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  bits = (bits + 0xFFFu + ((bits >> 13) & 1u)) & 0xFFFFE000u;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-#endif
-}
-
 // `value` rounded to a checkpoint dtype, as torch's `scale.to(weight.dtype)` does (round to nearest even).
 float round_to_dtype(double value, DType dtype) {
-  float f = static_cast<float>(value);
-  if (dtype == DType::F16) return round_to_half(f);
-  if (dtype == DType::BF16) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
-    std::memcpy(&f, &bits, sizeof f);
-  }
+  const float f = static_cast<float>(value);
+  if (dtype == DType::F16) return half_to_float(float_to_half(f));
+  if (dtype == DType::BF16) return bf16_to_float(float_to_bf16(f));
   return f;
 }
 
@@ -122,11 +101,10 @@ Tensor Transformer::embed(std::span<const int32_t> ids, int64_t start, std::span
     fail("positions {}..{} exceed the {} learned positions of this {} model", start, start + n - 1, c.n_ctx, c.family);
 
   Tensor e({n, E});  // summed embeddings [pos, d_embed]
+  gather_rows(W.embed, ids, 0, E, e.ptr());
   const float scale = round_to_dtype(c.embed_scale, W.embed_dtype);
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = W.embed + static_cast<int64_t>(ids[i]) * E;
-    for (int64_t j = 0; j < E; ++j) e.row(i)[j] = row[j] * scale;
-  }
+  if (scale != 1.0f)
+    for (float& v : e.data) v *= scale;
   hook(hooks, "hook_embed", e.ptr(), {n, E});
   if (c.n_token_types > 0) {  // BertEmbeddings: word + token_type, then + position
     Tensor types({n, E});
@@ -167,9 +145,9 @@ Tensor Transformer::per_layer_inputs(std::span<const int32_t> ids, const Tensor&
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] >= c.d_vocab_per_layer)
       fail("token id {} has no per-layer embedding (vocab_size_per_layer_input = {})", ids[i], c.d_vocab_per_layer);
-    const float* row = W.ple_embed + static_cast<int64_t>(ids[i]) * width;
-    for (int64_t j = 0; j < width; ++j) tokens.row(i)[j] = row[j] * token_scale;
   }
+  gather_rows(W.ple_embed, ids, 0, width, tokens.ptr());
+  for (float& v : tokens.data) v *= token_scale;
   Tensor out({n, L, P});
   W.ple_model_proj.apply(embeddings.ptr(), n, out.ptr());
   const float proj_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d_model)));

@@ -1,6 +1,6 @@
 #include "model/weights.h"
 
-#include <cblas.h>
+#include "kernels/products.h"
 
 namespace tdyn {
 
@@ -8,9 +8,17 @@ void Linear::apply(const float* x, int64_t rows, float* y) const {
   if (b) {
     for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, y + r * out);
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, in_out ? CblasNoTrans : CblasTrans, static_cast<int>(rows),
-              static_cast<int>(out), static_cast<int>(in), 1.0f, x, static_cast<int>(in), w, static_cast<int>(ld),
-              b ? 1.0f : 0.0f, y, static_cast<int>(out));
+  project(x, rows, w, in_out, b ? 1.0f : 0.0f, y);
+}
+
+Eigen::MatrixXd Linear::dense() const {
+  Eigen::MatrixXd d(out, in);
+  std::vector<float> row(w.cols);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    w.row_floats(r, 0, w.cols, row.data());
+    for (int64_t c = 0; c < w.cols; ++c) (in_out ? d(c, r) : d(r, c)) = row[c];
+  }
+  return d;
 }
 
 }  // namespace tdyn

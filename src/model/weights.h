@@ -1,31 +1,35 @@
-// Model weights bound to their roles. Matrices stay in the memory-mapped checkpoint whenever they are
-// float32 and usable as stored (either nn.Linear [out, in] or Conv1D [in, out] layout, optionally a
-// column/row slice of a fused matrix); other dtypes are converted once to float32 and owned here.
+// Model weights bound to their roles. Matrices (projections, embedding tables) stay in the memory-mapped
+// checkpoint in their file dtype — float32, float16, bfloat16 or a GGUF block quantization — and are read
+// through kernels/products.h; only vectors (norm scales, biases, learned position rows) are widened to float32
+// when stored otherwise, which costs O(d_model) per layer. So a model needs about one copy of itself in the page
+// cache and no float32 copy in anonymous memory.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "io/tensor_store.h"
+#include "kernels/stored_matrix.h"
 #include "model/config.h"
 
 namespace tdyn {
 
 // y = W x + b for every row x of X. The stored matrix is either [out, in] (nn.Linear) or [in, out] (GPT-2
-// Conv1D), with row stride `ld` so that slices of fused matrices are used in place.
+// Conv1D, `in_out`), possibly a row or column slice of a fused matrix, used in place.
 struct Linear {
-  const float* w = nullptr;
+  StoredMatrix w;            // [out, in], or [in, out] when in_out
   const float* b = nullptr;  // [out] or null
   int64_t out = 0, in = 0;
-  int64_t ld = 0;
   bool in_out = false;
 
-  explicit operator bool() const { return w != nullptr; }
+  explicit operator bool() const { return static_cast<bool>(w); }
   // Y[rows, out] = X[rows, in] W^T (+ b). Y must not alias X.
   void apply(const float* x, int64_t rows, float* y) const;
-  // Element W[o, i] in the nn.Linear convention, whatever the storage.
-  float at(int64_t o, int64_t i) const { return in_out ? w[i * ld + o] : w[o * ld + i]; }
+  // W in the nn.Linear convention [out, in], widened to float64 (for analyses that work on one layer's matrices).
+  Eigen::MatrixXd dense() const;
 };
 
 struct Norm {
@@ -51,8 +55,10 @@ struct LayerWeights {
   const float* layer_scalar = nullptr;  // [1] Gemma 4: the layer's output is multiplied by it
 };
 
+// Views only, so copies are cheap and share what they point into (the store's mappings and `owners`): a variant
+// of a model (steering) copies the weights and rebinds the few it changes.
 struct ModelWeights {
-  const float* embed = nullptr;             // [d_vocab, d_embed] token embeddings
+  StoredMatrix embed;                       // [d_vocab, d_embed] token embeddings
   // Storage dtypes of the token and per-layer embedding tables: HF's scaled embeddings (Gemma) cast their
   // scale to the table's dtype before multiplying, so a bf16 checkpoint uses bf16(sqrt(d_model)).
   DType embed_dtype = DType::F32, ple_embed_dtype = DType::F32;
@@ -61,7 +67,7 @@ struct ModelWeights {
   Norm embed_norm;                          // [d_embed] LayerNorm of the summed embeddings (BERT, ALBERT)
   Linear embed_map;                         // [d_model, d_embed] ALBERT embedding_hidden_mapping_in
   // Gemma 4 per-layer inputs.
-  const float* ple_embed = nullptr;         // [d_vocab_per_layer, n_layers * d_per_layer]
+  StoredMatrix ple_embed;                   // [d_vocab_per_layer, n_layers * d_per_layer]
   Linear ple_model_proj;                    // [n_layers * d_per_layer, d_model]
   Norm ple_proj_norm;                       // [d_per_layer]
   std::vector<LayerWeights> layers;         // one per layer (shared layers repeat the same views)
@@ -69,15 +75,13 @@ struct ModelWeights {
   Linear head_dense;                        // [d_embed, d_model] MLM head transform (BERT, ALBERT)
   Norm head_norm;                           // [d_embed]
   Linear unembed;                           // [d_vocab, d_embed] (+ [d_vocab] bias: MLM decoder bias)
-  std::vector<FloatBuffer> storage;  // owns converted copies; views point into the store's mappings
+  // Owners of the float32 vectors widened from other dtypes (and of any replaced matrix); shared by copies.
+  std::vector<std::shared_ptr<const void>> owners;
 
-  // Every checkpoint tensor bound above, once, as the float32 data the forward pass reads (a view into the
-  // mapping or a converted copy in `storage`): what load_model checks for NaN/Inf, by checkpoint name.
+  // Every checkpoint tensor bound above, once: what load_model checks for NaN/Inf, by checkpoint name.
   struct Source {
     std::string name;
     int64_t layer;  // stored layer index of a per-layer tensor; -1 for model-wide tensors
-    const float* data;
-    int64_t size;
   };
   std::vector<Source> sources;
 };

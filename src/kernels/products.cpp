@@ -1,0 +1,71 @@
+#include "kernels/products.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tdyn {
+namespace {
+
+// At most this many rows of X take the dot-product path: beyond it one widened panel serves enough rows that
+// sgemm's speed wins over reading the stored bytes directly.
+constexpr int64_t kDotProductRows = 4;
+// Floats in a widened panel: 4 MiB per thread, large enough for sgemm to run at full speed.
+constexpr int64_t kPanelFloats = int64_t{1} << 20;
+
+void sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+           float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// Stored rows [first, first + n) widened into panel [n, w.cols], spread over threads outside parallel regions.
+void widen_rows(const StoredMatrix& w, int64_t first, int64_t n, float* panel) {
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && n * w.cols >= (int64_t{1} << 16))
+  for (int64_t r = 0; r < n; ++r) w.row_floats(first + r, 0, w.cols, panel + r * w.cols);
+}
+
+}  // namespace
+
+void project(const float* x, int64_t rows, const StoredMatrix& w, bool transposed, float beta, float* y) {
+  TDYN_CHECK(beta == 0.0f || beta == 1.0f);
+  const int64_t n_out = transposed ? w.cols : w.rows, n_in = transposed ? w.rows : w.cols;
+  if (rows == 0 || n_out == 0) return;
+  if (const float* f = w.f32()) {
+    sgemm(!transposed, rows, n_out, n_in, x, n_in, f, w.row_bytes / 4, beta, y, n_out);
+    return;
+  }
+  if (!transposed && rows <= kDotProductRows) {
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && n_out * n_in >= (int64_t{1} << 16))
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t r = 0; r < rows; ++r) {
+        float& out = y[r * n_out + o];
+        out = w.row_dot(o, x + r * n_in) + (beta == 0.0f ? 0.0f : out);
+      }
+    return;
+  }
+  thread_local std::vector<float> panel;
+  const int64_t panel_rows = std::clamp<int64_t>(kPanelFloats / std::max<int64_t>(1, w.cols), 8, w.rows);
+  panel.resize(panel_rows * w.cols);
+  for (int64_t first = 0; first < w.rows; first += panel_rows) {
+    const int64_t n = std::min(panel_rows, w.rows - first);
+    widen_rows(w, first, n, panel.data());
+    if (!transposed) {
+      // Y[:, first : first + n] = X · panelᵀ
+      sgemm(true, rows, n, n_in, x, n_in, panel.data(), w.cols, beta, y + first, n_out);
+    } else {
+      // The panel holds inputs [first, first + n): Y += X[:, first : first + n] · panel.
+      sgemm(false, rows, n_out, n, x + first, n_in, panel.data(), w.cols, first == 0 ? beta : 1.0f, y, n_out);
+    }
+  }
+}
+
+void gather_rows(const StoredMatrix& table, std::span<const int32_t> ids, int64_t col, int64_t n, float* out) {
+  for (size_t i = 0; i < ids.size(); ++i) table.row_floats(ids[i], col, n, out + static_cast<int64_t>(i) * n);
+}
+
+}  // namespace tdyn

@@ -1,0 +1,25 @@
+// Products and gathers over stored matrices (kernels/stored_matrix.h), whatever their dtype:
+//   * float32 weights go to BLAS sgemm in place, exactly as a float32 model always has;
+//   * other dtypes, for a few rows of X (a decoding step), take one fused dot product per output
+//     (StoredMatrix::row_dot), split over threads by output rows: each weight byte is read once;
+//   * other dtypes, for many rows (a prompt, an analysis sample), are widened one panel of rows at a time into
+//     a small per-thread float32 buffer that sgemm then multiplies: the cost of widening is shared by every row
+//     of X, and no float32 copy of the whole matrix ever exists.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/stored_matrix.h"
+
+namespace tdyn {
+
+// Y[rows, n_out] = X[rows, n_in] Wᵀ + beta Y, W the nn.Linear matrix [n_out, n_in]: `w` itself, or with
+// `transposed` w stores Wᵀ [n_in, n_out] (GPT-2 Conv1D). beta is 0 or 1; with beta 0, Y need not be initialised.
+// Y must not alias X.
+void project(const float* x, int64_t rows, const StoredMatrix& w, bool transposed, float beta, float* y);
+
+// out[i, :] = table[ids[i], col : col + n] as float32, for every i (embedding lookups: only these rows are read).
+void gather_rows(const StoredMatrix& table, std::span<const int32_t> ids, int64_t col, int64_t n, float* out);
+
+}  // namespace tdyn
