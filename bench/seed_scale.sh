@@ -14,6 +14,8 @@
 #   TDYN     the binary (default: build/tdyn of this checkout)
 #   THREADS  tdyn --threads (default: tdyn's own, all cores)
 #   ANALYZE_SAMPLES / ANALYZE_MAX_LEN / ANALYZE_ARGS   tdyn analyze --samples / --max-len / extra flags
+#   VMEM_LIMIT_GB  cap tdyn's address space (ulimit -v, GiB; it counts the mapped checkpoint too): a step that
+#            needs more fails with tdyn's "out of memory" instead of the kernel's OOM killer picking a process
 #
 # Full depth needs disk for the three checkpoints (16.1 + 14.6 + 14.9 GB) and, with a tdyn that converts every
 # weight to float32 at load, about twice the checkpoint size in RAM. A failed step is recorded with its exit code
@@ -54,7 +56,10 @@ measure() {
   shift 4
   json=$(mktemp)
   echo "-- $model $step: $*  (log: $log)"
-  $PY bench/peak_rss.py --json "$json" -- "$@" >"$log" 2>&1
+  (
+    [[ $step != generate && -n ${VMEM_LIMIT_GB:-} ]] && ulimit -v $((VMEM_LIMIT_GB * 1024 * 1024))
+    exec $PY bench/peak_rss.py --json "$json" -- "$@"
+  ) >"$log" 2>&1
   rc=$?
   grep '^peak_rss:' "$log" | sed 's/^/   /'
   if [[ $rc -ne 0 ]]; then
