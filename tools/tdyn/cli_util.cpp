@@ -60,13 +60,19 @@ int run_self(const std::vector<std::string>& argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-void ModelArgs::add_to(CLI::App* cmd) {
+void ModelArgs::add_to(CLI::App* cmd, bool headers_only) {
   cmd->add_option("MODEL", path,
                   "Hugging Face model directory (config.json + model.safetensors[.index.json]), "
                   "a .gguf file, or a llama2.c .bin checkpoint")
       ->required();
   cmd->add_flag("--allow-unknown-config-keys", allow_unknown_config_keys,
                 "Warn about config.json keys tdyn does not know instead of refusing the model");
+  this->headers_only = headers_only;
+  if (headers_only) {
+    cmd->add_flag("--check-weights", check_weights,
+                  "Also check every weight for NaN/Inf (reads the whole file once; by default only the headers are read)");
+    return;
+  }
   cmd->add_flag("--no-check-weights", no_check_weights,
                 "Skip the NaN/Inf check of every weight at load (it reads each weight once: for a float32 "
                 "checkpoint, the whole file). Activations are still checked as the model runs");
@@ -75,7 +81,7 @@ void ModelArgs::add_to(CLI::App* cmd) {
 LoadOptions ModelArgs::options() const {
   LoadOptions options;
   options.config.allow_unknown_keys = allow_unknown_config_keys;
-  options.check_finite = !no_check_weights;
+  options.check_finite = headers_only ? check_weights : !no_check_weights;
   return options;
 }
 

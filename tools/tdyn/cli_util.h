@@ -21,12 +21,14 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
 // part keeps a command line that reproduces it alone.
 int run_self(const std::vector<std::string>& argv);
 
-// Adds the model argument and loading flags (--allow-unknown-config-keys, --no-check-weights) to a subcommand.
+// Adds the model argument and loading flags (--allow-unknown-config-keys, and --no-check-weights, or for a command
+// that only describes the checkpoint, `headers_only`, --check-weights) to a subcommand.
 struct ModelArgs {
   std::string path;
   bool allow_unknown_config_keys = false;
   bool no_check_weights = false;
-  void add_to(CLI::App* cmd);
+  bool headers_only = false, check_weights = false;  // --check-weights of a headers-only command
+  void add_to(CLI::App* cmd, bool headers_only = false);
   LoadOptions options() const;  // the flags as load options, for loading further checkpoints (--compare)
   std::shared_ptr<const Model> load() const;
 };

@@ -1,4 +1,5 @@
-// tdyn info MODEL [--json]: family, configuration, parameter count and tensor table of a checkpoint.
+// tdyn info MODEL [--json] [--check-weights]: family, configuration, parameter count and tensor table of a
+// checkpoint, from its headers alone (no weight byte is read unless --check-weights).
 #include <iostream>
 
 #include <fmt/ranges.h>
@@ -38,7 +39,7 @@ std::function<int()> setup(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Describe a checkpoint: family, configuration, parameter count, tensor table");
   auto args = std::make_shared<ModelArgs>();
   auto json = std::make_shared<bool>(false);
-  args->add_to(cmd);
+  args->add_to(cmd, /*headers_only=*/true);
   cmd->add_flag("--json", *json, "Print the description as JSON");
   return [args, json] {
     auto model = args->load();
