@@ -188,44 +188,54 @@ struct MlpTrace {
 
 JacobianModel::JacobianModel(std::shared_ptr<const Transformer> transformer) : transformer_(std::move(transformer)) {
   const ModelConfig& c = config();
-  const Model& model = transformer_->model();
-  weights_.resize(c.n_layers);
+  weights_.resize(c.n_stored_layers());
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerConfig& lc = transformer_->layer_config(l);
     inv_freq_.push_back(rope_inv_freq(lc.rope, lc.d_head));
-    if (lc.weights != l && weights_[lc.weights]) continue;  // ALBERT: shares the stored layer's copy
-    const LayerWeights& L = model.weights.layers[l];
-    const int64_t d = c.d_model, q_dim = c.n_heads * lc.d_head, kv_dim = c.n_kv_heads * lc.d_head;
-    auto w = std::make_unique<Weights>();
-    const bool per_head = c.qk_norm == QKNorm::PerHead;
-    w->attn_norm = to_dense(L.attn_norm, d);
-    w->q_norm = to_dense(L.q_norm, per_head ? lc.d_head : q_dim);
-    w->k_norm = to_dense(L.k_norm, per_head ? lc.d_head : kv_dim);
-    w->attn_post_norm = to_dense(L.attn_post_norm, d);
-    w->mlp_norm = to_dense(L.mlp_norm, d);
-    w->mlp_post_norm = to_dense(L.mlp_post_norm, d);
-    w->ple_post_norm = to_dense(L.ple_post_norm, d);
-    w->q = to_dense(L.q);
-    w->k = to_dense(L.k);
-    w->v = to_dense(L.v);
-    w->o = to_dense(L.o);
-    w->gate = to_dense(L.gate);
-    w->up = to_dense(L.up);
-    w->down = to_dense(L.down);
-    w->ple_gate = to_dense(L.ple_gate);
-    w->ple_proj = to_dense(L.ple_proj);
-    const bool pre = has_pre_norm(c.norm_placement);
-    const DenseNorm none;
-    w->q_in = fold_scale(w->q, pre ? w->attn_norm : none);
-    w->k_in = fold_scale(w->k, pre ? w->attn_norm : none);
-    w->v_in = fold_scale(w->v, pre ? w->attn_norm : none);
-    w->gate_in = fold_scale(w->gate, pre ? w->mlp_norm : none);
-    w->up_in = fold_scale(w->up, pre ? w->mlp_norm : none);
-    if (c.layer_scalar) w->layer_scalar = L.layer_scalar[0];
-    weights_[l] = std::move(w);
   }
-  // Layers sharing stored weights point at the same copy.
-  for (int64_t l = 0; l < c.n_layers; ++l) TDYN_CHECK(weights_[transformer_->layer_config(l).weights] != nullptr);
+}
+
+const JacobianModel::Weights& JacobianModel::weights(int64_t layer) const {
+  const ModelConfig& c = config();
+  const LayerConfig& lc = transformer_->layer_config(layer);
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_ptr<Weights>& slot = weights_.at(lc.weights);
+  if (slot) return *slot;
+  const LayerWeights& L = transformer_->model().weights.layers[layer];
+  const int64_t d = c.d_model, q_dim = c.n_heads * lc.d_head, kv_dim = c.n_kv_heads * lc.d_head;
+  auto w = std::make_unique<Weights>();
+  const bool per_head = c.qk_norm == QKNorm::PerHead;
+  w->attn_norm = to_dense(L.attn_norm, d);
+  w->q_norm = to_dense(L.q_norm, per_head ? lc.d_head : q_dim);
+  w->k_norm = to_dense(L.k_norm, per_head ? lc.d_head : kv_dim);
+  w->attn_post_norm = to_dense(L.attn_post_norm, d);
+  w->mlp_norm = to_dense(L.mlp_norm, d);
+  w->mlp_post_norm = to_dense(L.mlp_post_norm, d);
+  w->ple_post_norm = to_dense(L.ple_post_norm, d);
+  w->q = to_dense(L.q);
+  w->k = to_dense(L.k);
+  w->v = to_dense(L.v);
+  w->o = to_dense(L.o);
+  w->gate = to_dense(L.gate);
+  w->up = to_dense(L.up);
+  w->down = to_dense(L.down);
+  w->ple_gate = to_dense(L.ple_gate);
+  w->ple_proj = to_dense(L.ple_proj);
+  const bool pre = has_pre_norm(c.norm_placement);
+  const DenseNorm none;
+  w->q_in = fold_scale(w->q, pre ? w->attn_norm : none);
+  w->k_in = fold_scale(w->k, pre ? w->attn_norm : none);
+  w->v_in = fold_scale(w->v, pre ? w->attn_norm : none);
+  w->gate_in = fold_scale(w->gate, pre ? w->mlp_norm : none);
+  w->up_in = fold_scale(w->up, pre ? w->mlp_norm : none);
+  if (c.layer_scalar) w->layer_scalar = L.layer_scalar[0];
+  slot = std::move(w);
+  return *slot;
+}
+
+void JacobianModel::release_layer(int64_t layer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  weights_.at(transformer_->layer_config(layer).weights).reset();
 }
 
 JacobianModel::~JacobianModel() = default;
@@ -233,7 +243,7 @@ JacobianModel::~JacobianModel() = default;
 SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const int32_t> token_types) const {
   const ModelConfig& c = config();
   ActivationCache hooks("blocks.*.hook_resid_pre,blocks.*.hook_resid_mid,blocks.*.hook_resid_post,"
-                        "blocks.*.attn.hook_k,blocks.*.attn.hook_v,hook_per_layer_inputs");
+                        "blocks.*.attn.hook_k,blocks.*.attn.hook_v");
   transformer_->forward(ids, &hooks, nullptr, token_types);
   SequenceState s;
   s.n_pos = static_cast<int64_t>(ids.size());
@@ -250,7 +260,7 @@ SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const i
     s.keys.push_back(own ? take("attn.hook_k") : Tensor());
     s.values.push_back(own ? take("attn.hook_v") : Tensor());
   }
-  if (c.d_per_layer_input > 0) s.per_layer_inputs = hooks.at("hook_per_layer_inputs");
+  if (c.d_per_layer_input > 0) s.per_layer_inputs = transformer_->per_layer_inputs(ids, transformer_->embed(ids, 0, token_types));
   return s;
 }
 
@@ -402,7 +412,7 @@ Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::
   if (c.d_per_layer_input > 0) {
     // Gemma 4: y += post_per_layer_input_norm(W_proj(act(W_gate y) ⊙ per_layer_input[p, l])).
     const int64_t P = c.d_per_layer_input;
-    const float* row = s.per_layer_inputs.ptr() + (pos * c.n_layers + layer) * P;
+    const float* row = s.per_layer_inputs.at(layer).row(pos);
     const Vector input = Eigen::Map<const Eigen::VectorXf>(row, P).cast<double>();
     Dual gate = linear(W.ple_gate, y);
     Dual mixed;
@@ -425,7 +435,7 @@ Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::
 
 Vector JacobianModel::step(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos, const Vector& x) const {
   const LayerConfig& lc = transformer_->layer_config(layer);
-  const Weights& W = *weights_[lc.weights];
+  const Weights& W = weights(layer);
   Dual in{x, Matrix(x.size(), 0)};
   if (which == Sublayer::Attention)
     return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, nullptr, nullptr).v;
@@ -434,7 +444,7 @@ Vector JacobianModel::step(const SequenceState& s, int64_t layer, Sublayer which
 
 Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   const LayerConfig& lc = transformer_->layer_config(layer);
-  const Weights& W = *weights_[lc.weights];
+  const Weights& W = weights(layer);
   const int64_t d = d_model();
   Dual in{input(s, layer, which, pos), Matrix::Identity(d, d)};
   if (which == Sublayer::Attention)
@@ -445,7 +455,7 @@ Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer w
 StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   const ModelConfig& c = config();
   const LayerConfig& lc = transformer_->layer_config(layer);
-  const Weights& W = *weights_[lc.weights];
+  const Weights& W = weights(layer);
   const int64_t d = d_model();
   const Vector x = input(s, layer, which, pos);
   Dual in{x, Matrix(d, 0)};
@@ -589,8 +599,7 @@ void StructuredMean::init(const StepStructure& s) {
   post_weight_ = s.post_weight;
   layer_scalar_ = s.layer_scalar;
   ple_gate_ = s.ple_gate;
-  lambda_uut_ = Matrix::Zero(d, d);
-  both_ = Matrix::Zero(d, d);
+  inner_ = Matrix::Zero(d, d);
   if (ple_gate_) ple_product_sum_ = Matrix::Zero(d, d);
   for (const auto& br : s.branches) {
     BranchSums b;
@@ -599,8 +608,6 @@ void StructuredMean::init(const StepStructure& s) {
     b.diagonal = br.diagonal;
     if (br.diagonal) b.m_diag = Vector::Zero(br.m_diag.size());
     else b.m_dense = Matrix::Zero(br.m_dense.rows(), br.m_dense.cols());
-    b.right = Matrix::Zero(br.out->cols(), d);
-    b.left = Matrix::Zero(d, br.in->rows());
     branches_.push_back(std::move(b));
   }
 }
@@ -614,31 +621,29 @@ void StructuredMean::add(const StepStructure& s) {
   const double c = s.post.scale * s.pre.scale;  // λρ
   const Matrix& u = s.post.u;  // [d, kL]
   const Matrix& v = s.pre.u;   // [d, kR]
-  // L (b I): b λ (I − UUᵀ)
+  // L (b I) = b λ (I − UUᵀ): the identity part is summed as a scalar, the rest goes to the inner sum.
   if (inner_identity_ != 0) {
     lambda_sum_ += s.post.scale;
-    if (u.cols()) lambda_uut_.noalias() += s.post.scale * u * u.transpose();
+    if (u.cols()) inner_.noalias() -= (inner_identity_ * s.post.scale) * u * u.transpose();
   }
-  // L Out M In R = c [Out M In − Out (M In V)Vᵀ − U(UᵀOut M)In + U(UᵀOut M In V)Vᵀ]
+  // L Out M In R = c [Out M In − Out (M In V)Vᵀ − U(UᵀOut M)In + U(UᵀOut M In V)Vᵀ]: Σ c M is kept per branch
+  // (its product with the weights is taken once, in sum()); the three low-rank corrections go to the inner sum
+  // at once, each through a d × k factor, so that no per-branch matrix wider than d is kept.
   for (size_t i = 0; i < branches_.size(); ++i) {
     const JacobianBranch& br = s.branches[i];
     BranchSums& sum = branches_[i];
     if (br.diagonal) sum.m_diag += c * br.m_diag;
     else sum.m_dense += c * br.m_dense;
-    Matrix m_in_v;  // c M In V [r_out, kR]
+    const Matrix in_v = v.cols() ? Matrix(*br.in * v) : Matrix();  // In V [r_in, kR]
     if (v.cols()) {
-      m_in_v = *br.in * v;
-      m_in_v = br.diagonal ? Matrix(c * br.m_diag.asDiagonal() * m_in_v) : Matrix(c * br.m_dense * m_in_v);
-      sum.right.noalias() += m_in_v * v.transpose();
+      const Matrix m_in_v = br.diagonal ? Matrix(c * br.m_diag.asDiagonal() * in_v) : Matrix(c * br.m_dense * in_v);
+      inner_.noalias() -= (*br.out * m_in_v) * v.transpose();
     }
     if (u.cols()) {
       Matrix ut_out_m = u.transpose() * *br.out;  // [kL, r_out] → c Uᵀ Out M [kL, r_in]
       ut_out_m = br.diagonal ? Matrix(c * ut_out_m * br.m_diag.asDiagonal()) : Matrix(c * ut_out_m * br.m_dense);
-      sum.left.noalias() += u * ut_out_m;
-      if (v.cols()) {
-        const Matrix core = ut_out_m * (*br.in * v);  // [kL, kR]
-        both_.noalias() += u * core * v.transpose();
-      }
+      inner_.noalias() -= u * (ut_out_m * *br.in);
+      if (v.cols()) inner_.noalias() += u * (ut_out_m * in_v) * v.transpose();
     }
   }
   // Gemma 4 per-layer-input factor: J = s (K + P_ple (W_ple K)); K itself is summed above.
@@ -653,14 +658,11 @@ void StructuredMean::merge(const StructuredMean& o) {
   }
   count_ += o.count_;
   lambda_sum_ += o.lambda_sum_;
-  lambda_uut_ += o.lambda_uut_;
-  both_ += o.both_;
+  inner_ += o.inner_;
   if (ple_gate_) ple_product_sum_ += o.ple_product_sum_;
   for (size_t i = 0; i < branches_.size(); ++i) {
     if (branches_[i].diagonal) branches_[i].m_diag += o.branches_[i].m_diag;
     else branches_[i].m_dense += o.branches_[i].m_dense;
-    branches_[i].right += o.branches_[i].right;
-    branches_[i].left += o.branches_[i].left;
   }
 }
 
@@ -672,22 +674,16 @@ Matrix StructuredMean::mean() const {
 Matrix StructuredMean::sum() const {
   if (count_ == 0) return {};
   // Σ L (b I + F R), then diag(w_L) on the left, a I, the per-layer-input factor and the layer scalar.
-  Matrix inner = both_;
-  if (inner_identity_ != 0) {
-    inner -= inner_identity_ * lambda_uut_;
-    inner.diagonal().array() += inner_identity_ * lambda_sum_;
-  }
+  Matrix inner = inner_;
+  if (inner_identity_ != 0) inner.diagonal().array() += inner_identity_ * lambda_sum_;
   for (const auto& b : branches_) {
     const Matrix m_in = b.diagonal ? Matrix(b.m_diag.asDiagonal() * *b.in) : Matrix(b.m_dense * *b.in);  // [r_out, d]
-    inner.noalias() += *b.out * (m_in - b.right);
-    inner.noalias() -= b.left * *b.in;
+    inner.noalias() += *b.out * m_in;
   }
   if (post_weight_) inner = post_weight_->asDiagonal() * inner;
-  Matrix k_sum = inner;
-  k_sum.diagonal().array() += identity_ * static_cast<double>(count_);
-  Matrix total = k_sum;
-  if (ple_gate_) total += ple_product_sum_;
-  return layer_scalar_ * total;
+  inner.diagonal().array() += identity_ * static_cast<double>(count_);
+  if (ple_gate_) inner += ple_product_sum_;
+  return layer_scalar_ * inner;
 }
 
 }  // namespace tdyn

@@ -22,13 +22,16 @@
 //     from the softmax pattern of position p), and the norm Jacobians λ(I − UUᵀ) (pre) / ρ(I − VVᵀ) (post):
 //     RMSNorm N'(x) = diag(w)(1/r)(I − a aᵀ/n), a = x/r; LayerNorm N'(x) = diag(w)(1/σ)(I − 11ᵀ/n − a aᵀ/n),
 //     a = (x − μ)/σ. StructuredMean sums these factors over samples without forming any per-sample d × d
-//     matrix (Σ c M, Σ (c M In V)Vᵀ, Σ U(c UᵀOut M), ...), then multiplies by the weights once per layer:
-//     O(S · forward cost) + O(one d × r × d GEMM per branch) instead of O(S · d · forward cost).
+//     product of weights: Σ c M per branch (multiplied by the weights once per layer), and the norms' low-rank
+//     corrections (Out (c M In V) Vᵀ and the like, each built through a d × k factor, k ≤ 2) in one d × d sum:
+//     O(S · (forward cost + d r k)) + O(one d × r × d GEMM per branch) instead of O(S · d · forward cost), and
+//     memory of a few d × d matrices whatever r (= d_mlp) is.
 //
 // Sublayer order ("depth") everywhere: k = 2l (attention of layer l), k = 2l + 1 (MLP of layer l).
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,7 +49,9 @@ struct SequenceState {
   int64_t n_pos = 0;
   std::vector<Tensor> resid_pre, resid_mid, resid_post;  // per layer [pos, d_model]
   std::vector<Tensor> keys, values;  // per layer [pos, n_kv_heads * d_head] after norms and RoPE; empty on KV-shared layers
-  Tensor per_layer_inputs;           // [pos, n_layers, d_per_layer] (Gemma 4) or empty
+  std::vector<Tensor> per_layer_inputs;  // per layer [pos, d_per_layer] (Gemma 4), or none
+  // A pass that runs the model one layer at a time fills only the current layer's entries (and the keys/values
+  // of the layer it reads): every vector has n_layers entries, the others empty.
 };
 
 // The norm Jacobian of one norm at one input, as a scale and a low-rank projector: N'(x) = diag(w) s (I − U Uᵀ).
@@ -85,7 +90,9 @@ struct StepStructure {
 
 class JacobianModel {
  public:
-  // Converts the layer weights to float64 once (2 × the float32 size of the layers).
+  // The float64 copy of a layer's weights (about 2.5 × that layer's float32 size) is made when the layer is first
+  // used and kept until release_layer(): a pass that visits the layers in order holds one at a time. Safe to use
+  // from several threads; release_layer only while no thread uses that layer.
   explicit JacobianModel(std::shared_ptr<const Transformer> transformer);
   ~JacobianModel();
 
@@ -109,12 +116,18 @@ class JacobianModel {
   // The same J in factored form (structured path).
   StepStructure structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
 
+  // Drops the float64 copy of `layer`'s weights (its stored layer's, shared by ALBERT's layers).
+  void release_layer(int64_t layer) const;
+
   struct Weights;  // float64 copies, per stored layer
 
  private:
+  const Weights& weights(int64_t layer) const;  // made on first use
+
   std::shared_ptr<const Transformer> transformer_;
-  std::vector<std::unique_ptr<Weights>> weights_;  // per stored layer
-  std::vector<std::vector<double>> inv_freq_;      // per layer
+  mutable std::mutex mutex_;                               // guards weights_
+  mutable std::vector<std::unique_ptr<Weights>> weights_;  // per stored layer, or null while not in use
+  std::vector<std::vector<double>> inv_freq_;              // per layer
 };
 
 // Σ_s J_s / S over structured samples, accumulated without any per-sample d × d matrix (see the header).
@@ -134,8 +147,6 @@ class StructuredMean {
     bool diagonal = false;
     linalg::Vector m_diag;   // Σ c M (diagonal)
     linalg::Matrix m_dense;  // Σ c M
-    linalg::Matrix right;    // Σ (c M In V) Vᵀ       [r_out, d]
-    linalg::Matrix left;     // Σ U (c Uᵀ Out M)      [d, r_in]
   };
   void init(const StepStructure& s);
   int64_t count_ = 0;
@@ -143,10 +154,8 @@ class StructuredMean {
   const linalg::Vector* post_weight_ = nullptr;
   const linalg::Matrix* ple_gate_ = nullptr;
   double lambda_sum_ = 0;          // Σ λ               (b I term)
-  linalg::Matrix lambda_uut_;      // Σ λ U Uᵀ          [d, d]
-  linalg::Matrix both_;            // Σ U (c UᵀOut M In V) Vᵀ over branches [d, d]
+  linalg::Matrix inner_;           // Σ of every low-rank correction of the inner factor (see add())   [d, d]
   std::vector<BranchSums> branches_;
-  linalg::Matrix ple_left_sum_;    // Σ P_ple           [d, P]
   linalg::Matrix ple_product_sum_; // Σ P_ple (W_ple K) [d, d]
 };
 

@@ -88,7 +88,7 @@ void apply_layer(const Transformer& model, int64_t layer, TokenState& s, const D
   if (layer < 0 || layer >= c.n_layers) fail("layer {} is out of range (the model has {} layers)", layer, c.n_layers);
   const int64_t source = model.layer_config(layer).kv_source;
   if (refresh_shared_kv && source != layer) refresh_source_kv(model, source, s, options.mode);
-  const float* per_layer = s.per_layer.data.empty() ? nullptr : s.per_layer.ptr();
+  const float* per_layer = s.per_layer.empty() ? nullptr : s.per_layer[layer].ptr();
 
   switch (options.mode) {
     case DynamicsMode::Full:

@@ -35,7 +35,7 @@ struct DynamicsOptions {
 // The tokens of one sequence between layers, with what the layers need beside them.
 struct TokenState {
   Tensor x;          // [pos, d_model] the residual stream
-  Tensor per_layer;  // [pos, n_layers, d_per_layer] Gemma 4 per-layer inputs; empty otherwise
+  std::vector<Tensor> per_layer;  // per layer [pos, d_per_layer]: Gemma 4 per-layer inputs; empty otherwise
   KVCache kv;        // keys/values of the layers that Gemma 4 KV-shared layers read (as forward() keeps them)
 };
 

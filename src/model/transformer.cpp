@@ -133,30 +133,47 @@ Tensor Transformer::embed(std::span<const int32_t> ids, int64_t start, std::span
   return e;
 }
 
-Tensor Transformer::per_layer_inputs(std::span<const int32_t> ids, const Tensor& embeddings, ActivationCache* hooks) const {
+Tensor Transformer::per_layer_input(int64_t l, std::span<const int32_t> ids, const Tensor& embeddings) const {
   const ModelConfig& c = config();
   const ModelWeights& W = model_->weights;
   if (c.d_per_layer_input == 0) return {};
-  // Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs:
+  // Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs, columns [l P, (l + 1) P) of both terms:
   //   (RMSNorm_P(per_layer_model_projection(x0) * d_model^-0.5) + embed_tokens_per_layer(ids) * sqrt(P)) * 2^-0.5
-  const int64_t n = static_cast<int64_t>(ids.size()), L = c.n_layers, P = c.d_per_layer_input, width = L * P;
-  Tensor tokens({n, width});  // [pos, n_layers * d_per_layer]
-  const float token_scale = round_to_dtype(std::sqrt(static_cast<double>(P)), W.ple_embed_dtype);
-  for (int64_t i = 0; i < n; ++i) {
+  // Only this layer's slice of the table and of the projection is read.
+  const int64_t n = static_cast<int64_t>(ids.size()), P = c.d_per_layer_input;
+  for (int64_t i = 0; i < n; ++i)
     if (ids[i] >= c.d_vocab_per_layer)
       fail("token id {} has no per-layer embedding (vocab_size_per_layer_input = {})", ids[i], c.d_vocab_per_layer);
-  }
-  gather_rows(W.ple_embed, ids, 0, width, tokens.ptr());
-  for (float& v : tokens.data) v *= token_scale;
-  Tensor out({n, L, P});
-  W.ple_model_proj.apply(embeddings.ptr(), n, out.ptr());
+  Tensor tokens({n, P});  // [pos, d_per_layer]
+  gather_rows(W.ple_embed, ids, l * P, P, tokens.ptr());
+  const float token_scale = round_to_dtype(std::sqrt(static_cast<double>(P)), W.ple_embed_dtype);
+  Tensor out({n, P});
+  Linear projection = W.ple_model_proj;
+  projection.w = projection.w.row_slice(l * P, P);
+  projection.out = P;
+  projection.apply(embeddings.ptr(), n, out.ptr());
   const float proj_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d_model)));
   for (float& v : out.data) v *= proj_scale;
-  rms_norm(out.ptr(), n * L, P, W.ple_proj_norm, c.norm_eps, out.ptr());
+  rms_norm(out.ptr(), n, P, W.ple_proj_norm, c.norm_eps, out.ptr());
   const float mix = static_cast<float>(1.0 / std::sqrt(2.0));
-  for (int64_t i = 0; i < out.size(); ++i) out.data[i] = (out.data[i] + tokens.data[i]) * mix;
-  hook(hooks, "hook_per_layer_inputs", out.ptr(), {n, L, P});
+  for (int64_t i = 0; i < out.size(); ++i) out.data[i] = (out.data[i] + tokens.data[i] * token_scale) * mix;
   return out;
+}
+
+std::vector<Tensor> Transformer::per_layer_inputs(std::span<const int32_t> ids, const Tensor& embeddings,
+                                                  ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  if (c.d_per_layer_input == 0) return {};
+  std::vector<Tensor> inputs;
+  for (int64_t l = 0; l < c.n_layers; ++l) inputs.push_back(per_layer_input(l, ids, embeddings));
+  if (hooks && hooks->wants("hook_per_layer_inputs")) {
+    const int64_t n = static_cast<int64_t>(ids.size()), L = c.n_layers, P = c.d_per_layer_input;
+    Tensor all({n, L, P});
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t l = 0; l < L; ++l) std::copy_n(inputs[l].row(i), P, all.ptr() + (i * L + l) * P);
+    hook(hooks, "hook_per_layer_inputs", all.ptr(), all.shape);
+  }
+  return inputs;
 }
 
 Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks) const {
@@ -291,7 +308,7 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
     Tensor gate({n, P});  // [pos, d_per_layer]
     L.ple_gate.apply(x.ptr(), n, gate.ptr());
     for (int64_t i = 0; i < n; ++i) {
-      const float* input = per_layer_input + (i * c.n_layers + l) * P;
+      const float* input = per_layer_input + i * P;
       for (int64_t j = 0; j < P; ++j) gate.row(i)[j] = activate(c.activation, gate.row(i)[j]) * input[j];
     }
     Tensor branch({n, d});
@@ -351,7 +368,7 @@ Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks
     fail("sequence of {} positions exceeds the KV cache ({} positions)", start + n, cache->capacity());
 
   Tensor x = embed(ids, start, token_types, hooks);  // residual stream [pos, d_model]
-  Tensor per_layer = per_layer_inputs(ids, x, hooks);  // [pos, n_layers, d_per_layer] or empty
+  const std::vector<Tensor> per_layer = per_layer_inputs(ids, x, hooks);  // per layer [pos, d_per_layer], or none
 
   // Without a cache, keep this chunk's keys/values only for the layers that KV-shared layers read.
   KVCache chunk;
@@ -366,7 +383,7 @@ Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks
   for (int64_t l = 0; l < c.n_layers; ++l) {
     hook(hooks, block_hook(l, "hook_resid_pre"), x.ptr(), {n, c.d_model});
     attention_block(l, x, start, kv, hooks);
-    mlp_block(l, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), hooks, start);
+    mlp_block(l, x, per_layer.empty() ? nullptr : per_layer[l].ptr(), hooks, start);
   }
   if (cache) cache->length = start + n;
   return unembed(x, hooks, start);

@@ -78,15 +78,17 @@ class Transformer {
   // ALBERT mapping_in. `token_types` empty: all 0. Validates ids, types and positions.
   Tensor embed(std::span<const int32_t> ids, int64_t start, std::span<const int32_t> token_types = {},
                ActivationCache* hooks = nullptr) const;
-  // Gemma 4 per-layer inputs [n, n_layers, d_per_layer] from the ids and the embeddings [n, d_model];
-  // an empty tensor for families without them.
-  Tensor per_layer_inputs(std::span<const int32_t> ids, const Tensor& embeddings, ActivationCache* hooks = nullptr) const;
+  // Gemma 4 per-layer input of one layer [n, d_per_layer] from the ids and the embeddings [n, d_model] (an empty
+  // tensor for families without them), and of every layer (the hook_per_layer_inputs capture assembles them).
+  Tensor per_layer_input(int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings) const;
+  std::vector<Tensor> per_layer_inputs(std::span<const int32_t> ids, const Tensor& embeddings,
+                                       ActivationCache* hooks = nullptr) const;
   // resid_pre -> resid_mid in place. Keys/values of the layer (positions start..) are written to `cache` when
   // it has storage for the layer, and attention reads keys 0 .. start + n - 1 from there; a layer without
   // storage (no cache, or an empty tensor in it) attends within the chunk only, which must then start at 0.
   // A KV-shared layer reads its source layer's storage, which must hold this chunk (forward() keeps it).
   void attention_block(int64_t layer, Tensor& x, int64_t start, KVCache* cache, ActivationCache* hooks = nullptr) const;
-  // resid_mid -> resid_post in place. per_layer_input: row-major [n, n_layers, d_per_layer] (Gemma 4) or null.
+  // resid_mid -> resid_post in place. per_layer_input: this layer's [n, d_per_layer] (Gemma 4) or null.
   // `start` (here, in mlp() and unembed()) only numbers the positions in NaN/Inf errors.
   void mlp_block(int64_t layer, Tensor& x, const float* per_layer_input, ActivationCache* hooks = nullptr,
                  int64_t start = 0) const;
