@@ -61,13 +61,13 @@ TEST(TopologyAnalysis, CorrelationThroughModelEqualsSavedHooks) {
 
   PassSpec spec;
   spec.boundaries = boundaries;
-  const PassSums shared = run_pass(*transformer, &jacobians, samples, spec, {});
+  const PassFile shared = run_pass(*transformer, &jacobians, samples, spec, {});
   spec.jacobians = false;
-  const PassSums hooks_only = run_pass(*transformer, nullptr, samples, spec, {});
-  EXPECT_EQ(shared.n_samples, 3);
-  EXPECT_EQ(shared.n_tokens, 64 + 40 + 44);
-  EXPECT_EQ(shared.n_pairs, 3);
-  EXPECT_TRUE(hooks_only.jacobian_sums.empty());
+  const PassFile hooks_only = run_pass(*transformer, nullptr, samples, spec, {});
+  EXPECT_EQ(shared.n_samples(), 3);
+  EXPECT_EQ(shared.n_tokens(), 64 + 40 + 44);
+  EXPECT_EQ(shared.n_pairs(), 3);
+  EXPECT_THROW(hooks_only.jacobian_sum(boundaries[0].hook), Error);
 
   // Save the hooks of every sample, then read them back.
   const fs::path dir = test::scratch_dir("topology_hooks");
@@ -83,7 +83,8 @@ TEST(TopologyAnalysis, CorrelationThroughModelEqualsSavedHooks) {
       rows.insert(rows.end(), x.begin(), x.end());
     }
     const int64_t n = static_cast<int64_t>(rows.size()) / d;
-    ASSERT_EQ(n, shared.correlations[b].n_rows());
+    const topology::CorrelationAccumulator sums = shared.correlation(boundaries[b].hook);
+    ASSERT_EQ(n, sums.n_rows());
     std::vector<double> mean(d, 0.0), direct(d * d, 0.0);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t i = 0; i < d; ++i) mean[i] += rows[t * d + i] / n;
@@ -94,24 +95,23 @@ TEST(TopologyAnalysis, CorrelationThroughModelEqualsSavedHooks) {
     for (int64_t i = 0; i < d; ++i)
       for (int64_t j = 0; j < d; ++j) r[i * d + j] = direct[i * d + j] / std::sqrt(direct[i * d + i] * direct[j * d + j]);
 
-    const topology::CorrelationMatrix streamed = shared.correlations[b].correlation();
+    const topology::CorrelationMatrix streamed = sums.correlation();
     EXPECT_TRUE(streamed.constant_units.empty());
     test::expect_close(streamed.values, r, 0, 1e-10, "correlation at " + boundaries[b].hook);
-    test::expect_close(shared.correlations[b].means(), mean, 1e-10, 1e-12, "means at " + boundaries[b].hook);
-    test::expect_close(hooks_only.correlations[b].correlation().values, streamed.values, 0, 1e-12,
+    test::expect_close(sums.means(), mean, 1e-10, 1e-12, "means at " + boundaries[b].hook);
+    test::expect_close(hooks_only.correlation(boundaries[b].hook).correlation().values, streamed.values, 0, 1e-12,
                        "hooks-only pass vs shared pass at " + boundaries[b].hook);
   }
 
   MeanJacobianOptions options;
   const MeanJacobians reference = mean_jacobians(jacobians, samples, options);
-  const std::vector<Matrix> shared_means = shared.mean_jacobians();
   for (size_t b = 0; b < boundaries.size(); ++b) {
     if (boundaries[b].sublayer < 0) {
-      EXPECT_EQ(shared_means[b].size(), 0);
+      EXPECT_THROW(shared.mean_jacobian(boundaries[b].hook), Error);  // no map leaves the final boundary
       continue;
     }
     const Matrix& expected = reference.mean[boundaries[b].sublayer];
-    EXPECT_LE((shared_means[b] - expected).cwiseAbs().maxCoeff(), 1e-10 * (1 + expected.cwiseAbs().maxCoeff()))
+    EXPECT_LE((shared.mean_jacobian(boundaries[b].hook) - expected).cwiseAbs().maxCoeff(), 1e-10 * (1 + expected.cwiseAbs().maxCoeff()))
         << boundaries[b].hook;
   }
 }

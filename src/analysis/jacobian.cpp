@@ -240,27 +240,62 @@ void JacobianModel::release_layer(int64_t layer) const {
 
 JacobianModel::~JacobianModel() = default;
 
-SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const int32_t> token_types) const {
-  const ModelConfig& c = config();
-  ActivationCache hooks("blocks.*.hook_resid_pre,blocks.*.hook_resid_mid,blocks.*.hook_resid_post,"
-                        "blocks.*.attn.hook_k,blocks.*.attn.hook_v");
-  transformer_->forward(ids, &hooks, nullptr, token_types);
-  SequenceState s;
-  s.n_pos = static_cast<int64_t>(ids.size());
+KVCache kv_sources(const Transformer& t, int64_t n_pos) {
+  const ModelConfig& c = t.config();
+  KVCache kv;
+  kv.k.assign(c.n_layers, Tensor());
+  kv.v.assign(c.n_layers, Tensor());
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    auto take = [&](const std::string& name) {
-      Tensor t = hooks.at(fmt::format("blocks.{}.{}", l, name));
-      if (t.shape.size() == 3) t.shape = {t.dim(0), t.dim(1) * t.dim(2)};
-      return t;
-    };
-    s.resid_pre.push_back(take("hook_resid_pre"));
-    s.resid_mid.push_back(take("hook_resid_mid"));
-    s.resid_post.push_back(take("hook_resid_post"));
-    const bool own = transformer_->layer_config(l).kv_source == l;
-    s.keys.push_back(own ? take("attn.hook_k") : Tensor());
-    s.values.push_back(own ? take("attn.hook_v") : Tensor());
+    const int64_t src = t.layer_config(l).kv_source;
+    if (src == l || !kv.k[src].data.empty()) continue;
+    const Shape shape{n_pos, c.n_kv_heads * t.layer_config(src).d_head};
+    kv.k[src] = Tensor(shape);
+    kv.v[src] = Tensor(shape);
   }
-  if (c.d_per_layer_input > 0) s.per_layer_inputs = transformer_->per_layer_inputs(ids, transformer_->embed(ids, 0, token_types));
+  return kv;
+}
+
+void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings, Tensor& x,
+               KVCache& kv, SequenceState* state) {
+  const ModelConfig& c = t.config();
+  const int64_t n = x.dim(0), src = t.layer_config(layer).kv_source;
+  const bool own = src == layer;
+  std::unique_ptr<ActivationCache> hooks;
+  if (state && own) hooks = std::make_unique<ActivationCache>(fmt::format("blocks.{0}.attn.hook_k,blocks.{0}.attn.hook_v", layer));
+  if (state) {
+    if (state->resid_pre.empty()) {
+      state->n_pos = n;
+      for (auto* v : {&state->resid_pre, &state->resid_mid, &state->resid_post, &state->keys, &state->values, &state->per_layer_inputs})
+        v->assign(c.n_layers, Tensor());
+    }
+    state->resid_pre[layer] = x;
+  }
+  t.attention_block(layer, x, 0, &kv, hooks.get());
+  const Tensor per_layer = t.per_layer_input(layer, ids, embeddings);
+  if (state) state->resid_mid[layer] = x;
+  t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), nullptr);
+  if (!state) return;
+  state->resid_post[layer] = x;
+  if (!per_layer.data.empty()) state->per_layer_inputs[layer] = per_layer;
+  auto flat = [](Tensor tensor) {
+    if (tensor.shape.size() == 3) tensor.shape = {tensor.dim(0), tensor.dim(1) * tensor.dim(2)};
+    return tensor;
+  };
+  if (own) {
+    state->keys[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_k", layer)));
+    state->values[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_v", layer)));
+  } else if (state->keys[src].data.empty()) {  // a KV-shared layer reads its source's keys and values
+    state->keys[src] = kv.k[src];
+    state->values[src] = kv.v[src];
+  }
+}
+
+SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const int32_t> token_types) const {
+  Tensor x = transformer_->embed(ids, 0, token_types);
+  const Tensor embeddings = config().d_per_layer_input > 0 ? x : Tensor();
+  KVCache kv = kv_sources(*transformer_, x.dim(0));
+  SequenceState s;
+  for (int64_t l = 0; l < config().n_layers; ++l) run_layer(*transformer_, l, ids, embeddings, x, kv, &s);
   return s;
 }
 

@@ -54,6 +54,17 @@ struct SequenceState {
   // of the layer it reads): every vector has n_layers entries, the others empty.
 };
 
+// Keys/values storage [n_pos, n_kv_heads * d_head] for the layers that KV-shared layers read (Gemma 4), empty
+// tensors elsewhere: what run_layer needs to carry between layers.
+KVCache kv_sources(const Transformer& t, int64_t n_pos);
+
+// One layer of the float32 forward pass (JacobianModel::run is these in order): x enters as `layer`'s
+// hook_resid_pre and leaves as its hook_resid_post. With `state`, that layer's entries are filled (every vector
+// sized n_layers on first use; on a KV-shared layer the source's keys/values are copied from `kv`). kv: from
+// kv_sources; embeddings: the layer-0 input (Gemma 4 per-layer inputs, else ignored).
+void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings, Tensor& x,
+               KVCache& kv, SequenceState* state);
+
 // The norm Jacobian of one norm at one input, as a scale and a low-rank projector: N'(x) = diag(w) s (I − U Uᵀ).
 struct NormJacobian {
   double scale = 1;

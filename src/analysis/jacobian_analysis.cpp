@@ -148,41 +148,38 @@ double henrici_departure(const ComplexMatrix& a, const linalg::ComplexVector& ei
   return std::sqrt(std::max(0.0, a.squaredNorm() - eigenvalues.squaredNorm()));
 }
 
+SurgerySweep::SurgerySweep(const SurgeryOptions& options) : options_(options) {
+  for (double alpha : options.alphas) points_.push_back({alpha, {}, {}, {}, 0});
+  products_.resize(options.alphas.size());
+}
+
+void SurgerySweep::add(const Matrix& mean) {
+  const linalg::ComplexSchur schur = linalg::complex_schur(mean);
+  const double departure = schur.strictly_upper().norm();
+  const uint64_t seed = options_.seed + static_cast<uint64_t>(depth_);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t a = 0; a < points_.size(); ++a) {
+    SurgeryPoint& p = points_[a];
+    const ComplexMatrix modified = schur_surgery(schur, p.alpha), control = schur_surgery_control(schur, p.alpha, seed);
+    p.departure_ratio.push_back(departure > 0 ? henrici_departure(modified, schur.eigenvalues()) / departure : 0.0);
+    p.max_imaginary_fraction = std::max(p.max_imaginary_fraction, imaginary_fraction(modified));
+    auto& [product, control_product] = products_[a];
+    product = depth_ == 0 ? modified : ComplexMatrix(modified * product);
+    control_product = depth_ == 0 ? control : ComplexMatrix(control * control_product);
+    p.surgery.push_back(effective_ranks(linalg::singular_values(product)));
+    p.control.push_back(effective_ranks(linalg::singular_values(control_product)));
+  }
+  ++depth_;
+}
+
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<Matrix>& means, const SurgeryOptions& options,
                                               const std::function<void(const std::string&)>& progress) {
-  const size_t K = means.size();
-  std::vector<linalg::ComplexSchur> schur(K);
-  std::vector<double> departure(K);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t k = 0; k < K; ++k) {
-    schur[k] = linalg::complex_schur(means[k]);
-    departure[k] = schur[k].strictly_upper().norm();
+  SurgerySweep sweep(options);
+  for (size_t k = 0; k < means.size(); ++k) {
+    if (progress) progress(fmt::format("surgery at depth {} of {}", k + 1, means.size()));
+    sweep.add(means[k]);
   }
-  std::vector<SurgeryPoint> points;
-  for (double alpha : options.alphas) {
-    if (progress) progress(fmt::format("surgery alpha = {}", alpha));
-    SurgeryPoint p;
-    p.alpha = alpha;
-    std::vector<ComplexMatrix> modified(K), control(K);
-    p.departure_ratio.resize(K);
-    for (size_t k = 0; k < K; ++k) {
-      modified[k] = schur_surgery(schur[k], alpha);
-      control[k] = schur_surgery_control(schur[k], alpha, options.seed + k);
-      const double dep = henrici_departure(modified[k], schur[k].eigenvalues());
-      p.departure_ratio[k] = departure[k] > 0 ? dep / departure[k] : 0.0;
-      p.max_imaginary_fraction = std::max(p.max_imaginary_fraction, imaginary_fraction(modified[k]));
-    }
-    const std::vector<ComplexMatrix> cm = cumulative_products(modified), cc = cumulative_products(control);
-    p.surgery.resize(K);
-    p.control.resize(K);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (size_t k = 0; k < K; ++k) {
-      p.surgery[k] = effective_ranks(linalg::singular_values(cm[k]));
-      p.control[k] = effective_ranks(linalg::singular_values(cc[k]));
-    }
-    points.push_back(std::move(p));
-  }
-  return points;
+  return sweep.points();
 }
 
 }  // namespace tdyn

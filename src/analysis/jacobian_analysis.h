@@ -66,6 +66,21 @@ struct SurgeryPoint {
   double max_imaginary_fraction = 0;  // max over k of ‖Im J_α,k‖_F/‖J_α,k‖_F
 };
 
+// The sweep over depths one J̄_k at a time, in order: memory holds two running products per α (the surgery's
+// and the control's), whatever the depth.
+class SurgerySweep {
+ public:
+  explicit SurgerySweep(const SurgeryOptions& options);
+  void add(const linalg::Matrix& mean);  // J̄_k of the next depth k
+  const std::vector<SurgeryPoint>& points() const { return points_; }
+
+ private:
+  SurgeryOptions options_;
+  int64_t depth_ = 0;
+  std::vector<SurgeryPoint> points_;  // per α
+  std::vector<std::pair<linalg::ComplexMatrix, linalg::ComplexMatrix>> products_;  // per α: surgery, control
+};
+
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<linalg::Matrix>& means, const SurgeryOptions& options,
                                               const std::function<void(const std::string&)>& progress = {});
 

@@ -24,20 +24,18 @@ std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& 
   return probes;
 }
 
-TokenDynamics token_dynamics_from_pass(const PassSums& sums, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
+TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
                                        const DynamicsOptions& options) {
   if (options.mode != DynamicsMode::Full || !options.residual)
     fail("token dynamics from a shared pass need the full mode with the residual (mode {} was asked for{})",
          to_string(options.mode), options.residual ? "" : ", without the residual");
-  const size_t n_layers = spectra.size();
-  if (sums.probe_values.size() != 6 * n_layers)
-    fail("the pass holds {} token probes; token dynamics of {} layers need {}", sums.probe_values.size(), n_layers, 6 * n_layers);
+  const std::vector<TokenProbe> probes = token_dynamics_probes(spectra);
   TokenAlignments a;
-  a.samples = sums.n_samples;
-  for (size_t t = 0; t < n_layers; ++t) {
-    const auto* p = &sums.probe_values[6 * t];
-    a.before_f.push_back(p[0]), a.before_if.push_back(p[1]), a.norm_before.push_back(p[2]);
-    a.after_f.push_back(p[3]), a.after_if.push_back(p[4]), a.norm_after.push_back(p[5]);
+  a.samples = pass.n_samples();
+  for (size_t t = 0; t < spectra.size(); ++t) {
+    auto values = [&](int i) { return pass.probe(probes[6 * t + i].name); };
+    a.before_f.push_back(values(0)), a.before_if.push_back(values(1)), a.norm_before.push_back(values(2));
+    a.after_f.push_back(values(3)), a.after_if.push_back(values(4)), a.norm_after.push_back(values(5));
   }
   return summarize_token_dynamics(std::move(a), spectra, d_model, options);
 }

@@ -16,9 +16,9 @@ namespace tdyn {
 // Six probes per layer t, in this order: F before, I + F before, norm before, F after, I + F after, norm after.
 std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& spectra);
 
-// TokenDynamics from the probe values of a pass over `sums` (probes as token_dynamics_probes gives them, in
-// that order). Equals token_dynamics() in the full mode with the residual; throws Error for the other modes.
-TokenDynamics token_dynamics_from_pass(const PassSums& sums, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
+// TokenDynamics from the probe values of a pass that holds the probes token_dynamics_probes gives. Equals
+// token_dynamics() in the full mode with the residual; throws Error for the other modes.
+TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
                                        const DynamicsOptions& options);
 
 }  // namespace tdyn

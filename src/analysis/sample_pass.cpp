@@ -1,13 +1,18 @@
 #include "analysis/sample_pass.h"
 
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+#include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -22,8 +27,11 @@ namespace {
 using topology::CorrelationAccumulator;
 
 constexpr char kMagic[8] = {'T', 'D', 'Y', 'N', 'P', 'A', 'S', 'S'};
-constexpr uint32_t kFileVersion = 1;
-constexpr double kBufferVersion = 1;
+constexpr uint32_t kFileVersion = 2;
+
+// Section kinds. A section is (kind u32, 0 u32, index i64, count u64, count float64 values, checksum u64).
+enum : uint32_t { kCorrelation = 1, kJacobianSum = 2, kProbe = 3, kLayerDone = 4, kComplete = 5 };
+constexpr uint64_t kSectionPrefix = 24;
 
 uint64_t fnv1a(const void* data, size_t size, uint64_t hash = 1469598103934665603ull) {
   const auto* bytes = static_cast<const unsigned char*>(data);
@@ -31,120 +39,231 @@ uint64_t fnv1a(const void* data, size_t size, uint64_t hash = 146959810393466560
   return hash;
 }
 
-const Tensor& boundary_activation(const SequenceState& state, const ResidualBoundary& b, int64_t n_layers) {
-  if (b.sublayer < 0) return state.resid_post.at(n_layers - 1);
-  return b.sublayer % 2 == 0 ? state.resid_pre.at(b.layer) : state.resid_mid.at(b.layer);
+// FNV-1a over 64-bit words: a section's values are hundreds of megabytes at d = 4096, and a byte-wise hash
+// would cost more than reading them.
+uint64_t fnv1a_words(const void* data, size_t n_words, uint64_t hash) {
+  const auto* words = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n_words; ++i) {
+    uint64_t w;
+    std::memcpy(&w, words + 8 * i, 8);
+    hash = (hash ^ w) * 1099511628211ull;
+  }
+  return hash;
 }
 
-std::span<const float> rows_of(const Tensor& t) { return {t.ptr(), static_cast<size_t>(numel(t.shape))}; }
-
-PassSums empty_sums(const PassSpec& spec, int64_t d) {
-  PassSums s;
-  s.probe_values.resize(spec.probes.size());
-  if (spec.correlations) s.correlations.assign(spec.boundaries.size(), CorrelationAccumulator(d));
-  if (spec.jacobians)
-    for (const auto& b : spec.boundaries)
-      s.jacobian_sums.push_back(b.sublayer < 0 ? linalg::Matrix() : linalg::Matrix::Zero(d, d));
-  return s;
+uint64_t section_checksum(const unsigned char (&prefix)[kSectionPrefix], const double* values, uint64_t count) {
+  return fnv1a_words(values, count, fnv1a(prefix, sizeof prefix));
 }
 
-// The sums of samples [begin, end): samples spread over the threads statically, each thread's sums merged in
-// thread order, so the result depends only on the samples and the thread count.
-PassSums run_chunk(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
-                   int64_t begin, int64_t end, const PassSpec& spec) {
-  const int64_t n_boundaries = static_cast<int64_t>(spec.boundaries.size());
-  const int64_t d = transformer.config().d_model, n_layers = transformer.config().n_layers;
-  struct ThreadSums {
-    std::vector<CorrelationAccumulator> correlations;
-    std::vector<StructuredMean> means;
-    int64_t samples = 0, tokens = 0, pairs = 0;
-  };
-  // Probe values per sample of the chunk, appended in sample order below.
-  std::vector<std::vector<std::vector<double>>> probes(end - begin, std::vector<std::vector<double>>(spec.probes.size()));
-  std::vector<int64_t> probe_boundary;
-  for (const TokenProbe& p : spec.probes) {
-    const auto at = std::find_if(spec.boundaries.begin(), spec.boundaries.end(), [&](const auto& b) { return b.hook == p.hook; });
-    TDYN_CHECK(at != spec.boundaries.end());
-    probe_boundary.push_back(at - spec.boundaries.begin());
-  }
-  auto measure = [&](int64_t sample, const std::function<const Tensor&(int64_t)>& activation) {
-    for (size_t p = 0; p < spec.probes.size(); ++p) {
-      const Tensor& x = activation(probe_boundary[p]);
-      std::vector<double>& out = probes[sample - begin][p];
-      for (int64_t i = 0; i < x.dim(0); ++i) {
-        const linalg::Vector row = Eigen::Map<const Eigen::VectorXf>(x.row(i), x.dim(1)).cast<double>();
-        out.push_back(spec.probes[p].basis.size() == 0 ? row.norm() : alignment(row, spec.probes[p].basis));
-      }
-    }
-  };
-  const int n_threads = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(end - begin)));
-  std::vector<ThreadSums> threads(n_threads);
-  for (auto& t : threads) {
-    if (spec.correlations) t.correlations.assign(n_boundaries, CorrelationAccumulator(d));
-    t.means.resize(n_boundaries);
-  }
-  std::string patterns;  // exact hook names: the forward pass without Jacobians captures only the boundaries
-  for (const auto& b : spec.boundaries) patterns += (patterns.empty() ? "" : ",") + b.hook;
-  int64_t failed_sample = -1;
-  std::exception_ptr error;
-
-#pragma omp parallel num_threads(n_threads)
-  {
-    ThreadSums& mine = threads[omp_get_thread_num()];
-#pragma omp for schedule(static, 1)
-    for (int64_t i = begin; i < end; ++i) {
-      try {
-        const std::vector<int32_t>& ids = samples[i].ids;
-        if (jacobians) {
-          const SequenceState state = jacobians->run(ids);
-          measure(i, [&](int64_t b) -> const Tensor& { return boundary_activation(state, spec.boundaries[b], n_layers); });
-          if (spec.correlations)
-            for (int64_t b = 0; b < n_boundaries; ++b)
-              mine.correlations[b].add_rows(rows_of(boundary_activation(state, spec.boundaries[b], n_layers)));
-          if (spec.jacobians) {
-            const std::vector<int64_t> positions = spec.positions.resolve(state.n_pos);
-            for (int64_t pos : positions)
-              for (int64_t b = 0; b < n_boundaries; ++b) {
-                const ResidualBoundary& boundary = spec.boundaries[b];
-                if (boundary.sublayer < 0) continue;
-                const Sublayer which = boundary.sublayer % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp;
-                mine.means[b].add(jacobians->structure(state, boundary.layer, which, pos));
-              }
-            mine.pairs += static_cast<int64_t>(positions.size());
-          }
-        } else {
-          ActivationCache cache(patterns);
-          transformer.forward(ids, &cache);
-          measure(i, [&](int64_t b) -> const Tensor& { return cache.at(spec.boundaries[b].hook); });
-          if (spec.correlations)
-            for (int64_t b = 0; b < n_boundaries; ++b) mine.correlations[b].add_rows(rows_of(cache.at(spec.boundaries[b].hook)));
-        }
-        mine.tokens += static_cast<int64_t>(ids.size());
-        ++mine.samples;
-      } catch (...) {
-#pragma omp critical(tdyn_pass_error)
-        if (failed_sample < 0 || i < failed_sample) failed_sample = i, error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);  // the first failing sample's error, whatever the timing
-
-  PassSums part = empty_sums(spec, d);
-  std::vector<StructuredMean> means(n_boundaries);
-  for (const ThreadSums& t : threads) {
-    part.n_samples += t.samples, part.n_tokens += t.tokens, part.n_pairs += t.pairs;
-    for (size_t b = 0; b < part.correlations.size(); ++b) part.correlations[b].merge(t.correlations[b]);
-    for (int64_t b = 0; b < n_boundaries; ++b) means[b].merge(t.means[b]);
-  }
-  if (spec.jacobians)
-    for (int64_t b = 0; b < n_boundaries; ++b)
-      if (means[b].count() > 0) part.jacobian_sums[b] = means[b].sum();
-  for (const auto& sample : probes)
-    for (size_t p = 0; p < sample.size(); ++p) part.probe_values[p].insert(part.probe_values[p].end(), sample[p].begin(), sample[p].end());
-  return part;
+void fill_prefix(unsigned char (&prefix)[kSectionPrefix], uint32_t kind, int64_t index, uint64_t count) {
+  const uint32_t zero = 0;
+  std::memcpy(prefix, &kind, 4);
+  std::memcpy(prefix + 4, &zero, 4);
+  std::memcpy(prefix + 8, &index, 8);
+  std::memcpy(prefix + 16, &count, 8);
 }
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+// ---- File access ------------------------------------------------------------------------------------------
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void read_at(int fd, void* out, size_t n, uint64_t offset, const std::string& name) {
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) fail("{}: read failed at byte {} ({})", name, offset, got == 0 ? "unexpected end" : std::strerror(errno));
+    p += got, n -= got, offset += got;
+  }
+}
+
+void write_all(int fd, const void* data, size_t n, const std::string& name) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t put = ::write(fd, p, n);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) fail("{}: write failed ({})", name, std::strerror(errno));
+    p += put, n -= put;
+  }
+}
+
+// What a scan of a pass file finds: its header, its sections, and how far it got.
+struct Scan {
+  nlohmann::json header;
+  std::vector<PassFile::Section> sections;  // data sections (not the markers)
+  int64_t layers_done = 0;
+  uint64_t end_of_layers = 0;  // file offset just after the last layer marker (or the header)
+  bool complete = false;
+  std::vector<double> totals;  // n_samples, n_tokens, n_pairs (complete only)
+};
+
+// Reads the header and walks the section prefixes (values are not read: readers check a section's checksum when
+// they read it). An unfinished file ends anywhere after its header; `unfinished_ok` says whether that is fine.
+Scan scan_pass(const fs::path& path, bool unfinished_ok) {
+  const std::string name = path.string();
+  Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (file.fd < 0) fail("{}: cannot open the pass file ({})", name, std::strerror(errno));
+  const uint64_t size = fs::file_size(path);
+  uint64_t at = 0;
+  auto take = [&](void* out, uint64_t n, const char* what) {
+    if (size - at < n) fail("{}: truncated pass file (it ends inside {})", name, what);
+    read_at(file.fd, out, n, at, name);
+    at += n;
+  };
+  char magic[sizeof kMagic];
+  take(magic, sizeof magic, "the magic");
+  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) fail("{}: not a tdyn pass file", name);
+  uint32_t version = 0;
+  take(&version, sizeof version, "the version");
+  if (version != kFileVersion) fail("{}: pass file version {} (this tdyn reads version {})", name, version, kFileVersion);
+  uint64_t header_size = 0, header_checksum = 0;
+  take(&header_size, sizeof header_size, "the header size");
+  if (header_size > size - at) fail("{}: truncated pass file (header of {} bytes)", name, header_size);
+  std::string header(header_size, '\0');
+  take(header.data(), header_size, "the header");
+  take(&header_checksum, sizeof header_checksum, "the header checksum");
+  if (header_checksum != fnv1a(header.data(), header.size())) fail("{}: checksum mismatch in the header: the pass file is damaged", name);
+  Scan scan;
+  try {
+    scan.header = nlohmann::json::parse(header);
+    if (!scan.header.is_object() || !scan.header.contains("identity")) fail("the header is not a pass header");
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: bad header: {}", name, e.what());
+  } catch (const Error& e) {
+    fail("{}: {}", name, e.what());
+  }
+  scan.end_of_layers = at;
+
+  while (at < size && !scan.complete) {
+    unsigned char prefix[kSectionPrefix];
+    if (size - at < kSectionPrefix) {
+      if (unfinished_ok) break;
+      fail("{}: truncated pass file (it ends inside a section header at byte {})", name, at);
+    }
+    take(prefix, kSectionPrefix, "a section header");
+    PassFile::Section s;
+    std::memcpy(&s.kind, prefix, 4);
+    std::memcpy(&s.index, prefix + 8, 8);
+    std::memcpy(&s.count, prefix + 16, 8);
+    s.offset = at;
+    if (s.kind < kCorrelation || s.kind > kComplete || s.index < 0) fail("{}: unknown section (kind {}, index {}) at byte {}: the pass file is damaged", name, s.kind, s.index, at - kSectionPrefix);
+    if (s.count > (size - at) / 8 || (size - at) - 8 * s.count < 8) {
+      if (unfinished_ok) break;
+      fail("{}: truncated pass file (a section of {} values at byte {})", name, s.count, at - kSectionPrefix);
+    }
+    at += 8 * s.count + 8;
+    if (s.kind == kLayerDone || s.kind == kComplete) {  // small: check them now
+      std::vector<double> values(s.count);
+      uint64_t checksum = 0;
+      read_at(file.fd, values.data(), 8 * s.count, s.offset, name);
+      read_at(file.fd, &checksum, 8, s.offset + 8 * s.count, name);
+      if (checksum != section_checksum(prefix, values.data(), s.count)) {
+        if (unfinished_ok) break;
+        fail("{}: checksum mismatch in a layer marker: the pass file is damaged", name);
+      }
+      if (s.kind == kLayerDone) {
+        if (s.index != scan.layers_done) fail("{}: layer {} finished after {} layers: the pass file is damaged", name, s.index, scan.layers_done);
+        scan.layers_done = s.index + 1;
+        scan.end_of_layers = at;
+      } else {
+        if (values.size() != 3) fail("{}: the final section holds {} totals (expected 3)", name, values.size());
+        scan.complete = true;
+        scan.totals = values;
+      }
+    } else {
+      scan.sections.push_back(s);
+    }
+  }
+  if (scan.complete && at != size) fail("{}: {} unexpected bytes after the end of the pass", name, size - at);
+  if (!scan.complete && !unfinished_ok)
+    fail("{}: an unfinished pass ({} layers done): its run was interrupted; continue it with --resume", name, scan.layers_done);
+  return scan;
+}
+
+// Appends sections to a pass file (rank 0 only).
+class PassWriter {
+ public:
+  // A new file holding only `header`.
+  PassWriter(const fs::path& path, const nlohmann::json& header) : path_(path), file_(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
+    if (file_.fd < 0) fail("{}: cannot create the pass file ({})", path.string(), std::strerror(errno));
+    const std::string text = header.dump();
+    const uint64_t size = text.size(), checksum = fnv1a(text.data(), text.size());
+    write_all(file_.fd, kMagic, sizeof kMagic, name());
+    write_all(file_.fd, &kFileVersion, sizeof kFileVersion, name());
+    write_all(file_.fd, &size, sizeof size, name());
+    write_all(file_.fd, text.data(), text.size(), name());
+    write_all(file_.fd, &checksum, sizeof checksum, name());
+  }
+  // An existing file cut back to `end` (after its last finished layer).
+  PassWriter(const fs::path& path, uint64_t end) : path_(path), file_(::open(path.c_str(), O_WRONLY | O_CLOEXEC)) {
+    if (file_.fd < 0 || ::ftruncate(file_.fd, static_cast<off_t>(end)) != 0 || ::lseek(file_.fd, static_cast<off_t>(end), SEEK_SET) < 0)
+      fail("{}: cannot continue the pass file ({})", name(), std::strerror(errno));
+  }
+
+  void section(uint32_t kind, int64_t index, std::span<const double> values) {
+    unsigned char prefix[kSectionPrefix];
+    fill_prefix(prefix, kind, index, values.size());
+    const uint64_t checksum = section_checksum(prefix, values.data(), values.size());
+    write_all(file_.fd, prefix, sizeof prefix, name());
+    write_all(file_.fd, values.data(), values.size() * sizeof(double), name());
+    write_all(file_.fd, &checksum, sizeof checksum, name());
+  }
+  void sync() {
+    if (::fsync(file_.fd) != 0) fail("{}: fsync failed ({})", name(), std::strerror(errno));
+  }
+
+ private:
+  std::string name() const { return path_.string(); }
+  fs::path path_;
+  Fd file_;
+};
+
+// A float32 working buffer in a file mapped shared: the samples' residual states between layers. Pages go to
+// the file, not to anonymous memory, and survive the process, so that a killed pass resumes from them.
+class WorkBuffer {
+ public:
+  WorkBuffer(const fs::path& path, int64_t n_floats, bool existing) : path_(path) {
+    const uint64_t bytes = static_cast<uint64_t>(n_floats) * sizeof(float);
+    if (bytes == 0) return;
+    if (existing && (!fs::exists(path) || fs::file_size(path) != bytes))
+      fail("{}: the working buffer of the interrupted pass is missing or has the wrong size; remove the pass file to start afresh",
+           path.string());
+    Fd file(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (existing ? 0 : O_TRUNC), 0644));
+    if (file.fd < 0 || ::ftruncate(file.fd, static_cast<off_t>(bytes)) != 0)
+      fail("{}: cannot create a working buffer of {} bytes ({})", path.string(), bytes, std::strerror(errno));
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, file.fd, 0);
+    if (p == MAP_FAILED) fail("{}: cannot map a working buffer of {} bytes ({})", path.string(), bytes, std::strerror(errno));
+    data_ = static_cast<float*>(p);
+    bytes_ = bytes;
+  }
+  WorkBuffer(const WorkBuffer&) = delete;
+  WorkBuffer& operator=(const WorkBuffer&) = delete;
+  ~WorkBuffer() {
+    if (data_) ::munmap(data_, bytes_);
+  }
+  float* data() { return data_; }
+  void remove() {
+    if (data_) ::munmap(data_, bytes_);
+    data_ = nullptr;
+    std::error_code ignored;
+    fs::remove(path_, ignored);
+  }
+
+ private:
+  fs::path path_;
+  float* data_ = nullptr;
+  uint64_t bytes_ = 0;
+};
 
 // Indices of this rank's chunks, in order.
 std::vector<int64_t> chunks_of_this_rank(int64_t n_samples, int64_t chunk) {
@@ -153,7 +272,322 @@ std::vector<int64_t> chunks_of_this_rank(int64_t n_samples, int64_t chunk) {
   return chunks;
 }
 
+// ---- One layer over this rank's samples -------------------------------------------------------------------
+
+// What the pass visits at one layer: the boundaries whose activation it makes (resid_pre and resid_mid of the
+// layer; after the last layer also the final resid_post) and the probes measured there.
+struct LayerPlan {
+  std::vector<int64_t> boundaries;  // indices into PassSpec::boundaries
+  std::vector<int64_t> probes;      // indices into PassSpec::probes
+  std::vector<int64_t> probe_slot;  // per probe of the layer: its boundary's slot in `boundaries`
+};
+
+LayerPlan plan_layer(const PassSpec& spec, int64_t layer, int64_t n_layers) {
+  LayerPlan plan;
+  for (size_t b = 0; b < spec.boundaries.size(); ++b) {
+    const ResidualBoundary& x = spec.boundaries[b];
+    if ((x.sublayer >= 0 && x.layer == layer) || (x.sublayer < 0 && layer == n_layers - 1)) plan.boundaries.push_back(b);
+  }
+  for (size_t p = 0; p < spec.probes.size(); ++p)
+    for (size_t slot = 0; slot < plan.boundaries.size(); ++slot)
+      if (spec.boundaries[plan.boundaries[slot]].hook == spec.probes[p].hook) {
+        plan.probes.push_back(p);
+        plan.probe_slot.push_back(slot);
+      }
+  return plan;
+}
+
+const Tensor& boundary_activation(const SequenceState& state, const ResidualBoundary& b, int64_t layer) {
+  if (b.sublayer < 0) return state.resid_post.at(layer);
+  return b.sublayer % 2 == 0 ? state.resid_pre.at(layer) : state.resid_mid.at(layer);
+}
+
+// The sums of one layer's boundaries (in LayerPlan order).
+struct LayerSums {
+  std::vector<CorrelationAccumulator> correlations;  // per boundary, when PassSpec::correlations
+  std::vector<linalg::Matrix> jacobian_sums;         // per boundary, [0 × 0] for the final one or without Jacobians
+  std::vector<std::vector<double>> probes;           // per probe of the layer, samples in order
+
+  // Flat float64 buffer for the reduction across ranks, and back (`like` gives the sizes).
+  std::vector<double> to_buffer() const {
+    std::vector<double> out;
+    for (const auto& c : correlations) {
+      const std::vector<double> b = c.to_buffer();
+      out.push_back(static_cast<double>(b.size()));
+      out.insert(out.end(), b.begin(), b.end());
+    }
+    for (const auto& m : jacobian_sums) out.insert(out.end(), m.data(), m.data() + m.size());
+    for (const auto& p : probes) {
+      out.push_back(static_cast<double>(p.size()));
+      out.insert(out.end(), p.begin(), p.end());
+    }
+    return out;
+  }
+  // Adds another rank's share, read from its buffer.
+  void add(const std::vector<double>& buffer) {
+    size_t at = 0;
+    auto count = [&] {
+      TDYN_CHECK(at < buffer.size());
+      const auto n = static_cast<size_t>(buffer[at++]);
+      TDYN_CHECK(n <= buffer.size() - at);
+      return n;
+    };
+    for (auto& c : correlations) {
+      const size_t n = count();
+      c.merge(CorrelationAccumulator::from_buffer({buffer.data() + at, n}));
+      at += n;
+    }
+    for (auto& m : jacobian_sums) {
+      TDYN_CHECK(static_cast<size_t>(m.size()) <= buffer.size() - at);
+      m += Eigen::Map<const linalg::Matrix>(buffer.data() + at, m.rows(), m.cols());
+      at += m.size();
+    }
+    for (auto& p : probes) {
+      const size_t n = count();
+      p.insert(p.end(), buffer.begin() + at, buffer.begin() + at + n);
+      at += n;
+    }
+    TDYN_CHECK(at == buffer.size());
+  }
+};
+
+// Where each of this rank's samples keeps its rows in the working buffers.
+struct SampleRows {
+  std::vector<int64_t> samples;  // indices into the samples, this rank's, in order
+  std::vector<int64_t> offset;   // first token row of each, and the total at the end
+};
+
+class LayerRunner {
+ public:
+  LayerRunner(const Transformer& t, const JacobianModel* jacobians, const std::vector<Sample>& samples, const PassSpec& spec,
+              const SampleRows& rows, float* states, float* kv, const std::map<int64_t, int64_t>& kv_slot, int64_t kv_stride)
+      : t_(t), jacobians_(jacobians), samples_(samples), spec_(spec), rows_(rows), states_(states), kv_(kv), kv_slot_(kv_slot),
+        kv_stride_(kv_stride) {}
+
+  LayerSums run(int64_t layer, const std::function<void(int64_t)>& progress) const {
+    const ModelConfig& c = t_.config();
+    const LayerPlan plan = plan_layer(spec_, layer, c.n_layers);
+    const int64_t n_mine = static_cast<int64_t>(rows_.samples.size()), n_slots = static_cast<int64_t>(plan.boundaries.size());
+    struct ThreadSums {
+      std::vector<CorrelationAccumulator> correlations;
+      std::vector<StructuredMean> means;
+    };
+    const int n_threads = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(n_mine)));
+    std::vector<ThreadSums> threads(n_threads);
+    for (auto& t : threads) {
+      if (spec_.correlations) t.correlations.assign(n_slots, CorrelationAccumulator(c.d_model));
+      t.means.resize(n_slots);
+    }
+    std::vector<std::vector<std::vector<double>>> probes(n_mine, std::vector<std::vector<double>>(plan.probes.size()));
+    int64_t failed = -1;
+    std::exception_ptr error;
+
+#pragma omp parallel num_threads(n_threads)
+    {
+      ThreadSums& mine = threads[omp_get_thread_num()];
+#pragma omp for schedule(static, 1)
+      for (int64_t i = 0; i < n_mine; ++i) {
+        try {
+          const SequenceState state = step(layer, i);
+          for (size_t q = 0; q < plan.probes.size(); ++q) {
+            const TokenProbe& probe = spec_.probes[plan.probes[q]];
+            const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[plan.probe_slot[q]]], layer);
+            for (int64_t r = 0; r < x.dim(0); ++r) {
+              const linalg::Vector row = Eigen::Map<const Eigen::VectorXf>(x.row(r), x.dim(1)).cast<double>();
+              probes[i][q].push_back(probe.basis.size() == 0 ? row.norm() : alignment(row, probe.basis));
+            }
+          }
+          if (spec_.correlations)
+            for (int64_t s = 0; s < n_slots; ++s) {
+              const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[s]], layer);
+              mine.correlations[s].add_rows(std::span<const float>(x.ptr(), x.data.size()));
+            }
+          if (spec_.jacobians)
+            for (int64_t pos : spec_.positions.resolve(state.n_pos))
+              for (int64_t s = 0; s < n_slots; ++s) {
+                const ResidualBoundary& b = spec_.boundaries[plan.boundaries[s]];
+                if (b.sublayer < 0) continue;
+                mine.means[s].add(jacobians_->structure(state, layer, b.sublayer % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp, pos));
+              }
+          if (progress) {
+            std::exception_ptr stop;  // nothing may leave an OpenMP critical section by an exception
+#pragma omp critical(tdyn_pass_progress)
+            try {
+              progress(1);
+            } catch (...) {
+              stop = std::current_exception();
+            }
+            if (stop) std::rethrow_exception(stop);
+          }
+        } catch (...) {
+#pragma omp critical(tdyn_pass_error)
+          if (failed < 0 || i < failed) failed = i, error = std::current_exception();
+        }
+      }
+    }
+    if (error) std::rethrow_exception(error);  // the first failing sample's error, whatever the timing
+
+    LayerSums sums;
+    if (spec_.correlations) sums.correlations.assign(n_slots, CorrelationAccumulator(c.d_model));
+    std::vector<StructuredMean> means(n_slots);
+    for (const ThreadSums& t : threads)
+      for (int64_t s = 0; s < n_slots; ++s) {
+        if (spec_.correlations) sums.correlations[s].merge(t.correlations[s]);
+        means[s].merge(t.means[s]);
+      }
+    if (spec_.jacobians)
+      for (int64_t s = 0; s < n_slots; ++s)
+        sums.jacobian_sums.push_back(spec_.boundaries[plan.boundaries[s]].sublayer < 0 ? linalg::Matrix()
+                                     : means[s].count() > 0 ? means[s].sum() : linalg::Matrix::Zero(c.d_model, c.d_model));
+    sums.probes.resize(plan.probes.size());
+    for (const auto& sample : probes)
+      for (size_t q = 0; q < sample.size(); ++q) sums.probes[q].insert(sums.probes[q].end(), sample[q].begin(), sample[q].end());
+    return sums;
+  }
+
+ private:
+  // Runs layer `layer` of this rank's i-th sample: its residual state comes from the working buffer (the
+  // embeddings at layer 0) and goes back to the other half of it; keys/values that later layers read are kept.
+  SequenceState step(int64_t layer, int64_t i) const {
+    const ModelConfig& c = t_.config();
+    const int64_t d = c.d_model, n = rows_.offset[i + 1] - rows_.offset[i], n_rows = rows_.offset.back();
+    const std::vector<int32_t>& ids = samples_[rows_.samples[i]].ids;
+    const bool per_layer_inputs = c.d_per_layer_input > 0;
+    Tensor x;
+    if (layer == 0) {
+      x = t_.embed(ids, 0);
+    } else {
+      x = Tensor({n, d});
+      std::memcpy(x.ptr(), states_ + ((layer % 2) * n_rows + rows_.offset[i]) * d, x.data.size() * sizeof(float));
+    }
+    const Tensor embeddings = per_layer_inputs ? (layer == 0 ? x : t_.embed(ids, 0)) : Tensor();
+
+    KVCache kv;
+    kv.k.assign(c.n_layers, Tensor());
+    kv.v.assign(c.n_layers, Tensor());
+    const int64_t src = t_.layer_config(layer).kv_source;
+    const auto slot = kv_slot_.find(src);
+    const int64_t kv_dim = c.n_kv_heads * t_.layer_config(src).d_head;
+    float* kept_k = slot == kv_slot_.end() ? nullptr : kv_ + 2 * slot->second * n_rows * kv_stride_ + rows_.offset[i] * kv_dim;
+    float* kept_v = kept_k ? kept_k + n_rows * kv_stride_ : nullptr;
+    if (kept_k) {
+      kv.k[src] = Tensor({n, kv_dim});
+      kv.v[src] = Tensor({n, kv_dim});
+      if (src != layer) {
+        std::memcpy(kv.k[src].ptr(), kept_k, n * kv_dim * sizeof(float));
+        std::memcpy(kv.v[src].ptr(), kept_v, n * kv_dim * sizeof(float));
+      }
+    }
+    SequenceState state;
+    run_layer(t_, layer, ids, embeddings, x, kv, &state);
+    if (kept_k && src == layer) {
+      std::memcpy(kept_k, kv.k[src].ptr(), n * kv_dim * sizeof(float));
+      std::memcpy(kept_v, kv.v[src].ptr(), n * kv_dim * sizeof(float));
+    }
+    std::memcpy(states_ + (((layer + 1) % 2) * n_rows + rows_.offset[i]) * d, x.ptr(), x.data.size() * sizeof(float));
+    return state;
+  }
+
+  const Transformer& t_;
+  const JacobianModel* jacobians_;
+  const std::vector<Sample>& samples_;
+  const PassSpec& spec_;
+  const SampleRows& rows_;
+  float* states_;  // two halves of [rows, d]: layer l reads half l % 2, writes half (l + 1) % 2
+  float* kv_;      // per KV-source layer (slot): keys, then values, each rows × kv_stride floats (rows of kv_dim)
+  const std::map<int64_t, int64_t>& kv_slot_;
+  int64_t kv_stride_;
+};
+
+std::atomic<int64_t> g_temporary_passes{0};
+
 }  // namespace
+
+// ---- PassFile ---------------------------------------------------------------------------------------------
+
+PassFile PassFile::open(const fs::path& path) {
+  Scan scan = scan_pass(path, false);
+  PassFile f;
+  f.path_ = path;
+  f.header_ = std::move(scan.header);
+  f.sections_ = std::move(scan.sections);
+  const double most = 9007199254740992.0;  // 2^53
+  for (double v : scan.totals)
+    if (!(v >= 0 && v <= most && v == std::floor(v))) fail("{}: the totals are not counts: the pass file is damaged", path.string());
+  f.n_samples_ = static_cast<int64_t>(scan.totals[0]);
+  f.n_tokens_ = static_cast<int64_t>(scan.totals[1]);
+  f.n_pairs_ = static_cast<int64_t>(scan.totals[2]);
+  try {
+    const nlohmann::json& spec = f.header_.at("spec");
+    f.hooks_ = spec.at("boundaries").get<std::vector<std::string>>();
+    for (const auto& p : spec.at("probes")) f.probes_.push_back(p.at("name").get<std::string>());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: the header lacks the pass's spec ({})", path.string(), e.what());
+  }
+  return f;
+}
+
+std::vector<double> PassFile::read(uint32_t kind, const std::string& what, int64_t index) const {
+  const auto at = std::find_if(sections_.begin(), sections_.end(), [&](const Section& s) { return s.kind == kind && s.index == index; });
+  if (at == sections_.end()) fail("{}: the pass holds no {}", path_.string(), what);
+  std::vector<double> values(at->count);
+  uint64_t checksum = 0;
+  Fd file(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (file.fd < 0) fail("{}: cannot open the pass file ({})", path_.string(), std::strerror(errno));
+  read_at(file.fd, values.data(), values.size() * sizeof(double), at->offset, path_.string());
+  read_at(file.fd, &checksum, sizeof checksum, at->offset + values.size() * sizeof(double), path_.string());
+  unsigned char prefix[kSectionPrefix];
+  fill_prefix(prefix, at->kind, at->index, at->count);
+  if (checksum != section_checksum(prefix, values.data(), values.size()))
+    fail("{}: checksum mismatch in the {}: the pass file is damaged", path_.string(), what);
+  return values;
+}
+
+topology::CorrelationAccumulator PassFile::correlation(const std::string& hook) const {
+  const auto at = std::find(hooks_.begin(), hooks_.end(), hook);
+  if (at == hooks_.end()) fail("{}: the pass has no sums at {}", path_.string(), hook);
+  const std::vector<double> values = read(kCorrelation, "correlation sums at " + hook, at - hooks_.begin());
+  try {
+    return CorrelationAccumulator::from_buffer(values);
+  } catch (const Error& e) {
+    fail("{}: correlation sums at {}: {}", path_.string(), hook, e.what());
+  }
+}
+
+linalg::Matrix PassFile::jacobian_sum(const std::string& hook) const {
+  const auto at = std::find(hooks_.begin(), hooks_.end(), hook);
+  if (at == hooks_.end()) fail("{}: the pass has no sums at {}", path_.string(), hook);
+  const std::vector<double> values = read(kJacobianSum, "Jacobian sum at " + hook, at - hooks_.begin());
+  const auto d = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(values.size()))));
+  if (d * d != static_cast<int64_t>(values.size())) fail("{}: the Jacobian sum at {} is not square", path_.string(), hook);
+  return Eigen::Map<const linalg::Matrix>(values.data(), d, d);
+}
+
+linalg::Matrix PassFile::mean_jacobian(const std::string& hook) const {
+  if (n_pairs_ == 0) fail("{}: no (sample, position) pair was summed, so there are no mean Jacobians", path_.string());
+  return jacobian_sum(hook) / static_cast<double>(n_pairs_);
+}
+
+std::vector<double> PassFile::probe(const std::string& name) const {
+  const auto at = std::find(probes_.begin(), probes_.end(), name);
+  if (at == probes_.end()) fail("{}: the pass has no token probe '{}'", path_.string(), name);
+  return read(kProbe, "token probe " + name, at - probes_.begin());
+}
+
+void PassFile::remove_when_done() {
+  struct Remover {
+    fs::path path;
+    ~Remover() {
+      std::error_code ignored;
+      fs::remove(path, ignored);
+    }
+  };
+  auto remover = std::make_shared<Remover>();
+  remover->path = path_;
+  remove_ = std::move(remover);
+}
+
+// ---- The pass -----------------------------------------------------------------------------------------------
 
 nlohmann::json PassSpec::to_json() const {
   std::vector<std::string> hooks;
@@ -164,85 +598,6 @@ nlohmann::json PassSpec::to_json() const {
                           {"basis_fnv1a", hex64(fnv1a(p.basis.data(), p.basis.size() * sizeof(double)))}});
   return {{"boundaries", hooks}, {"correlations", correlations}, {"jacobians", jacobians},
           {"positions", positions.to_string()}, {"chunk", chunk}, {"probes", probe_list}};
-}
-
-void PassSums::add(const PassSums& other) {
-  TDYN_CHECK(other.correlations.size() == correlations.size() && other.jacobian_sums.size() == jacobian_sums.size());
-  n_samples += other.n_samples, n_tokens += other.n_tokens, n_pairs += other.n_pairs;
-  for (size_t b = 0; b < correlations.size(); ++b) correlations[b].merge(other.correlations[b]);
-  for (size_t b = 0; b < jacobian_sums.size(); ++b)
-    if (jacobian_sums[b].size() > 0) jacobian_sums[b] += other.jacobian_sums[b];
-  TDYN_CHECK(other.probe_values.size() == probe_values.size());
-  for (size_t p = 0; p < probe_values.size(); ++p)
-    probe_values[p].insert(probe_values[p].end(), other.probe_values[p].begin(), other.probe_values[p].end());
-}
-
-std::vector<linalg::Matrix> PassSums::mean_jacobians() const {
-  if (n_pairs == 0) fail("no (sample, position) pair was summed, so there are no mean Jacobians");
-  std::vector<linalg::Matrix> means;
-  for (const auto& s : jacobian_sums) means.push_back(s.size() > 0 ? linalg::Matrix(s / static_cast<double>(n_pairs)) : linalg::Matrix());
-  return means;
-}
-
-std::vector<double> PassSums::to_buffer() const {
-  std::vector<double> out = {kBufferVersion, double(n_samples), double(n_tokens), double(n_pairs), double(correlations.size())};
-  for (const auto& c : correlations) {
-    const std::vector<double> b = c.to_buffer();
-    out.push_back(static_cast<double>(b.size()));
-    out.insert(out.end(), b.begin(), b.end());
-  }
-  out.push_back(static_cast<double>(jacobian_sums.size()));
-  for (const auto& m : jacobian_sums) {
-    out.push_back(static_cast<double>(m.rows()));
-    out.push_back(static_cast<double>(m.cols()));
-    out.insert(out.end(), m.data(), m.data() + m.size());
-  }
-  out.push_back(static_cast<double>(probe_values.size()));
-  for (const auto& values : probe_values) {
-    out.push_back(static_cast<double>(values.size()));
-    out.insert(out.end(), values.begin(), values.end());
-  }
-  return out;
-}
-
-PassSums PassSums::from_buffer(const std::vector<double>& buffer) {
-  size_t at = 0;
-  // Reads a count and checks it against what is left, so a damaged buffer cannot drive an allocation.
-  auto count = [&](const char* what, double limit) {
-    if (at >= buffer.size()) fail("pass sums: the buffer ends before {}", what);
-    const double v = buffer[at++];
-    if (!(v >= 0 && v <= limit && v == std::floor(v))) fail("pass sums: {} is {} (expected a whole number up to {})", what, v, limit);
-    return static_cast<int64_t>(v);
-  };
-  if (buffer.empty() || buffer[0] != kBufferVersion) fail("pass sums: unknown buffer version");
-  at = 1;
-  PassSums s;
-  const double most = 9007199254740992.0;  // 2^53
-  s.n_samples = count("the sample count", most);
-  s.n_tokens = count("the token count", most);
-  s.n_pairs = count("the pair count", most);
-  const int64_t n_correlations = count("the number of correlation accumulators", double(buffer.size() - at));
-  for (int64_t i = 0; i < n_correlations; ++i) {
-    const int64_t n = count("a correlation accumulator's size", double(buffer.size() - at));
-    s.correlations.push_back(CorrelationAccumulator::from_buffer({buffer.data() + at, static_cast<size_t>(n)}));
-    at += n;
-  }
-  const int64_t n_jacobians = count("the number of Jacobian sums", double(buffer.size() - at));
-  for (int64_t i = 0; i < n_jacobians; ++i) {
-    const int64_t rows = count("a Jacobian sum's rows", double(buffer.size() - at));
-    const int64_t cols = count("a Jacobian sum's columns", double(buffer.size() - at));
-    if (rows * cols > static_cast<int64_t>(buffer.size() - at)) fail("pass sums: the buffer ends inside Jacobian sum {}", i);
-    s.jacobian_sums.push_back(Eigen::Map<const linalg::Matrix>(buffer.data() + at, rows, cols));
-    at += rows * cols;
-  }
-  const int64_t n_probes = count("the number of probes", double(buffer.size() - at));
-  for (int64_t i = 0; i < n_probes; ++i) {
-    const int64_t n = count("a probe's value count", double(buffer.size() - at));
-    s.probe_values.emplace_back(buffer.begin() + at, buffer.begin() + at + n);
-    at += n;
-  }
-  if (at != buffer.size()) fail("pass sums: {} values left over after the last sum", buffer.size() - at);
-  return s;
 }
 
 nlohmann::json pass_identity(const nlohmann::json& model, const std::vector<Sample>& samples, const PassSpec& spec) {
@@ -259,6 +614,14 @@ nlohmann::json pass_identity(const nlohmann::json& model, const std::vector<Samp
           {"spec", spec.to_json()}};
 }
 
+int64_t finished_layers(const fs::path& path) {
+  try {
+    return fs::exists(path) ? scan_pass(path, true).layers_done : 0;
+  } catch (const Error&) {
+    return 0;  // a header still being written
+  }
+}
+
 int64_t samples_of_this_rank(int64_t n_samples, const PassSpec& spec) {
   const int64_t chunk = std::max<int64_t>(1, spec.chunk);
   int64_t count = 0;
@@ -266,128 +629,112 @@ int64_t samples_of_this_rank(int64_t n_samples, const PassSpec& spec) {
   return count;
 }
 
-PassSums run_pass(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
+PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
                   const PassSpec& spec, const nlohmann::json& identity, const PassControl& control) {
   TDYN_CHECK(!spec.jacobians || jacobians);
   TDYN_CHECK(!jacobians || &jacobians->transformer() == &transformer);
   const Ranks& me = ranks();
-  const int64_t d = transformer.config().d_model;
+  const ModelConfig& c = transformer.config();
   const int64_t n_samples = static_cast<int64_t>(samples.size()), chunk = std::max<int64_t>(1, spec.chunk);
-  const std::vector<int64_t> my_chunks = chunks_of_this_rank(n_samples, chunk);
-  const nlohmann::json header_base = {{"identity", identity}, {"rank", me.rank}, {"ranks", me.size}, {"chunks", my_chunks.size()}};
   auto say = [&](const std::string& text) {
     if (control.note) control.note(text);
   };
 
-  PassSums total = empty_sums(spec, d);
-  size_t done = 0;  // chunks of my_chunks already in `total`
-  if (control.resume && !control.checkpoint.empty()) {
-    if (fs::exists(control.checkpoint)) {
-      PassFile file = load_pass(control.checkpoint);
-      nlohmann::json found = file.header;
-      const nlohmann::json chunks_done = found["chunks_done"];
-      found.erase("chunks_done");
-      if (found != header_base || !chunks_done.is_number_unsigned())
-        fail("{}: the checkpoint is of a different run (its model, samples, options or rank count differ: {} vs now {}); "
-             "remove it to start afresh", control.checkpoint.string(), found.dump(), header_base.dump());
-      done = chunks_done.get<size_t>();
-      if (done > my_chunks.size()) fail("{}: the checkpoint claims {} of {} chunks", control.checkpoint.string(), done, my_chunks.size());
-      total = std::move(file.sums);
-      say(fmt::format("resuming from {}: {} of {} samples done", control.checkpoint.string(), total.n_samples, n_samples));
-      if (control.progress && done > 0) control.progress(total.n_samples);
-    } else {
-      say(fmt::format("no checkpoint at {}: starting from the first sample", control.checkpoint.string()));
-    }
+  // The totals follow from the samples alone.
+  int64_t n_tokens = 0, n_pairs = 0;
+  for (const Sample& s : samples) {
+    n_tokens += static_cast<int64_t>(s.ids.size());
+    if (spec.jacobians && !s.ids.empty()) n_pairs += static_cast<int64_t>(spec.positions.resolve(static_cast<int64_t>(s.ids.size())).size());
   }
-
-  auto last_write = std::chrono::steady_clock::now();
-  int64_t since_write = 0;
-  for (; done < my_chunks.size(); ++done) {
-    const int64_t begin = my_chunks[done] * chunk, end = std::min(n_samples, begin + chunk);
-    total.add(run_chunk(transformer, jacobians, samples, begin, end, spec));
-    since_write += end - begin;
-    if (control.progress) control.progress(end - begin);
-    if (control.checkpoint.empty() || done + 1 == my_chunks.size()) continue;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_write).count();
-    if ((control.checkpoint_samples > 0 && since_write >= control.checkpoint_samples) ||
-        (control.checkpoint_seconds > 0 && seconds >= control.checkpoint_seconds)) {
-      nlohmann::json header = header_base;
-      header["chunks_done"] = done + 1;
-      save_pass(control.checkpoint, {header, total});
-      last_write = std::chrono::steady_clock::now();
-      since_write = 0;
-    }
-  }
-
-  if (me.size > 1) {
-    std::vector<std::vector<double>> shares = gather_to_root(total.to_buffer());
-    if (!control.checkpoint.empty()) fs::remove(control.checkpoint);
-    if (!me.root()) finish_worker();
-    total = PassSums::from_buffer(shares[0]);
-    for (size_t r = 1; r < shares.size(); ++r) total.add(PassSums::from_buffer(shares[r]));
-  }
-  if (spec.correlations && total.n_tokens < 2)
-    fail("{} samples gave {} tokens; a correlation needs at least 2", n_samples, total.n_tokens);
-  if (spec.jacobians && total.n_pairs == 0)
+  if (spec.correlations && n_tokens < 2) fail("{} samples give {} tokens; a correlation needs at least 2", n_samples, n_tokens);
+  if (spec.jacobians && n_pairs == 0)
     fail("no (sample, position) pair for the mean Jacobians: {} samples, positions '{}'", n_samples, spec.positions.to_string());
-  if (!control.checkpoint.empty()) fs::remove(control.checkpoint);
-  return total;
-}
 
-void save_pass(const fs::path& path, const PassFile& file) {
-  const std::string header = file.header.dump();
-  const std::vector<double> values = file.sums.to_buffer();
-  std::string bytes(kMagic, sizeof kMagic);
-  auto put = [&bytes](const void* p, size_t n) { bytes.append(static_cast<const char*>(p), n); };
-  const uint64_t header_size = header.size(), n_values = values.size();
-  put(&kFileVersion, sizeof kFileVersion);
-  put(&header_size, sizeof header_size);
-  bytes += header;
-  put(&n_values, sizeof n_values);
-  put(values.data(), values.size() * sizeof(double));
-  const uint64_t checksum = fnv1a(bytes.data(), bytes.size());
-  put(&checksum, sizeof checksum);
-  write_file_atomic(path, bytes);
-}
+  SampleRows rows;
+  rows.offset.push_back(0);
+  for (int64_t ch : chunks_of_this_rank(n_samples, chunk))
+    for (int64_t i = ch * chunk; i < std::min(n_samples, (ch + 1) * chunk); ++i) {
+      rows.samples.push_back(i);
+      rows.offset.push_back(rows.offset.back() + static_cast<int64_t>(samples[i].ids.size()));
+    }
 
-PassFile load_pass(const fs::path& path) {
-  const std::string bytes = read_file(path);
-  const std::string name = path.string();
-  size_t at = 0;
-  auto take = [&](void* out, size_t n, const char* what) {
-    if (bytes.size() - at < n) fail("{}: truncated pass file (it ends inside {})", name, what);
-    std::memcpy(out, bytes.data() + at, n);
-    at += n;
-  };
-  char magic[sizeof kMagic];
-  take(magic, sizeof magic, "the magic");
-  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) fail("{}: not a tdyn pass file", name);
-  uint32_t version = 0;
-  take(&version, sizeof version, "the version");
-  if (version != kFileVersion) fail("{}: pass file version {} (this tdyn reads version {})", name, version, kFileVersion);
-  uint64_t header_size = 0, n_values = 0, checksum = 0;
-  take(&header_size, sizeof header_size, "the header size");
-  if (header_size > bytes.size() - at) fail("{}: truncated pass file (header of {} bytes)", name, header_size);
-  const std::string header = bytes.substr(at, header_size);
-  at += header_size;
-  take(&n_values, sizeof n_values, "the value count");
-  if (n_values > (bytes.size() - at) / sizeof(double)) fail("{}: truncated pass file ({} values announced)", name, n_values);
-  std::vector<double> values(n_values);
-  take(values.data(), n_values * sizeof(double), "the sums");
-  const size_t checked = at;
-  take(&checksum, sizeof checksum, "the checksum");
-  if (at != bytes.size()) fail("{}: {} unexpected bytes after the checksum", name, bytes.size() - at);
-  if (checksum != fnv1a(bytes.data(), checked)) fail("{}: checksum mismatch: the pass file is damaged", name);
-  PassFile file;
-  try {
-    file.header = nlohmann::json::parse(header);
-    if (!file.header.is_object()) fail("the header is not a JSON object");
-    file.sums = PassSums::from_buffer(values);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: bad header: {}", name, e.what());
-  } catch (const Error& e) {
-    fail("{}: {}", name, e.what());
+  const fs::path path = control.file.empty()
+                            ? fs::temp_directory_path() / fmt::format("tdyn-pass-{}-{}.tdynpass", ::getpid(), g_temporary_passes++)
+                            : control.file;
+  const nlohmann::json header = {{"identity", identity}, {"spec", spec.to_json()}, {"ranks", me.size}};
+
+  // Rank 0 owns the file: it starts it, or continues an unfinished one of the same run after its last layer.
+  std::unique_ptr<PassWriter> writer;
+  int64_t first_layer = 0;
+  if (!path.parent_path().empty()) fs::create_directories(path.parent_path());
+  if (me.root()) {
+    if (control.resume && fs::exists(path)) {
+      Scan scan = scan_pass(path, true);
+      if (scan.header != header)
+        fail("{}: the pass file is of a different run (its model, samples, options or rank count differ: {} vs now {}); "
+             "remove it to start afresh", path.string(), scan.header.dump(), header.dump());
+      if (scan.complete) {
+        say(fmt::format("{}: the pass had finished; using it", path.string()));
+        first_layer = c.n_layers;
+      } else {
+        first_layer = scan.layers_done;
+        writer = std::make_unique<PassWriter>(path, scan.end_of_layers);
+        say(fmt::format("resuming {}: {} of {} layers done", path.string(), first_layer, c.n_layers));
+      }
+    } else {
+      if (control.resume) say(fmt::format("no unfinished pass at {}: starting from the first layer", path.string()));
+      writer = std::make_unique<PassWriter>(path, header);
+    }
   }
+  first_layer = static_cast<int64_t>(broadcast_from_root(static_cast<double>(first_layer)));
+
+  if (first_layer < c.n_layers) {
+    // Working buffers, one set per rank: the residual states (two halves) and the kept keys/values.
+    const std::string stem = path.string() + (me.size > 1 ? fmt::format(".rank{}of{}", me.rank, me.size) : "");
+    std::map<int64_t, int64_t> kv_slot;  // KV-source layer -> slot
+    int64_t kv_floats = 0;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const int64_t src = transformer.layer_config(l).kv_source;
+      if (src == l || kv_slot.count(src)) continue;
+      kv_slot.emplace(src, static_cast<int64_t>(kv_slot.size()));
+    }
+    int64_t kv_stride = 0;  // floats per row of a slot: the widest source's (Gemma 4's full-attention heads are wider)
+    for (const auto& [src, slot] : kv_slot) kv_stride = std::max(kv_stride, c.n_kv_heads * transformer.layer_config(src).d_head);
+    kv_floats = 2 * static_cast<int64_t>(kv_slot.size()) * rows.offset.back() * kv_stride;
+    WorkBuffer states(stem + ".states", 2 * rows.offset.back() * c.d_model, first_layer > 0);
+    WorkBuffer kv(stem + ".kv", kv_floats, first_layer > 0);
+    const LayerRunner runner(transformer, jacobians, samples, spec, rows, states.data(), kv.data(), kv_slot, kv_stride);
+
+    for (int64_t layer = first_layer; layer < c.n_layers; ++layer) {
+      LayerSums sums = runner.run(layer, control.progress);
+      if (jacobians) jacobians->release_layer(layer);
+      if (me.size > 1) {
+        const std::vector<std::vector<double>> shares = gather_to_root(sums.to_buffer());
+        for (size_t r = 1; r < shares.size(); ++r) sums.add(shares[r]);
+      }
+      if (!me.root()) continue;
+      const LayerPlan plan = plan_layer(spec, layer, c.n_layers);
+      for (size_t s = 0; s < plan.boundaries.size(); ++s) {
+        if (spec.correlations) writer->section(kCorrelation, plan.boundaries[s], sums.correlations[s].to_buffer());
+        if (spec.jacobians && sums.jacobian_sums[s].size() > 0) {
+          const linalg::Matrix& m = sums.jacobian_sums[s];
+          writer->section(kJacobianSum, plan.boundaries[s], {m.data(), static_cast<size_t>(m.size())});
+        }
+      }
+      for (size_t q = 0; q < plan.probes.size(); ++q) writer->section(kProbe, plan.probes[q], sums.probes[q]);
+      writer->section(kLayerDone, layer, {});
+    }
+    states.remove();
+    kv.remove();
+  }
+  if (me.root() && writer) {
+    const std::vector<double> totals = {double(n_samples), double(n_tokens), double(n_pairs)};
+    writer->section(kComplete, 0, totals);
+    writer->sync();
+  }
+  if (!me.root()) finish_worker();
+  PassFile file = PassFile::open(path);
+  if (control.file.empty()) file.remove_when_done();
   return file;
 }
 

@@ -1,23 +1,30 @@
-// One pass over the samples, shared by the analyses that read the residual stream (seed 003). Each sample runs
-// through the model once — JacobianModel::run keeps the residual stream at every boundary and the state the
-// structured Jacobians need — and feeds
-//   * per boundary, the Pearson correlation sums of the d units over all tokens (topology), and
-//   * per boundary that a sublayer map leaves, Σ J of that map over the chosen positions (J̄ = Σ J / pairs: the
-//     jacobian command's means and topology's coupling), and
-//   * per-token probes, kept for every token in sample order (the power analysis's token alignments).
-// Only sums are kept, so the pass splits. Samples go in fixed chunks; a chunk's sums (its threads merged in
-// thread order) are added to the running total in chunk order. The result therefore depends on neither timing
-// nor interruptions:
-//   * checkpoints: after whole chunks the running total is written atomically; a resumed run ends bit-identical
-//     to an uninterrupted one (same thread count);
-//   * MPI (core/ranks.h): rank r takes chunks r, r + N, r + 2N, ...; rank 0 adds the ranks' totals in rank order,
-//     which equals one process up to float64 round-off (the additions are grouped differently).
-// The sums are also a file (save_pass / load_pass, with a checksum and the identity of what was summed):
-// `tdyn analyze` runs the pass once and hands it to `tdyn jacobian --from-pass` and `tdyn topology --from-pass`.
+// One pass over the samples, shared by the analyses that read the residual stream (seed 003). It runs the model
+// layer by layer over all samples ("layer-major"): every sample crosses layer l, the sums of that layer's
+// boundaries are finished and written to the pass file, and only then does layer l + 1 start. So whatever the
+// depth, memory holds one layer's float64 weights (JacobianModel) and one layer's accumulators; the samples'
+// residual states between layers ([tokens, d] float32 each) sit in a file-backed buffer beside the pass file.
+// Per boundary the pass writes
+//   * the Pearson correlation sums of the d units over all tokens (topology),
+//   * Σ J of the sublayer map leaving it over the chosen positions (J̄ = Σ J / pairs: the jacobian command's
+//     means and topology's coupling), and
+//   * per-token probes, one value per token in sample order (the power analysis's token alignments).
+// Each layer's sums are added in a fixed order (a rank's threads in thread order, then the ranks in rank order),
+// so the result depends on neither timing nor interruptions:
+//   * resume: the pass file holds finished layers; a resumed run continues after the last one and ends
+//     bit-identical to an uninterrupted one (same thread count and rank count);
+//   * MPI (core/ranks.h): rank r takes sample chunks r, r + N, r + 2N, ...; after each layer rank 0 adds the
+//     ranks' sums in rank order, which equals one process up to float64 round-off.
+//
+// The pass file: "TDYNPASS", version, a JSON header (the identity of what is summed: model, samples, spec; the
+// rank count) with its checksum, then sections, each (kind, index, count, float64 values, checksum): the sums
+// of one boundary or probe, a marker after each finished layer, and a final marker with the totals. Readers
+// check a section's checksum when they read it. `tdyn analyze` keeps the file and hands it to the parts
+// (--from-pass).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,65 +52,77 @@ struct PassSpec {
   bool correlations = true;  // correlation sums at every boundary
   bool jacobians = true;     // Σ J of the map leaving every boundary (needs a JacobianModel)
   PositionSpec positions;    // positions of each sample in Σ J (default: the last token, the paper's choice)
-  int64_t chunk = 16;        // samples per chunk: the unit of the reduction order and of checkpoints
+  int64_t chunk = 16;        // samples per chunk: the unit that MPI ranks take in turn
 
   nlohmann::json to_json() const;
 };
 
-// Sums over a set of samples.
-struct PassSums {
-  int64_t n_samples = 0;  // samples summed
-  int64_t n_tokens = 0;   // rows of every correlation accumulator
-  int64_t n_pairs = 0;    // (sample, position) pairs in every Σ J
-  std::vector<topology::CorrelationAccumulator> correlations;  // per boundary (none without PassSpec::correlations)
-  std::vector<linalg::Matrix> jacobian_sums;  // per boundary: Σ J of the map leaving it; [0 × 0] for the final boundary
-                                              //   and without PassSpec::jacobians
-  std::vector<std::vector<double>> probe_values;  // per probe: one value per token, all samples in order
+// A finished pass, read from its file one section at a time (a d × d float64 sum is 134 MB at d = 4096).
+class PassFile {
+ public:
+  // Opens a finished pass. Throws Error naming the file on a wrong magic, version, header, truncation, damaged
+  // section, or a pass that did not finish ("unfinished pass").
+  static PassFile open(const fs::path& path);
 
-  // Adds the sums of later samples (correlations merge exactly; Σ J adds; probe values append).
-  void add(const PassSums& other);
-  // Σ J / n_pairs per boundary ([0 × 0] where there is no sum). Throws Error when no pair was summed.
-  std::vector<linalg::Matrix> mean_jacobians() const;
+  const fs::path& path() const { return path_; }
+  const nlohmann::json& header() const { return header_; }  // {"identity": ..., "spec": ..., "ranks": N}
+  const nlohmann::json& identity() const { return header_.at("identity"); }
+  int64_t n_samples() const { return n_samples_; }  // samples summed
+  int64_t n_tokens() const { return n_tokens_; }    // rows of every correlation accumulator
+  int64_t n_pairs() const { return n_pairs_; }      // (sample, position) pairs in every Σ J
 
-  // One flat float64 buffer (counts, each accumulator's to_buffer, each Σ J with its shape, each probe's values),
-  // and back;
-  // from_buffer throws Error on any inconsistency.
-  std::vector<double> to_buffer() const;
-  static PassSums from_buffer(const std::vector<double>& buffer);
+  // The sums at a boundary (by hook) and a probe's values (by name); each throws Error when the pass does not
+  // hold it or its section is damaged.
+  topology::CorrelationAccumulator correlation(const std::string& hook) const;
+  linalg::Matrix jacobian_sum(const std::string& hook) const;   // [d, d]
+  linalg::Matrix mean_jacobian(const std::string& hook) const;  // Σ J / n_pairs
+  std::vector<double> probe(const std::string& name) const;     // one value per token, samples in order
+
+  // Removes the file when the last copy of this PassFile goes (a pass made only for one command).
+  void remove_when_done();
+
+  struct Section {
+    uint32_t kind = 0;
+    int64_t index = 0;
+    uint64_t count = 0;   // float64 values
+    uint64_t offset = 0;  // of the values in the file
+  };
+
+ private:
+  std::vector<double> read(uint32_t kind, const std::string& what, int64_t index) const;
+  fs::path path_;
+  nlohmann::json header_;
+  int64_t n_samples_ = 0, n_tokens_ = 0, n_pairs_ = 0;
+  std::vector<std::string> hooks_, probes_;  // the spec's boundaries and probe names, in section index order
+  std::vector<Section> sections_;
+  std::shared_ptr<void> remove_;  // shared by copies: removes the file with the last one
 };
 
 // What the sums are of: the caller's description of the model and samples, the samples' token ids (hashed), the
-// spec. A checkpoint is resumed, and a pass file used, only when this matches exactly.
+// spec. A pass is resumed, and a pass file used, only when this matches exactly.
 nlohmann::json pass_identity(const nlohmann::json& model, const std::vector<Sample>& samples, const PassSpec& spec);
 
 struct PassControl {
-  fs::path checkpoint;              // file of the running total ("" = no checkpoints)
-  bool resume = false;              // continue from `checkpoint` when it exists (else start afresh, with a note)
-  int64_t checkpoint_samples = 0;   // write after at least this many new samples (0: only by time)
-  double checkpoint_seconds = 300;  // ... or after this many seconds since the last write (0: only by count)
-  std::function<void(int64_t samples)> progress;  // samples just finished on this rank
+  fs::path file;                // the pass file to write; "" = a temporary file, removed with the returned PassFile
+  bool resume = false;          // continue the unfinished pass in `file` when there is one (else start afresh, with a note)
+  double sync_seconds = 300;    // make the finished layers durable (fsync) at most this often (0: after every layer)
+  std::function<void(int64_t)> progress;         // this rank finished one sample of one layer (argument: 1)
   std::function<void(const std::string&)> note;  // resume messages
 };
+
+// The layers a pass file (finished or not) holds; 0 when there is no file or it cannot be read.
+int64_t finished_layers(const fs::path& path);
 
 // The samples this process runs: under MPI rank r takes chunks r, r + N, r + 2N, ... of the samples (sizes
 // spec.chunk, the last one shorter); one process takes them all.
 int64_t samples_of_this_rank(int64_t n_samples, const PassSpec& spec);
 
-// Runs the pass over `samples` (on this rank's chunks under MPI) and returns the total over all samples. With
-// PassSpec::jacobians, `jacobians` must be a JacobianModel of `transformer`. On a worker rank (MPI rank > 0) it
-// delivers its share to rank 0 and ends the process. The checkpoint is removed once the pass completes.
-// Throws Error when no sample gave 2 tokens (correlations) or no position (Jacobians).
-PassSums run_pass(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
+// Runs the pass over `samples` (on this rank's chunks under MPI), writes `control.file` and returns it opened.
+// With PassSpec::jacobians, `jacobians` must be a JacobianModel of `transformer`; its layers are released as the
+// pass leaves them. A worker rank (MPI rank > 0) delivers its share of every layer to rank 0 and then ends the
+// process. The working buffers beside the file are removed once the pass completes. Throws Error when no sample
+// gave 2 tokens (correlations) or no position (Jacobians).
+PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
                   const PassSpec& spec, const nlohmann::json& identity, const PassControl& control = {});
-
-// The pass file: "TDYNPASS", a JSON header (identity, chunks done, totals), the sums' buffer and an FNV-1a
-// checksum of everything before it. Written atomically.
-struct PassFile {
-  nlohmann::json header;
-  PassSums sums;
-};
-void save_pass(const fs::path& path, const PassFile& file);
-// Throws Error naming the file on a wrong magic, version, size or checksum.
-PassFile load_pass(const fs::path& path);
 
 }  // namespace tdyn

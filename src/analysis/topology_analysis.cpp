@@ -88,13 +88,18 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
                                           const std::vector<Matrix>& mean_jacobians, const CouplingOptions& options) {
   if (boundary_scores.size() != mean_jacobians.size())
     fail("coupling: {} layers of boundary scores but {} mean Jacobians", boundary_scores.size(), mean_jacobians.size());
+  return topology_dynamics_coupling(boundary_scores, [&](size_t layer) { return mean_jacobians[layer]; }, options);
+}
+
+CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
+                                          const std::function<Matrix(size_t)>& mean_jacobian, const CouplingOptions& options) {
   if (options.permutations < 0) fail("coupling: permutations must be ≥ 0, got {}", options.permutations);
   const bool permutation = options.permutations > 0;
   CouplingResult result;
   result.decision_p = permutation ? "permutation" : "parametric";
   std::vector<double> p_column, p_row;
-  for (size_t layer = 0; layer < mean_jacobians.size(); ++layer) {
-    const Matrix& j = mean_jacobians[layer];
+  for (size_t layer = 0; layer < boundary_scores.size(); ++layer) {
+    const Matrix j = mean_jacobian(layer);
     const std::vector<double>& score = boundary_scores[layer];
     const int64_t d = static_cast<int64_t>(score.size());
     if (j.rows() != d || j.cols() != d)

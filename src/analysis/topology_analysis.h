@@ -124,6 +124,10 @@ struct CouplingResult {
 CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
                                           const std::vector<linalg::Matrix>& mean_jacobians,
                                           const CouplingOptions& options);
+// The same with J̄ of layer i made when needed (read from a pass file one at a time: d × d each).
+CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
+                                          const std::function<linalg::Matrix(size_t)>& mean_jacobian,
+                                          const CouplingOptions& options);
 
 // ---- Drawing -----------------------------------------------------------------------------------------------
 

@@ -1,5 +1,8 @@
 #include "core/npy.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <regex>
 
@@ -129,5 +132,45 @@ void write_npy(const fs::path& p, const double* d, const Shape& s) { write_raw(p
 void write_npy(const fs::path& p, const int32_t* d, const Shape& s) { write_raw(p, "<i4", d, numel(s) * 4, s); }
 void write_npy(const fs::path& p, const int64_t* d, const Shape& s) { write_raw(p, "<i8", d, numel(s) * 8, s); }
 void write_npy_complex(const fs::path& p, const double* d, const Shape& s) { write_raw(p, "<c16", d, numel(s) * 16, s); }
+
+NpyStream::NpyStream(const fs::path& path, const Shape& shape)
+    : path_(path), temporary_(path.string() + ".partial"), expected_(numel(shape)) {
+  file_ = std::fopen(temporary_.c_str(), "wb");
+  if (!file_) fail("{}: cannot create ({})", temporary_.string(), std::strerror(errno));
+  const std::string header = header_for("<f8", shape);
+  if (std::fwrite(header.data(), 1, header.size(), file_) != header.size()) fail("{}: write failed", temporary_.string());
+}
+
+NpyStream::~NpyStream() {
+  if (!file_) return;
+  std::fclose(file_);
+  std::error_code ignored;
+  fs::remove(temporary_, ignored);
+}
+
+void NpyStream::append(const double* data, int64_t n) {
+  TDYN_CHECK(file_ && written_ + n <= expected_);
+  if (std::fwrite(data, sizeof(double), static_cast<size_t>(n), file_) != static_cast<size_t>(n))
+    fail("{}: write failed ({})", temporary_.string(), std::strerror(errno));
+  written_ += n;
+}
+
+void NpyStream::append_matrix(const double* column_major, int64_t rows, int64_t cols) {
+  std::vector<double> row(cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) row[j] = column_major[j * rows + i];
+    append(row.data(), cols);
+  }
+}
+
+void NpyStream::finish() {
+  TDYN_CHECK(file_);
+  if (written_ != expected_) fail("{}: {} of {} values written", path_.string(), written_, expected_);
+  const bool ok = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!ok) fail("{}: flush failed ({})", temporary_.string(), std::strerror(errno));
+  fs::rename(temporary_, path_);
+}
 
 }  // namespace tdyn

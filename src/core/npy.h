@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,27 @@ void write_npy(const fs::path& path, const TensorT<T>& t) {
 }
 
 // Complex arrays are written as numpy complex128 ('<c16').
+// A float64 .npy array written in pieces along its first axis, for arrays too large to hold at once (a
+// [depth, d, d] stack of Jacobians is 8.6 GB at d = 4096 and 64 sublayers). It goes to a temporary name and
+// is renamed into place by finish(), so an interrupted writer leaves no partial array behind.
+class NpyStream {
+ public:
+  NpyStream(const fs::path& path, const Shape& shape);
+  NpyStream(const NpyStream&) = delete;
+  NpyStream& operator=(const NpyStream&) = delete;
+  ~NpyStream();  // without finish(): removes the temporary
+  // Appends the next n values in C order; append_matrix a column-major (Eigen) matrix as the next [rows, cols]
+  // slice, transposed into C order as numpy reads it.
+  void append(const double* data, int64_t n);
+  void append_matrix(const double* column_major, int64_t rows, int64_t cols);
+  void finish();  // checks that every slice came, flushes and renames
+
+ private:
+  fs::path path_, temporary_;
+  std::FILE* file_ = nullptr;
+  int64_t expected_ = 0, written_ = 0;
+};
+
 void write_npy_complex(const fs::path& path, const double* interleaved_re_im, const Shape& shape);
 
 }  // namespace tdyn

@@ -80,6 +80,13 @@ std::vector<std::vector<double>> gather_to_root(const std::vector<double>& mine)
 #endif
 }
 
+double broadcast_from_root(double value) {
+#ifdef TDYN_HAVE_MPI
+  if (g_ranks.size > 1) MPI_Bcast(&value, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+#endif
+  return value;
+}
+
 void finish_worker() {
   finalize_ranks();
   std::exit(0);

@@ -25,6 +25,8 @@ bool built_with_mpi();
 // theirs and get {}. Buffers may differ in length.
 std::vector<std::vector<double>> gather_to_root(const std::vector<double>& mine);
 
+// Every rank gets rank 0's value (the others' arguments are ignored).
+double broadcast_from_root(double value);
 // Ends a worker rank once its share is delivered: finalises MPI and exits with status 0.
 [[noreturn]] void finish_worker();
 // Ends the run on every rank after an error on one (no-op without MPI; returns only then).

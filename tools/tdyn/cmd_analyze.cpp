@@ -7,12 +7,14 @@
 //   DIR/pass       the forward pass over the samples that power, jacobian and topology share (pass.tdynpass)
 //   DIR/index.html the report; DIR/results.json which parts ran, their command lines, status and timings.
 //
-// The shared pass runs here, in this process, so that it can be split across MPI ranks and checkpointed; it is
+// The shared pass runs here, in this process, so that it can be split across MPI ranks and resumed; it is
 // the loop over samples that the parts have in common. Each part then runs as a child process
 // of this same executable (/proc/self/exe) with an argv built here. Why not in process: every subcommand
 // records the process's own command line in its results.json, and that line must reproduce the part (given the
 // pass file); a child also confines a failing or crashing part, so the others and the report still complete,
 // and returns its memory when it ends. Under MPI only rank 0 gets past the pass and runs the parts.
+
+#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -50,7 +52,7 @@ struct AnalyzeArgs {
 };
 
 // The forward pass shared by power, jacobian and topology: every sample runs once here (under MPI, split across the
-// ranks; with checkpoints and --resume) and the sums go to DIR/pass/pass.tdynpass, which the parts read with
+// ranks; resumable with --resume) and the sums go to DIR/pass/pass.tdynpass, which the parts read with
 // --from-pass. A resumed analysis whose pass had finished reuses the file.
 fs::path shared_pass(const AnalyzeArgs& a, const std::shared_ptr<const Model>& model, const fs::path& dir,
                      const std::set<std::string>& skip, nlohmann::json* record) {
@@ -71,27 +73,21 @@ fs::path shared_pass(const AnalyzeArgs& a, const std::shared_ptr<const Model>& m
     spec.probes = token_dynamics_probes(spectra);
   }
   const nlohmann::json model_identity = pass_model_identity(a.model.path, *model);
-  const nlohmann::json identity = pass_identity(model_identity, samples, spec);
   const fs::path file = dir / "pass.tdynpass";
   *record = {{"file", "pass/pass.tdynpass"}, {"samples", samples.size()}, {"spec", spec.to_json()}};
+  bool finished = false;  // a resumed analysis whose pass had finished reuses it
   if (a.pass.resume && fs::exists(file)) {
     try {
-      const nlohmann::json header = load_pass(file).header;
-      if (header.value("complete", false) && header.value("identity", nlohmann::json()) == identity) {
-        (*record)["reused"] = true;
-        return file;
-      }
+      finished = PassFile::open(file).identity() == pass_identity(model_identity, samples, spec);
     } catch (const Error&) {
-    }  // damaged, unfinished or of other samples: run the pass again
+    }  // unfinished: the pass continues it; of another run: it says so
   }
   fs::create_directories(dir);
   auto transformer = std::make_shared<const Transformer>(model);
   std::unique_ptr<JacobianModel> jacobians;
   if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
-  const PassSums sums = obtain_pass(a.pass, *transformer, jacobians.get(), samples, spec, model_identity, dir / "pass.checkpoint",
-                                    "analyze: forward pass");
-  save_pass(file, {{{"identity", identity}, {"ranks", ranks().size}, {"complete", true}}, sums});
-  (*record)["reused"] = false;
+  obtain_pass(a.pass, *transformer, jacobians.get(), samples, spec, model_identity, file, true, "analyze: forward pass");
+  (*record)["reused"] = finished;
   return file;
 }
 
@@ -150,7 +146,8 @@ int run_analyze(AnalyzeArgs& a) {
       progress.advance();
       continue;
     }
-    std::vector<std::string> argv = {self, name};
+    // The parts run with this run's thread count: BLAS results depend on it at the round-off level.
+    std::vector<std::string> argv = {self, name, "--threads", std::to_string(omp_get_max_threads())};
     if (progress_quiet()) argv.push_back("--quiet");
     if (name == "particles") {
       // One head of the model as interacting particles, from the first tokens of the first passage.

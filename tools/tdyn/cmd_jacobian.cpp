@@ -1,6 +1,7 @@
 // tdyn jacobian MODEL [--compare MODEL2 ...] --out DIR [...]: mean sublayer Jacobians over samples, their
 // cumulative products, operator metrics per depth, optional Schur surgery, and figures (SPEC §3, §5).
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "command.h"
 #include "pass_args.h"
 #include "core/error.h"
+#include "core/npy.h"
 #include "report/figure.h"
 #include "report/progress.h"
 #include "report/results.h"
@@ -33,7 +35,6 @@ struct ModelResult {
   std::string path, prefix;  // prefix of its files: "" (MODEL) or "compare{i}."
   std::shared_ptr<const Model> model;
   MeanJacobians jacobians;
-  std::vector<linalg::Matrix> cumulative;  // product of means C_k
   std::vector<OperatorMetrics> mean_metrics, cumulative_metrics, product_mean_metrics;
   std::vector<SurgeryPoint> surgery;
 };
@@ -226,11 +227,11 @@ int run(const JacobianArgs& a) {
   surgery_opts.seed = a.surgery_seed;
 
   std::vector<ModelResult> results;
-  results.push_back({a.model.path, "", a.model.load(), {}, {}, {}, {}, {}, {}});
+  results.push_back({a.model.path, "", a.model.load(), {}, {}, {}, {}, {}});
   for (size_t i = 0; i < a.compare.size(); ++i) {
     ModelArgs m = a.model;
     m.path = a.compare[i];
-    results.push_back({a.compare[i], fmt::format("compare{}.", i + 1), m.load(), {}, {}, {}, {}, {}, {}});
+    results.push_back({a.compare[i], fmt::format("compare{}.", i + 1), m.load(), {}, {}, {}, {}, {}});
   }
   const ModelConfig& c0 = results.front().model->config;
   for (const auto& r : results) {
@@ -307,6 +308,7 @@ int run(const JacobianArgs& a) {
     return v;
   }();
 
+  const std::vector<ResidualBoundary> boundaries = residual_boundaries(c0.n_layers, BoundarySet::Sublayers);
   std::vector<std::vector<double>> mean_rows, cumulative_rows, product_rows, surgery_rows;
   for (size_t i = 0; i < results.size(); ++i) {
     ModelResult& r = results[i];
@@ -326,49 +328,59 @@ int run(const JacobianArgs& a) {
                       "directory: sample{s}.pos{p}.blocks.{l}.jac_{attn,mlp}.npy, float64 [d, d] per-sample Jacobians "
                       "(rows = outputs); s indexes samples.source_index.npy");
     }
+    std::optional<PassFile> pass;
     {
       PhaseTimer t(out, r.prefix + "mean_jacobians");
       if (use_pass) {
         // Σ J leaving every boundary of the sublayer set: k = 0, 1, ..., 2L − 1 in order, then the final boundary.
         PassSpec spec;
-        spec.boundaries = residual_boundaries(c0.n_layers, BoundarySet::Sublayers);
+        spec.boundaries = boundaries;
         spec.correlations = false;
         spec.positions = opts.positions;
-        const PassSums sums = obtain_pass(a.pass, *transformer, &jm, samples, spec, pass_model_identity(r.path, *r.model),
-                                          out.file(r.prefix + "pass.checkpoint"), mo.label + "mean Jacobians: samples");
-        r.jacobians.mean = sums.mean_jacobians();
-        r.jacobians.mean.pop_back();
-        r.jacobians.n_samples = sums.n_samples;
-        r.jacobians.n_pairs = sums.n_pairs;
+        pass = obtain_pass(a.pass, *transformer, &jm, samples, spec, pass_model_identity(r.path, *r.model),
+                           out.file(r.prefix + "pass.tdynpass"), false, mo.label + "mean Jacobians");
+        r.jacobians.n_samples = pass->n_samples();
+        r.jacobians.n_pairs = pass->n_pairs();
       } else {
         r.jacobians = mean_jacobians(jm, samples, mo);
       }
     }
-    r.cumulative = cumulative_products(r.jacobians.mean);
     {
+      // One depth at a time: J̄_k (from the pass file, or in memory), the running C_k = J̄_k C_{k−1}, their
+      // metrics and array slices, and the surgery's running products, so that memory does not grow with depth.
       PhaseTimer t(out, r.prefix + "metrics");
-      note(fmt::format("{}metrics of {} mean Jacobians and cumulative products", mo.label, K));
+      note(fmt::format("{}metrics of {} mean Jacobians and cumulative products{}", mo.label, K, a.surgery ? ", surgery" : ""));
+      NpyStream means_npy(out.file(r.prefix + "mean_jacobians.npy"), {K, d, d});
+      NpyStream cumulative_npy(out.file(r.prefix + "cumulative_products.npy"), {K, d, d});
+      std::optional<SurgerySweep> sweep;
+      if (a.surgery) sweep.emplace(surgery_opts);
       r.mean_metrics.resize(K);
       r.cumulative_metrics.resize(K);
-      if (opts.mean_of_products) r.product_mean_metrics.resize(K);
-#pragma omp parallel for schedule(dynamic, 1)
+      linalg::Matrix cumulative;
+      Progress bar(mo.label + "metrics", K, "depths");
       for (int64_t k = 0; k < K; ++k) {
-        r.mean_metrics[k] = operator_metrics(r.jacobians.mean[k], metric_opts);
-        r.cumulative_metrics[k] = operator_metrics(r.cumulative[k], metric_opts);
-        if (opts.mean_of_products) r.product_mean_metrics[k] = operator_metrics(r.jacobians.mean_of_products[k], metric_opts);
+        const linalg::Matrix mean = pass ? pass->mean_jacobian(boundaries[k].hook) : r.jacobians.mean[k];
+        cumulative = k == 0 ? mean : linalg::Matrix(mean * cumulative);
+        r.mean_metrics[k] = operator_metrics(mean, metric_opts);  // LAPACK's own threads do the work at large d
+        r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
+        if (sweep) sweep->add(mean);
+        means_npy.append_matrix(mean.data(), d, d);
+        cumulative_npy.append_matrix(cumulative.data(), d, d);
+        bar.advance();
+      }
+      means_npy.finish();
+      cumulative_npy.finish();
+      out.record_file(r.prefix + "mean_jacobians.npy",
+                      "float64 [depth, d, d]: mean Jacobians J̄_k (k = 2l attention, 2l+1 MLP of layer l; rows = outputs)");
+      out.record_file(r.prefix + "cumulative_products.npy", "float64 [depth, d, d]: C_k = J̄_k ⋯ J̄_1");
+      if (sweep) r.surgery = sweep->points();
+      if (opts.mean_of_products) {
+        r.product_mean_metrics.resize(K);
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int64_t k = 0; k < K; ++k) r.product_mean_metrics[k] = operator_metrics(r.jacobians.mean_of_products[k], metric_opts);
       }
     }
-    if (a.surgery) {
-      PhaseTimer t(out, r.prefix + "surgery");
-      r.surgery = schur_surgery_sweep(r.jacobians.mean, surgery_opts, progress ? std::function<void(const std::string&)>(note)
-                                                                              : std::function<void(const std::string&)>());
-    }
 
-    // Arrays.
-    const std::vector<double> means = stack(r.jacobians.mean), cums = stack(r.cumulative);
-    out.npy(r.prefix + "mean_jacobians.npy", means.data(), {K, d, d},
-            "float64 [depth, d, d]: mean Jacobians J̄_k (k = 2l attention, 2l+1 MLP of layer l; rows = outputs)");
-    out.npy(r.prefix + "cumulative_products.npy", cums.data(), {K, d, d}, "float64 [depth, d, d]: C_k = J̄_k ⋯ J̄_1");
     write_spectra(out, r.prefix + "mean", r.mean_metrics, "J̄_k");
     write_spectra(out, r.prefix + "cumulative", r.cumulative_metrics, "C_k");
     if (opts.mean_of_products) {

@@ -254,7 +254,7 @@ int run_power(PowerArgs& a) {
       PassSpec spec;
       spec.correlations = spec.jacobians = false;
       spec.probes = token_dynamics_probes(spectra);
-      dyn = token_dynamics_from_pass(obtain_pass(pass, transformer, nullptr, samples, spec, pass_model_identity(a.model.path, *model), {}, ""),
+      dyn = token_dynamics_from_pass(obtain_pass(pass, transformer, nullptr, samples, spec, pass_model_identity(a.model.path, *model), {}, false, ""),
                                      spectra, d, dynamics);
     }
   }

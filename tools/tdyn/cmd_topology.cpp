@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -245,21 +246,23 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
   spec.boundaries = boundaries;
   spec.jacobians = jacobians != nullptr;
   spec.positions = PositionSpec::parse(a.positions);
-  PassSums pass;
+  std::optional<PassFile> pass;
   {
     PhaseTimer timer(out, jacobians ? "forward_correlations_and_jacobians" : "forward_correlations");
-    pass = obtain_pass(a.pass, *transformer, jacobians.get(), samples, spec, pass_model_identity(model_path, *model), out.file("pass.checkpoint"),
-                       fmt::format("topology {}: samples", label));
+    pass = obtain_pass(a.pass, *transformer, jacobians.get(), samples, spec, pass_model_identity(model_path, *model),
+                       out.file("pass.tdynpass"), false, fmt::format("topology {}: samples", label));
   }
-  const std::vector<linalg::Matrix> mean_jacobians = jacobians ? pass.mean_jacobians() : std::vector<linalg::Matrix>();
 
   // ---- Graph, communities, boundary nodes per boundary.
   std::vector<BoundaryTopology> topo;
+  std::vector<int64_t> n_rows;  // tokens per boundary
   {
     PhaseTimer timer(out, "graphs_and_communities");
     Progress progress(fmt::format("topology {}: communities", label), n_boundaries, "boundaries");
     for (int64_t b = 0; b < n_boundaries; ++b) {
-      const topology::CorrelationMatrix r = pass.correlations[b].correlation();
+      const topology::CorrelationAccumulator sums = pass->correlation(boundaries[b].hook);
+      n_rows.push_back(sums.n_rows());
+      const topology::CorrelationMatrix r = sums.correlation();
       if (a.save_correlations)
         out.npy(fmt::format("correlation_{}.npy", boundaries[b].hook), r.values.data(), {d, d},
                 fmt::format("Pearson correlation of the residual units at {} [d_model, d_model] (NaN: constant unit)", boundaries[b].hook));
@@ -277,22 +280,23 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
   if (jacobians) {
     PhaseTimer timer(out, "coupling");
     std::vector<std::vector<double>> scores;
-    std::vector<linalg::Matrix> means;
     for (int64_t b = 0; b < n_boundaries; ++b)
       if (boundaries[b].sublayer >= 0) {
         coupled.push_back(b);
         scores.push_back(topo[b].boundary_score());
-        means.push_back(mean_jacobians[b]);
       }
-    coupling = topology_dynamics_coupling(scores, means, a.coupling);
-    if (a.save_jacobians) {
-      std::vector<double> flat;
-      for (const auto& m : means) {
-        const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> row_major = m;
-        flat.insert(flat.end(), row_major.data(), row_major.data() + row_major.size());
-      }
-      out.npy("mean_jacobians.npy", flat.data(), {static_cast<int64_t>(means.size()), d, d},
-              "mean Jacobian of the sublayer map leaving each coupled boundary [layer, d_out, d_in]");
+    // One J̄ at a time from the pass, each appended to mean_jacobians.npy when it is saved.
+    std::unique_ptr<NpyStream> saved;
+    if (a.save_jacobians)
+      saved = std::make_unique<NpyStream>(out.file("mean_jacobians.npy"), std::vector<int64_t>{static_cast<int64_t>(coupled.size()), d, d});
+    coupling = topology_dynamics_coupling(scores, [&](size_t i) {
+      linalg::Matrix j = pass->mean_jacobian(boundaries[coupled[i]].hook);
+      if (saved) saved->append_matrix(j.data(), j.rows(), j.cols());
+      return j;
+    }, a.coupling);
+    if (saved) {
+      saved->finish();
+      out.record_file("mean_jacobians.npy", "mean Jacobian of the sublayer map leaving each coupled boundary [layer, d_out, d_in]");
     }
   }
 
@@ -314,7 +318,7 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
       const auto& t = topo[b];
       const auto& p = t.scores.participation;
       rows.push_back({static_cast<double>(b), depth_of(boundaries[b]), static_cast<double>(boundaries[b].layer),
-                      static_cast<double>(boundaries[b].sublayer), static_cast<double>(pass.correlations[b].n_rows()),
+                      static_cast<double>(boundaries[b].sublayer), static_cast<double>(n_rows[b]),
                       static_cast<double>(std::count(t.constant_unit.begin(), t.constant_unit.end(), true)),
                       static_cast<double>(t.graph.edges.size()), static_cast<double>(t.n_positive_edges),
                       static_cast<double>(t.n_negative_edges), static_cast<double>(t.partition.n_communities),
@@ -377,8 +381,8 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
     summary.depth.push_back(depth_of(boundaries[b]));
     summary.n_communities.push_back(t.partition.n_communities);
   }
-  out.results()["samples"] = pass.n_samples;
-  out.results()["tokens"] = pass.n_tokens;
+  out.results()["samples"] = pass->n_samples();
+  out.results()["tokens"] = pass->n_tokens();
   out.results()["boundaries"] = per_boundary;
   nlohmann::json coupling_json = nullptr;
   if (jacobians) {
@@ -396,7 +400,7 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
       summary.coupling_significant.push_back(l.column.significant);
     }
     auto number = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
-    coupling_json = {{"jacobian_pairs", pass.n_pairs}, {"decision_p", coupling.decision_p}, {"fdr_q", a.coupling.fdr_q},
+    coupling_json = {{"jacobian_pairs", pass->n_pairs()}, {"decision_p", coupling.decision_p}, {"fdr_q", a.coupling.fdr_q},
                      {"significant_layers", coupling.n_significant_column}, {"significant_hooks", significant},
                      {"significant_layers_row_gain", coupling.n_significant_row},
                      {"rho_vs_normalized_departure", number(coupling.rho_vs_departure)},

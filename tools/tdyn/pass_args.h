@@ -1,5 +1,6 @@
-// Flags of the commands that run the shared sample pass (analysis/sample_pass.h): checkpoints and --resume,
-// and --from-pass, which takes the sums from a pass that `tdyn analyze` already ran.
+// Flags of the commands that run the shared sample pass (analysis/sample_pass.h): --resume, which continues an
+// interrupted pass after its last finished layer, and --from-pass, which takes the sums from a pass that
+// `tdyn analyze` already ran.
 #pragma once
 
 #include <memory>
@@ -15,8 +16,6 @@ namespace tdyn::cli {
 
 struct PassArgs {
   bool resume = false;
-  int64_t checkpoint_every = 0;
-  double checkpoint_seconds = 300;
   std::string from_pass;
   // `offer_from_pass`: also offer --from-pass (not for analyze, which makes the pass it hands over).
   void add_to(CLI::App* cmd, bool offer_from_pass = true);
@@ -29,13 +28,13 @@ nlohmann::json pass_options_json(const PassArgs& args);
 // by a relative or an absolute path is the same model.
 nlohmann::json pass_model_identity(const std::string& path, const Model& model);
 
-// The sums of `spec` over `samples`: read from --from-pass (which must be of this model and these samples, with
-// at least these boundaries and sums, at the same positions), else computed here with checkpoints at
-// `checkpoint` (e.g. DIR/pass.checkpoint; under MPI one file per rank, DIR/pass.rank1of4.checkpoint). `label`
+// The pass of `spec` over `samples`: --from-pass (which must be of this model and these samples, with at least
+// these boundaries, sums and probes, at the same positions), else run here into `file` (e.g. DIR/pass.tdynpass,
+// which --resume continues), kept when `keep` and otherwise removed once the returned PassFile is gone. `label`
 // prefixes progress lines.
-PassSums obtain_pass(const PassArgs& args, const Transformer& transformer, const JacobianModel* jacobians,
+PassFile obtain_pass(const PassArgs& args, const Transformer& transformer, const JacobianModel* jacobians,
                      const std::vector<Sample>& samples, const PassSpec& spec, const nlohmann::json& model_identity,
-                     const fs::path& checkpoint, const std::string& label);
+                     const fs::path& file, bool keep, const std::string& label);
 
 // Refuses what only one process can do when launched as several MPI ranks (e.g. --compare); `what` says which.
 void require_single_rank(bool condition, const std::string& what);
