@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <functional>
+#include <iostream>
+#include <map>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -17,6 +19,7 @@
 
 #include "analysis/sample_pass.h"
 #include "core/npy.h"
+#include "model/init.h"
 #include "model/loader.h"
 #include "test_util.h"
 
@@ -322,6 +325,57 @@ void kill_and_resume(const std::string& name, const std::function<std::vector<st
     for (const std::string& part : parts)
       expect_same_outputs(dir / "whole" / part, out / part,
                           fmt::format("{}: killed after {} finished layers{}", part, wait_for, exited ? " (it had finished)" : ""));
+  }
+}
+
+// Peak anonymous memory (RssAnon, in kB) of a CLI run, polled from /proc while it runs; -1 if it failed.
+int64_t peak_anonymous_kb(const std::vector<std::string>& args, const fs::path& log) {
+  const pid_t pid = start_cli(args, log);
+  int64_t peak = 0;
+  for (;;) {
+    std::ifstream status(fmt::format("/proc/{}/status", pid));
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("RssAnon:", 0) == 0) peak = std::max<int64_t>(peak, std::stoll(line.substr(8)));
+    int code = 0;
+    if (waitpid(pid, &code, WNOHANG) == pid) return WIFEXITED(code) && WEXITSTATUS(code) == 0 ? peak : -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// The pass holds one layer at a time: jacobian and topology on random Llama models of one width and 2 or 8 layers
+// use the same anonymous memory within 10 % (each layer's float64 weights alone are 11 MB here, its sums 2 MB).
+TEST(PassCli, AnonymousMemoryDoesNotGrowWithDepth) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "RssAnon is the sanitizer's shadow memory and quarantine here";
+#endif
+  const fs::path dir = test::scratch_dir("pass_memory");
+  nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", 384},
+                           {"intermediate_size", 1024}, {"num_attention_heads", 6}, {"num_key_value_heads", 2},
+                           {"head_dim", 64}, {"hidden_act", "silu"}, {"max_position_embeddings", 128},
+                           {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0}, {"vocab_size", 256},
+                           {"tie_word_embeddings", false}, {"torch_dtype", "float32"}};
+  std::vector<int64_t> ids(4 * 24);
+  std::mt19937_64 rng(3);
+  for (auto& id : ids) id = static_cast<int64_t>(rng() % 256);
+  write_npy(dir / "ids.npy", ids.data(), {4, 24});
+  std::map<std::string, std::vector<int64_t>> peaks;
+  for (int layers : {2, 8}) {
+    config["num_hidden_layers"] = layers;
+    const fs::path model = dir / fmt::format("L{}", layers);
+    write_random_init(config, model, 1);
+    for (const std::string command : {"jacobian", "topology"}) {
+      const int64_t kb = peak_anonymous_kb({"--threads", "2", "--quiet", command, model.string(), "--data", (dir / "ids.npy").string(),
+                                            "--samples", "4", "--max-len", "24", "--out", (dir / fmt::format("{}{}", command, layers)).string(),
+                                            command == "jacobian" ? "--alignment-k" : "--permutations", command == "jacobian" ? "1" : "0"},
+                                           dir / "log");
+      ASSERT_GT(kb, 0) << command << " on " << layers << " layers failed: " << read_file(dir / "log");
+      peaks[command].push_back(kb);
+    }
+  }
+  for (const auto& [command, kb] : peaks) {
+    std::cout << command << ": peak RssAnon " << kb[0] << " kB with 2 layers, " << kb[1] << " kB with 8\n";
+    EXPECT_LT(std::abs(static_cast<double>(kb[1] - kb[0])), 0.10 * static_cast<double>(kb[0]))
+        << command << ": peak RssAnon " << kb[0] << " kB with 2 layers, " << kb[1] << " kB with 8";
   }
 }
 
