@@ -299,6 +299,19 @@ TEST(LinalgTopEigs, SpectraMatchesFullSpectrumOnRandom300) {
   EXPECT_EQ(applications, matrix_free.operator_applications);
 }
 
+TEST(LinalgTopEigs, NonConvergenceIsEmptyOrAnError) {
+  // One restart of the smallest subspace (ncv = k + 2) cannot resolve the top 4 of a random 200 × 200 matrix,
+  // whose leading moduli are close together.
+  const Matrix a = random_gaussian(200, 200, 25);
+  TopEigenOptions starved;
+  starved.subspace_dimension = 6;
+  starved.max_restarts = 1;
+  EXPECT_FALSE(top_eigenpairs_if_converged(a, 4, starved).has_value());
+  EXPECT_THROW(top_eigenpairs(a, 4, starved), Error);
+  EXPECT_TRUE(top_eigenpairs_if_converged(a, 4).has_value());
+  EXPECT_THROW(top_eigenpairs_if_converged(a, 0, starved), Error);  // bad arguments still throw
+}
+
 TEST(LinalgErrors, NonFiniteInputNamesTheEntry) {
   Matrix a = random_gaussian(5, 5, 10);
   a(2, 3) = NAN;
