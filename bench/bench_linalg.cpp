@@ -16,19 +16,13 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include "bench_common.h"
 #include "linalg/dense.h"
 
 namespace {
 
+using tdyn::bench::random_matrix;
 using tdyn::linalg::Matrix;
-
-Matrix random_matrix(Eigen::Index d) {
-  std::mt19937_64 generator(42);
-  std::normal_distribution<double> gaussian;
-  Matrix a(d, d);
-  for (double& x : a.reshaped()) x = gaussian(generator);
-  return a / std::sqrt(double(d));
-}
 
 void lapack_eigenvalues(benchmark::State& state) {
   const Matrix a = random_matrix(state.range(0));
@@ -86,9 +80,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
             run.GetAdjustedCPUTime() / benchmark::GetTimeUnitMultiplier(run.time_unit)};
   }
   void print_ratios(const std::vector<long>& sizes) const {
-    const char* coretype = std::getenv("OPENBLAS_CORETYPE");
     fmt::print("\nOPENBLAS_CORETYPE = {}, OPENBLAS_NUM_THREADS = {}, OMP_NUM_THREADS = {}\n",
-               coretype ? coretype : "(unset)", env("OPENBLAS_NUM_THREADS"), env("OMP_NUM_THREADS"));
+               tdyn::bench::env_or_unset("OPENBLAS_CORETYPE"), tdyn::bench::env_or_unset("OPENBLAS_NUM_THREADS"),
+               tdyn::bench::env_or_unset("OMP_NUM_THREADS"));
     // Wall-clock ratio first; the CPU-time ratio (main thread only) is steadier on a loaded machine.
     fmt::print("{:<28} {:>6} {:>12} {:>12} {:>8} {:>10}\n", "operation", "d", "wrapper s", "Eigen s", "ratio",
                "cpu ratio");
@@ -111,10 +105,6 @@ class RatioReporter : public benchmark::ConsoleReporter {
   }
 
  private:
-  static std::string env(const char* name) {
-    const char* value = std::getenv(name);
-    return value ? value : "(unset)";
-  }
   struct Seconds {
     double wall, cpu;
   };

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "analysis/topology/topology.h"
+#include "bench_common.h"
 
 namespace {
 
@@ -118,8 +119,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
     }
   }
   void print_ratios(const std::vector<long>& sizes) const {
-    fmt::print("\nOPENBLAS_CORETYPE = {}, OPENBLAS_NUM_THREADS = {}, OMP_NUM_THREADS = {}\n", env("OPENBLAS_CORETYPE"),
-               env("OPENBLAS_NUM_THREADS"), env("OMP_NUM_THREADS"));
+    fmt::print("\nOPENBLAS_CORETYPE = {}, OPENBLAS_NUM_THREADS = {}, OMP_NUM_THREADS = {}\n", tdyn::bench::env_or_unset("OPENBLAS_CORETYPE"),
+               tdyn::bench::env_or_unset("OPENBLAS_NUM_THREADS"), tdyn::bench::env_or_unset("OMP_NUM_THREADS"));
     fmt::print("{:>6} {:>16} {:>16} {:>8}\n", "d", "dsyrk rows/s", "rank-1 rows/s", "ratio");
     for (long d : sizes) {
       const auto ours = rows_per_second_.find(fmt::format("accumulate_with_syrk/{}", d));
@@ -131,10 +132,6 @@ class RatioReporter : public benchmark::ConsoleReporter {
   }
 
  private:
-  static std::string env(const char* name) {
-    const char* value = std::getenv(name);
-    return value ? value : "(unset)";
-  }
   std::map<std::string, double> rows_per_second_;
 };
 

@@ -161,6 +161,40 @@ TEST(LinalgSvd, FactorsAreOrthonormalAndReconstruct) {
   }
 }
 
+TEST(LinalgSvd, LeadingVectorsMatchTheFullSvd) {
+  const Index d = 120;
+  const Matrix a = random_gaussian(d, d, 21) / std::sqrt(double(d));
+  const SingularValueDecomposition full = svd(a, true);
+  for (Index k : {Index{1}, Index{10}, Index{40}, d}) {
+    SCOPED_TRACE(fmt::format("k = {}", k));
+    const SingularValueDecomposition leading = svd_leading(a, k);
+    ASSERT_EQ(leading.singular_values.size(), d);
+    ASSERT_EQ(leading.u.rows(), d);
+    ASSERT_EQ(leading.u.cols(), k);
+    ASSERT_EQ(leading.v.cols(), k);
+    EXPECT_LE((leading.singular_values - full.singular_values).norm(), 1e-13 * full.singular_values[0]);
+    EXPECT_LE((leading.u.transpose() * leading.u - Matrix::Identity(k, k)).norm(), 1e-12 * k);
+    EXPECT_LE((leading.v.transpose() * leading.v - Matrix::Identity(k, k)).norm(), 1e-12 * k);
+    // A v_i = σ_i u_i, and each pair is the full SVD's up to a common sign (Gaussian σ are simple).
+    EXPECT_LE((a * leading.v - leading.u * full.singular_values.head(k).asDiagonal()).norm(), 1e-12 * k);
+    for (Index i = 0; i < k; ++i) {
+      const double sign = leading.u.col(i).dot(full.u.col(i)) >= 0 ? 1.0 : -1.0;
+      EXPECT_LE((sign * leading.u.col(i) - full.u.col(i)).norm(), 1e-9) << "u " << i;
+      EXPECT_LE((sign * leading.v.col(i) - full.v.col(i)).norm(), 1e-9) << "v " << i;
+    }
+  }
+  // Repeated and zero singular values: the identity (every σ = 1) and the zero matrix.
+  const SingularValueDecomposition identity = svd_leading(Matrix::Identity(8, 8), 3);
+  EXPECT_LE((identity.singular_values - Vector::Ones(8)).norm(), 1e-15);
+  EXPECT_LE((identity.u - identity.v).norm(), 1e-13);
+  EXPECT_LE((identity.u.transpose() * identity.u - Matrix::Identity(3, 3)).norm(), 1e-13);
+  const SingularValueDecomposition zero = svd_leading(Matrix::Zero(6, 6), 2);
+  EXPECT_EQ(zero.singular_values.norm(), 0.0);
+  EXPECT_THROW(svd_leading(a, 0), Error);
+  EXPECT_THROW(svd_leading(a, d + 1), Error);
+  EXPECT_THROW(svd_leading(Matrix::Zero(4, 3), 1), Error);
+}
+
 TEST(LinalgSvd, ComplexSingularValuesMatchEigen) {
   const ComplexMatrix a = random_gaussian(30, 30, 4).cast<Complex>() + Complex(0, 1) * random_gaussian(30, 30, 5);
   const Vector sigma = singular_values(a);
@@ -213,6 +247,28 @@ TEST(LinalgSchur, UnitaryTriangularAndReconstructs) {
   }
 }
 
+TEST(LinalgSchur, RealSchurFormGivesTheComplexSchurDeparture) {
+  const Matrix rotation_block = (Matrix(2, 2) << 0.6, -0.8, 0.8, 0.6).finished();
+  Matrix normal = Matrix::Zero(6, 6);  // normal, with complex pairs: N = 0 although T has 2×2 blocks
+  normal.topLeftCorner(2, 2) = 2 * rotation_block;
+  normal.block(2, 2, 2, 2) = rotation_block.transpose();
+  normal(4, 4) = -1, normal(5, 5) = 0.5;
+  Eigen::HouseholderQR<Matrix> qr(random_gaussian(6, 6, 22));
+  const Matrix q = qr.householderQ() * Matrix::Identity(6, 6);
+  for (const auto& [name, j] : {std::pair<const char*, Matrix>{"random Gaussian 50", random_gaussian(50, 50, 23)},
+                                {"real spectrum", random_gaussian(12, 12, 24).triangularView<Eigen::Upper>()},
+                                {"normal", q * normal * q.transpose()},
+                                {"1x1", Matrix::Constant(1, 1, 3.0)}}) {
+    SCOPED_TRACE(name);
+    const RealSchurForm real = real_schur_form(j);
+    const ComplexSchur complex = complex_schur(j);
+    EXPECT_NEAR(real.strictly_upper_norm(), complex.strictly_upper().norm(), 1e-12 * std::max(1.0, j.norm()));
+    const auto [match, worst] = match_multisets(real.eigenvalues, eigen_general(j).eigenvalues);
+    EXPECT_LE(worst, 1e-10 * std::max(1.0, j.norm()));
+  }
+  EXPECT_LE(real_schur_form(q * normal * q.transpose()).strictly_upper_norm(), 1e-14);
+}
+
 TEST(LinalgTopEigs, SpectraMatchesFullSpectrumOnRandom300) {
   const Index d = 300, k = 6;
   const Matrix a = random_gaussian(d, d, 9) / std::sqrt(double(d));
@@ -241,6 +297,19 @@ TEST(LinalgTopEigs, SpectraMatchesFullSpectrumOnRandom300) {
   const TopEigenpairs matrix_free = top_eigenpairs(op, k, options);
   EXPECT_LE((matrix_free.eigenvalues - top.eigenvalues).norm(), 1e-10);
   EXPECT_EQ(applications, matrix_free.operator_applications);
+}
+
+TEST(LinalgTopEigs, NonConvergenceIsEmptyOrAnError) {
+  // One restart of the smallest subspace (ncv = k + 2) cannot resolve the top 4 of a random 200 × 200 matrix,
+  // whose leading moduli are close together.
+  const Matrix a = random_gaussian(200, 200, 25);
+  TopEigenOptions starved;
+  starved.subspace_dimension = 6;
+  starved.max_restarts = 1;
+  EXPECT_FALSE(top_eigenpairs_if_converged(a, 4, starved).has_value());
+  EXPECT_THROW(top_eigenpairs(a, 4, starved), Error);
+  EXPECT_TRUE(top_eigenpairs_if_converged(a, 4).has_value());
+  EXPECT_THROW(top_eigenpairs_if_converged(a, 0, starved), Error);  // bad arguments still throw
 }
 
 TEST(LinalgErrors, NonFiniteInputNamesTheEntry) {

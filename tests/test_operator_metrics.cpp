@@ -168,6 +168,40 @@ TEST(OperatorMetricsFractions, ExpandingAndComplexModes) {
   EXPECT_NEAR(std::abs(m.eigenvalues[0]), 3.0, 1e-12);  // sorted by modulus
 }
 
+// The partial SVD (leading vectors only) against the full SVD with vectors, on matrices where vectors are
+// well defined and where they are not (repeated or zero singular values): every metric agrees.
+TEST(OperatorMetricsAlignment, PartialSvdAgreesWithFullSvd) {
+  OperatorMetricsOptions partial, full;
+  partial.partial_svd_max_fraction = 1;
+  full.partial_svd_max_fraction = 0;
+  partial.alignment_ks = full.alignment_ks = {1, 10, 100};
+  const Matrix b = random_gaussian(150, 150, 26) / std::sqrt(150.0);
+  for (const auto& [name, j] : {std::pair<const char*, Matrix>{"gaussian 150", b},
+                                {"psd", b * b.transpose()},
+                                {"normal-ish", random_orthogonal(30, 27) + 0.05 * random_gaussian(30, 30, 30)},
+                                {"identity", Matrix::Identity(12, 12)},
+                                {"rank one", random_gaussian(20, 1, 28) * random_gaussian(1, 20, 29)},
+                                {"zero", Matrix::Zero(5, 5)}}) {
+    SCOPED_TRACE(name);
+    const OperatorMetrics p = operator_metrics(j, partial), f = operator_metrics(j, full);
+    const double scale = std::max(1.0, f.singular_values[0]);
+    EXPECT_LE((p.singular_values - f.singular_values).norm(), 1e-13 * scale);
+    if (f.condition_number < 1e8) EXPECT_NEAR(p.condition_number, f.condition_number, 1e-9 * f.condition_number);
+    else EXPECT_GT(p.condition_number, 1e8);  // σ_d at round-off level: its relative value is noise
+    EXPECT_NEAR(p.effective_rank.roy_vetterli, f.effective_rank.roy_vetterli, 1e-10);
+    EXPECT_EQ(p.effective_rank.energy_rank, f.effective_rank.energy_rank);
+    ASSERT_EQ(p.self_alignment.size(), f.self_alignment.size());
+    for (size_t i = 0; i < p.self_alignment.size(); ++i) {
+      EXPECT_EQ(p.self_alignment[i].k, f.self_alignment[i].k);
+      // Only the subspace of the leading k matters, and for "rank one" beyond k = 1 and "zero" any basis of the
+      // null space is valid, so there the value is not unique.
+      if (std::string(name) == "rank one" && p.self_alignment[i].k > 1) continue;
+      if (std::string(name) == "zero") continue;
+      EXPECT_NEAR(p.self_alignment[i].value, f.self_alignment[i].value, 1e-9) << "k = " << p.self_alignment[i].k;
+    }
+  }
+}
+
 TEST(OperatorMetricsJson, HasEveryMetricAndNullForInfinity) {
   const OperatorMetrics m = operator_metrics(Matrix::Zero(4, 4));
   const nlohmann::json j = m.to_json(true);

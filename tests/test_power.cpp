@@ -10,6 +10,7 @@
 #include "analysis/power.h"
 #include "io/safetensors.h"
 #include "model/init.h"
+#include "random_matrix.h"
 #include "test_util.h"
 
 namespace tdyn {
@@ -63,6 +64,49 @@ TEST(PowerSpectrum, ArnoldiPathAgreesWithDgeev) {
   EXPECT_NEAR(std::abs(top.f.lambda1 - full.f.lambda1), 0.0, 1e-8);
   EXPECT_NEAR(std::abs(top.identity_plus_f.lambda1 - full.identity_plus_f.lambda1), 0.0, 1e-8);
   EXPECT_NEAR(alignment(full.f.eigenvector_real, dominant_basis(top.f)), 1.0, 1e-8);
+}
+
+TEST(PowerSpectrum, ArnoldiFailureFallsBackToDgeev) {
+  // A random layer matrix (leading moduli barely separated) with Arnoldi starved of restarts and subspace:
+  // Spectra does not converge, and the top_k eigenpairs come from dgeev, with a note, instead of an error.
+  const Index d = 120, k = 4;
+  LayerMatrix m;
+  m.layer = m.value_layer = 3;
+  m.f = test::random_gaussian(d, d, 31) / std::sqrt(double(d));
+  m.bias = Vector::Zero(d);
+  SpectrumOptions starved;
+  starved.full_spectrum_max_d = 8;
+  starved.top_k = k;
+  starved.arnoldi.subspace_dimension = k + 2;
+  starved.arnoldi.max_restarts = 1;
+  ASSERT_FALSE(linalg::top_eigenpairs_if_converged(m.f, k, starved.arnoldi).has_value());
+  const Matrix identity_plus_f = m.f + Matrix::Identity(d, d);
+  ASSERT_FALSE(linalg::top_eigenpairs_if_converged(identity_plus_f, k, starved.arnoldi).has_value());
+
+  const LayerSpectrum s = layer_spectrum(m, starved);
+  EXPECT_FALSE(s.full);  // top_k only, like the Arnoldi path
+  ASSERT_EQ(s.notes.size(), 1u);  // I + F comes from the same dgeev spectrum, shifted: no second fallback
+  EXPECT_NE(s.notes[0].find("did not converge"), std::string::npos) << s.notes[0];
+  EXPECT_NE(s.notes[0].find("dgeev"), std::string::npos) << s.notes[0];
+  EXPECT_EQ(s.to_json()["notes"].size(), 1u);
+
+  const linalg::Eigendecomposition dgeev = linalg::sorted_by_modulus(linalg::eigen_general(m.f, true));
+  ASSERT_EQ(s.eigenvalues.size(), k);
+  ASSERT_EQ(s.eigenvectors.cols(), k);
+  EXPECT_LE((s.eigenvalues - dgeev.eigenvalues.head(k)).norm(), 1e-12);
+  EXPECT_LE((s.eigenvectors - dgeev.eigenvectors.leftCols(k)).norm(), 1e-12);
+  const DominantSpectrum f = dominant_spectrum(m.f), shifted = dominant_spectrum(identity_plus_f);
+  EXPECT_LE(std::abs(s.f.lambda1 - f.lambda1), 1e-12);
+  EXPECT_LE((s.f.eigenvector_real - f.eigenvector_real).norm(), 1e-10);
+  EXPECT_LE(std::abs(s.identity_plus_f.lambda1 - shifted.lambda1), 1e-10);
+  EXPECT_NEAR(alignment(shifted.eigenvector_real, dominant_basis(s.identity_plus_f)), 1.0, 1e-10);
+
+  // With Spectra's default restarts the same matrix converges and nothing is noted.
+  SpectrumOptions arnoldi = starved;
+  arnoldi.arnoldi = {};
+  const LayerSpectrum converged = layer_spectrum(m, arnoldi);
+  EXPECT_TRUE(converged.notes.empty());
+  EXPECT_LE(std::abs(converged.f.lambda1 - f.lambda1), 1e-8);
 }
 
 TEST(PowerStatistics, BaselineAndBinomialTail) {

@@ -59,6 +59,9 @@ EffectiveRanks effective_ranks(const Vector& singular_values, double energy_frac
 struct OperatorMetricsOptions {
   std::vector<Index> alignment_ks = {1, 10, 100};  // each capped at d; the cap is recorded
   double complex_tolerance = 1e-8;
+  // Self-alignment's singular vectors come from a partial SVD (linalg::svd_leading) when the largest k is at
+  // most this fraction of d, from a full SVD with vectors otherwise. 0 forces the full SVD, 1 the partial one.
+  double partial_svd_max_fraction = 0.25;
 };
 
 struct HenriciDeparture {
@@ -94,7 +97,8 @@ struct OperatorMetrics {
 };
 
 // Throws Error for a non-square matrix or one with NaN/Inf (naming the entry). Cost: one real Schur form
-// (dgees) and one SVD with vectors (dgesdd).
+// without Schur vectors (dgees), and the singular values with only the leading max-k singular vector pairs
+// (see partial_svd_max_fraction).
 OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const OperatorMetricsOptions& options = {});
 
 // ---- Spectral summary for the power-method analysis (SPEC §2 "Spectrum") -----------------------------

@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "linalg/top_eigs.h"
 
 namespace tdyn {
 namespace {
@@ -25,13 +24,33 @@ Matrix orthonormalize(const Matrix& columns) {
 }
 
 // The eigendecomposition of a layer matrix (or of I + F), sorted by modulus: dgeev when d is small enough,
-// Spectra's top-k otherwise.
-linalg::Eigendecomposition sorted_decomposition(const Matrix& a, const SpectrumOptions& options, bool* full) {
+// Spectra's top-k otherwise, and dgeev again when Arnoldi does not converge. `every_eigenvalue` says whether
+// the result holds all d eigenpairs (dgeev) or only the top-k; `note` is set when the fallback was taken.
+struct SortedSpectrum {
+  linalg::Eigendecomposition decomposition;
+  bool every_eigenvalue = true;
+  std::string note;
+};
+
+SortedSpectrum sorted_spectrum(const Matrix& a, const SpectrumOptions& options, const char* name) {
   const Index d = a.rows();
-  *full = d <= options.full_spectrum_max_d || d < options.top_k + 3;
-  if (*full) return linalg::sorted_by_modulus(linalg::eigen_general(a, true));
-  linalg::TopEigenpairs top = linalg::top_eigenpairs(a, std::min(options.top_k, d - 2));
-  return linalg::sorted_by_modulus({top.eigenvalues, top.eigenvectors});
+  if (d <= options.full_spectrum_max_d || d < options.top_k + 3)
+    return {linalg::sorted_by_modulus(linalg::eigen_general(a, true)), true, ""};
+  const Index k = std::min(options.top_k, d - 2);
+  if (std::optional<linalg::TopEigenpairs> top = linalg::top_eigenpairs_if_converged(a, k, options.arnoldi))
+    return {linalg::sorted_by_modulus({top->eigenvalues, top->eigenvectors}), false, ""};
+  const Index restarts = options.arnoldi.max_restarts;
+  return {linalg::sorted_by_modulus(linalg::eigen_general(a, true)), true,
+          fmt::format("{}: Arnoldi (Spectra) did not converge to the top {} eigenpairs in {} restarts (tolerance "
+                      "{:g}); they come from the full dgeev spectrum instead",
+                      name, k, restarts, options.arnoldi.tolerance)};
+}
+
+// The top_k leading eigenpairs of a sorted decomposition: a fallback's dgeev result cut to what Arnoldi would
+// have returned, so every layer has the same number of eigenpairs (and a d × d complex eigenvector matrix per
+// layer, 256 MiB at d = 4096, is not kept).
+linalg::Eigendecomposition leading(const linalg::Eigendecomposition& sorted, Index k) {
+  return {sorted.eigenvalues.head(k), sorted.eigenvectors.leftCols(k)};
 }
 
 double quantile_of_sorted(const std::vector<double>& sorted, double level) {
@@ -106,7 +125,8 @@ nlohmann::json LayerSpectrum::to_json() const {
           {"F", f.to_json()},
           {"I_plus_F", identity_plus_f.to_json()},
           {"bias_norm", bias_norm},
-          {"frobenius_norm", frobenius_norm}};
+          {"frobenius_norm", frobenius_norm},
+          {"notes", notes}};
 }
 
 LayerSpectrum layer_spectrum(const LayerMatrix& m, const SpectrumOptions& options) {
@@ -115,19 +135,29 @@ LayerSpectrum layer_spectrum(const LayerMatrix& m, const SpectrumOptions& option
   s.value_layer = m.value_layer;
   s.bias_norm = m.bias.norm();
   s.frobenius_norm = m.f.norm();
-  const linalg::Eigendecomposition decomposition = sorted_decomposition(m.f, options, &s.full);
-  s.eigenvalues = decomposition.eigenvalues;
-  s.eigenvectors = decomposition.eigenvectors;
-  s.f = dominant_spectrum(decomposition);
-  if (s.full) {
+  const SortedSpectrum f = sorted_spectrum(m.f, options, "F");
+  s.f = dominant_spectrum(f.decomposition);
+  if (f.every_eigenvalue) {
     // I + F has the same eigenvectors and eigenvalues 1 + λ.
-    linalg::Eigendecomposition shifted = decomposition;
+    linalg::Eigendecomposition shifted = f.decomposition;
     shifted.eigenvalues.array() += 1.0;
     s.identity_plus_f = dominant_spectrum(shifted);
   } else {
-    bool full = false;
     const Matrix identity_plus_f = m.f + Matrix::Identity(m.f.rows(), m.f.cols());
-    s.identity_plus_f = dominant_spectrum(sorted_decomposition(identity_plus_f, options, &full));
+    const SortedSpectrum shifted = sorted_spectrum(identity_plus_f, options, "I + F");
+    s.identity_plus_f = dominant_spectrum(shifted.decomposition);
+    if (!shifted.note.empty()) s.notes.push_back(shifted.note);
+  }
+  if (f.note.empty()) {
+    s.full = f.every_eigenvalue;
+    s.eigenvalues = f.decomposition.eigenvalues;
+    s.eigenvectors = f.decomposition.eigenvectors;
+  } else {
+    s.full = false;
+    s.notes.insert(s.notes.begin(), f.note);
+    const linalg::Eigendecomposition top = leading(f.decomposition, std::min(options.top_k, m.f.rows() - 2));
+    s.eigenvalues = top.eigenvalues;
+    s.eigenvectors = top.eigenvectors;
   }
   return s;
 }
@@ -363,8 +393,8 @@ IterationResult iterate_layer(const Transformer& model, const Sample& sample, co
   const Matrix step_matrix = dyn.residual ? Matrix(matrix.f + Matrix::Identity(d, d)) : matrix.f;
   SpectrumOptions spectrum_options;
   spectrum_options.top_k = std::max<Index>(spectrum_options.top_k, options.eigenvectors + 2);
-  bool full = false;
-  const linalg::Eigendecomposition decomposition = sorted_decomposition(step_matrix, spectrum_options, &full);
+  const linalg::Eigendecomposition decomposition =
+      sorted_spectrum(step_matrix, spectrum_options, r.step_matrix.c_str()).decomposition;
   r.step = dominant_spectrum(decomposition);
   r.expected_angle_per_step = std::arg(r.step.lambda1);
   const Matrix basis1 = dominant_basis(r.step);

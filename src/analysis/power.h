@@ -29,6 +29,7 @@
 #include "analysis/operator_metrics.h"
 #include "analysis/power_dynamics.h"
 #include "analysis/samples.h"
+#include "linalg/top_eigs.h"
 
 namespace tdyn {
 
@@ -40,6 +41,10 @@ using ProgressFn = std::function<void(const std::string&)>;
 struct SpectrumOptions {
   Index full_spectrum_max_d = 2048;  // dgeev (every eigenvalue) up to this d; Spectra top-k above it
   Index top_k = 8;                   // eigenpairs from Spectra when d is larger
+  // Spectra's subspace dimension, restarts and tolerance. When Arnoldi does not converge with them (it can
+  // fail on random layer matrices at d = 4096, whose leading moduli are barely separated) the top_k
+  // eigenpairs come from dgeev instead, and LayerSpectrum::notes says so.
+  linalg::TopEigenOptions arnoldi;
 };
 
 struct LayerSpectrum {
@@ -51,6 +56,8 @@ struct LayerSpectrum {
   DominantSpectrum identity_plus_f;   // of I + F_t
   double bias_norm = 0;               // ‖c_t‖
   double frobenius_norm = 0;          // ‖F_t‖_F
+  // One line for each matrix (F_t, I + F_t) whose top_k came from the dgeev fallback rather than Arnoldi.
+  std::vector<std::string> notes;
 
   nlohmann::json to_json() const;
 };

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 // LAPACK's complex scalars as std::complex, the layout of Eigen's complex scalars (lapack.h's documented override).
 #include <complex>
@@ -176,6 +177,66 @@ Vector singular_values(const Eigen::Ref<const ComplexMatrix>& a) {
   return sigma;
 }
 
+SingularValueDecomposition svd_leading(const Eigen::Ref<const Matrix>& a, Index k) {
+  require_square(a, "svd_leading");
+  require_finite(a, "svd_leading input");
+  const lapack_int n = as_lapack_int(a.rows(), "dgebrd");
+  if (k < 1 || k > n) fail("svd_leading: k = {} must satisfy 1 ≤ k ≤ d = {}", k, n);
+  const lapack_int wanted = static_cast<lapack_int>(k);
+
+  // A = Q B Pᵀ with B upper bidiagonal (diagonal, superdiagonal); Q and P stay as reflectors in reduced/tau.
+  Matrix reduced = a;
+  Vector diagonal(n), superdiagonal(std::max(1, n - 1)), tau_q(n), tau_p(n);
+  double optimal = 0;
+  lapack_int info = LAPACKE_dgebrd_work(LAPACK_COL_MAJOR, n, n, reduced.data(), std::max(1, n), diagonal.data(),
+                                        superdiagonal.data(), tau_q.data(), tau_p.data(), &optimal, -1);
+  check_info("dgebrd (workspace query)", info, "");
+  std::vector<double> work(queried_size(optimal));
+  info = LAPACKE_dgebrd_work(LAPACK_COL_MAJOR, n, n, reduced.data(), std::max(1, n), diagonal.data(),
+                             superdiagonal.data(), tau_q.data(), tau_p.data(), work.data(),
+                             static_cast<lapack_int>(work.size()));
+  check_info("dgebrd", info, "");
+
+  // Every singular value: dbdsqr without vectors runs dqds, O(d²), to high relative accuracy, descending.
+  SingularValueDecomposition result;
+  result.singular_values = diagonal;
+  Vector superdiagonal_copy = superdiagonal;
+  double unused = 0;
+  std::vector<double> bdsqr_work(4 * static_cast<size_t>(n));
+  info = LAPACKE_dbdsqr_work(LAPACK_COL_MAJOR, 'U', n, 0, 0, 0, result.singular_values.data(), superdiagonal_copy.data(),
+                             &unused, 1, &unused, 1, &unused, 1, bdsqr_work.data());
+  check_info("dbdsqr", info, "the bidiagonal QR iteration did not converge");
+
+  // The k leading vector pairs of B: eigenvectors of its Golub–Kahan tridiagonal, U_B in rows 0..d−1 of Z and
+  // V_B in rows d..2d−1. Z must be 2d × (d + 1) whatever k, as dgesvdx allocates it: when B splits into blocks
+  // dbdsvdx selects by value range within each block and clears and fills up to d + 1 columns (an 8 × 8
+  // identity overran a 2d × (k + 1) Z). At d = 4096 that is 256 MiB, the size of dgesdd's U and Vᵀ together.
+  Matrix z(2 * static_cast<Index>(n), static_cast<Index>(n) + 1);
+  Vector leading(2 * static_cast<Index>(n));  // dstebz, inside, may write up to 2d values (the 6 × 6 zero did)
+  lapack_int found = 0;
+  std::vector<double> bdsvdx_work(14 * static_cast<size_t>(n));
+  std::vector<lapack_int> bdsvdx_iwork(12 * static_cast<size_t>(n));
+  info = LAPACKE_dbdsvdx_work(LAPACK_COL_MAJOR, 'U', 'V', 'I', n, diagonal.data(), superdiagonal.data(), 0.0, 0.0, 1,
+                              wanted, &found, leading.data(), z.data(), static_cast<lapack_int>(z.rows()),
+                              bdsvdx_work.data(), bdsvdx_iwork.data());
+  check_info("dbdsvdx", info, "some singular vectors failed to converge in inverse iteration");
+  if (found != wanted) fail("LAPACK dbdsvdx returned {} singular triplets, {} requested", found, wanted);
+
+  // U = Q U_B and V = P V_B.
+  result.u = z.topLeftCorner(n, k);
+  result.v = z.block(n, 0, n, k);
+  for (auto [vect, tau, c] : {std::tuple{'Q', &tau_q, &result.u}, std::tuple{'P', &tau_p, &result.v}}) {
+    info = LAPACKE_dormbr_work(LAPACK_COL_MAJOR, vect, 'L', 'N', n, wanted, n, reduced.data(), std::max(1, n),
+                               tau->data(), c->data(), std::max(1, n), &optimal, -1);
+    check_info("dormbr (workspace query)", info, "");
+    work.resize(std::max(work.size(), static_cast<size_t>(queried_size(optimal))));
+    info = LAPACKE_dormbr_work(LAPACK_COL_MAJOR, vect, 'L', 'N', n, wanted, n, reduced.data(), std::max(1, n),
+                               tau->data(), c->data(), std::max(1, n), work.data(), static_cast<lapack_int>(work.size()));
+    check_info("dormbr", info, "");
+  }
+  return result;
+}
+
 // ---- Complex Schur form via dgees ---------------------------------------------------------------------
 
 ComplexMatrix ComplexSchur::strictly_upper() const {
@@ -228,6 +289,47 @@ ComplexSchur complex_schur(const Eigen::Ref<const Matrix>& a) {
     ++k;
   }
   return schur;
+}
+
+// ---- Real Schur form via dgees without vectors -----------------------------------------------------------
+
+RealSchurForm real_schur_form(const Eigen::Ref<const Matrix>& a) {
+  require_square(a, "dgees");
+  require_finite(a, "dgees input");
+  const lapack_int n = as_lapack_int(a.rows(), "dgees");
+
+  RealSchurForm schur;
+  schur.t = a;  // overwritten by T
+  Vector wr(n), wi(n);
+  lapack_int sdim = 0;
+  double vs_unused = 0, optimal = 0;
+  lapack_int info = LAPACKE_dgees_work(LAPACK_COL_MAJOR, 'N', 'N', nullptr, n, schur.t.data(), std::max(1, n), &sdim,
+                                       wr.data(), wi.data(), &vs_unused, 1, &optimal, -1, nullptr);
+  check_info("dgees (workspace query)", info, "");
+  std::vector<double> work(queried_size(optimal));
+  info = LAPACKE_dgees_work(LAPACK_COL_MAJOR, 'N', 'N', nullptr, n, schur.t.data(), std::max(1, n), &sdim, wr.data(),
+                            wi.data(), &vs_unused, 1, work.data(), static_cast<lapack_int>(work.size()), nullptr);
+  check_info("dgees", info, "the QR algorithm failed to compute all the eigenvalues");
+  schur.eigenvalues.resize(n);
+  for (lapack_int i = 0; i < n; ++i) schur.eigenvalues[i] = Complex(wr[i], wi[i]);
+  return schur;
+}
+
+double RealSchurForm::strictly_upper_norm() const {
+  const Index n = t.rows();
+  double squared = 0;
+  for (Index col = 1; col < n; ++col) {
+    // Column col closes a 2×2 block when the entry below the diagonal to its left is nonzero. That block's
+    // (col − 1, col) entry is not part of N: the block contributes (a − e)² + (b + c)² (see dense.h). Adding b²
+    // and subtracting it again would cost the accuracy this form exists for when J is nearly normal.
+    const bool closes_block = t(col, col - 1) != 0;
+    squared += t.col(col).head(closes_block ? col - 1 : col).squaredNorm();
+    if (closes_block) {
+      const double a = t(col - 1, col - 1), b = t(col - 1, col), c = t(col, col - 1), e = t(col, col);
+      squared += (a - e) * (a - e) + (b + c) * (b + c);
+    }
+  }
+  return std::sqrt(squared);
 }
 
 }  // namespace tdyn::linalg

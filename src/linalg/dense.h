@@ -66,6 +66,13 @@ SingularValueDecomposition svd(const Eigen::Ref<const Matrix>& a, bool want_vect
 Vector singular_values(const Eigen::Ref<const Matrix>& a);
 Vector singular_values(const Eigen::Ref<const ComplexMatrix>& a);
 
+// Every singular value of a square matrix and the singular vectors of only the k largest, from one bidiagonal
+// reduction: dgebrd, then dbdsqr for all σ (dqds, the values dgesdd 'N' gives), dbdsvdx for the k leading
+// vector pairs of the bidiagonal, and dormbr to map those k back. This is dgesvdx's route plus the remaining
+// values; it avoids dgesdd's d × d back-transformations, most of the cost of a full SVD when k ≪ d. u and v
+// are d × k. Throws Error unless 1 ≤ k ≤ d.
+SingularValueDecomposition svd_leading(const Eigen::Ref<const Matrix>& a, Index k);
+
 // ---- Complex Schur form -------------------------------------------------------------------------------
 
 // J = Q T Q*, Q unitary, T upper triangular with the eigenvalues on its diagonal; T = Λ + N with Λ = diag(T)
@@ -85,5 +92,23 @@ struct ComplexSchur {
 };
 
 ComplexSchur complex_schur(const Eigen::Ref<const Matrix>& a);
+
+// ---- Real Schur form without Schur vectors -------------------------------------------------------------
+
+// A = Z T Zᵀ with Z not formed (dgees, jobvs = 'N'): for the eigenvalues together with the departure from
+// normality, which needs T but not Z. T is quasi-upper triangular in LAPACK's standard form (1×1 blocks and
+// 2×2 blocks with equal diagonal entries carrying a conjugate pair).
+struct RealSchurForm {
+  Matrix t;                   // (d × d)
+  ComplexVector eigenvalues;  // (d), dgees's order: a conjugate pair adjacent, +Im first, exact conjugates
+
+  // ‖N‖_F of the complex Schur form Λ + N that T triangularises to (complex_schur's strictly_upper().norm()),
+  // without forming it: triangularising a 2×2 block B = [a b; c e] by a unitary 2×2 rotation changes neither
+  // the norm of the rest of T nor ‖B‖_F, so the block contributes ‖B‖_F² − 2|λ|² = (a − e)² + (b + c)²
+  // (|λ|² = det B), a sum of squares with no cancellation, unlike ‖A‖_F² − Σ|λ|².
+  double strictly_upper_norm() const;
+};
+
+RealSchurForm real_schur_form(const Eigen::Ref<const Matrix>& a);
 
 }  // namespace tdyn::linalg

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include "linalg/dense.h"
 
@@ -45,5 +46,11 @@ struct TopEigenpairs {
 // form) or when Arnoldi does not converge within max_restarts.
 TopEigenpairs top_eigenpairs(const Eigen::Ref<const Matrix>& a, Index k, const TopEigenOptions& options = {});
 TopEigenpairs top_eigenpairs(const MatrixFreeOperator& op, Index k, const TopEigenOptions& options = {});
+
+// The same, but when Arnoldi does not converge (Spectra reports anything but success) the result is empty
+// instead of an Error, so that a caller holding the dense matrix can fall back to dgeev. Bad arguments and
+// NaN/Inf input still throw.
+std::optional<TopEigenpairs> top_eigenpairs_if_converged(const Eigen::Ref<const Matrix>& a, Index k,
+                                                         const TopEigenOptions& options = {});
 
 }  // namespace tdyn::linalg

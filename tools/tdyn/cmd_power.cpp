@@ -207,6 +207,10 @@ int run_power(PowerArgs& a) {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       matrices.push_back(layer_matrix(*model, l));
       spectra.push_back(layer_spectrum(matrices.back(), a.spectrum));
+      for (const std::string& note : spectra.back().notes) {
+        notes.push_back(fmt::format("layer {}: {}", l, note));
+        if (progress) progress(notes.back());
+      }
       if (progress) progress(fmt::format("spectrum of F_{}: |lambda1| = {:.4g}, |lambda2|/|lambda1| = {:.4f}", l,
                                          std::abs(spectra.back().f.lambda1), spectra.back().f.modulus_ratio));
     }
@@ -372,6 +376,7 @@ int run_power(PowerArgs& a) {
     out.options()["samples"]["data"] = default_corpus().string();
   out.options()["tokenizer"] = a.samples.tokenizer;
   out.options()["spectrum"] = {{"full_spectrum_max_d", a.spectrum.full_spectrum_max_d}, {"top_k", a.spectrum.top_k},
+                               {"arnoldi_restarts", a.spectrum.arnoldi.max_restarts},
                                {"method", spectra[0].full ? "dgeev (all eigenvalues)" : "Spectra (top-k Arnoldi)"}};
   out.options()["save_matrices"] = a.save_matrices;
   out.options()["alignment"] = "a(x; v) = |<x, v>| / |x|; complex pair: |projection onto span{Re v1, Im v1}| / |x|";
@@ -401,6 +406,8 @@ std::function<int()> setup(CLI::App& app) {
   cmd->add_option("--full-spectrum-max-d", a->spectrum.full_spectrum_max_d, "Every eigenvalue (dgeev) up to this d_model; "
                   "above it the top-k by Arnoldi (Spectra)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--top-eigs", a->spectrum.top_k, "k for the Arnoldi top-k above --full-spectrum-max-d")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--arnoldi-restarts", a->spectrum.arnoldi.max_restarts, "Arnoldi restarts before the top-k falls back "
+                  "to dgeev")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--save-matrices", a->save_matrices, "Also write every F_t as layer_matrices.npy [layer, d, d] (float64)");
   cmd->add_option("--iterate-layer", a->iterate_layer, "Iterate this layer (default: the shared layer of a shared-weight model)");
   cmd->add_flag("--no-iterate", a->no_iterate, "Skip the iteration even for shared-weight models");

@@ -1,0 +1,171 @@
+// Cost of each operator metric (analysis/operator_metrics.h) on a random d × d matrix, and of the whole
+// operator_metrics() call against the named baseline: the former path that formed every vector, a complex Schur
+// form with Schur vectors (dgees 'V' + rotations) and a full SVD with vectors (dgesdd 'S').
+//
+//   bench_operator_metrics           d = 1024
+//   bench_operator_metrics --large   also d = 4096 (Llama 3.1 8B width; one run of each, about 12 minutes on 2 cores)
+//   --benchmark_repetitions=3        the table then shows the fastest repetition
+//
+// Rows, by the metrics they serve:
+//   schur_form_no_vectors      eigenvalues, Henrici departure (both forms), expanding/complex fractions
+//   eigenvalues_dgeev          the same eigenvalues without T (dgeev 'N'), for comparison: no Schur departure
+//   singular_values            condition number, effective ranks (dgesdd 'N')
+//   leading_svd_k100           every σ plus the top 100 singular vector pairs: self-alignment at k = 1, 10, 100
+//   norms_and_symmetry         ‖J‖_F and the symmetry index, O(d²)
+//   operator_metrics           the whole call as it is now
+//   complex_schur_with_vectors, svd_with_vectors, baseline_all_vectors   the former path, part by part and whole
+// Timing caveat: OPENBLAS_CORETYPE, when set, can halve GEMM speed; it is printed with the results.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "analysis/operator_metrics.h"
+#include "bench_common.h"
+#include "linalg/dense.h"
+
+namespace {
+
+using tdyn::bench::random_matrix;
+using tdyn::linalg::Matrix;
+
+void schur_form_no_vectors(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(tdyn::linalg::real_schur_form(a).strictly_upper_norm());
+}
+
+void eigenvalues_dgeev(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(tdyn::linalg::eigen_general(a, false).eigenvalues.data());
+}
+
+void singular_values(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(tdyn::linalg::singular_values(a).data());
+}
+
+void leading_svd_k100(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(tdyn::linalg::svd_leading(a, 100).u.data());
+}
+
+void norms_and_symmetry(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0));
+  for (auto _ : state) {
+    const double norm = a.norm();
+    benchmark::DoNotOptimize((a - a.transpose()).norm() / norm);
+  }
+}
+
+void operator_metrics(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(tdyn::operator_metrics(a).departure.schur);
+}
+
+void complex_schur_with_vectors(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(tdyn::linalg::complex_schur(a).t.data());
+}
+
+void svd_with_vectors(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(tdyn::linalg::svd(a, true).u.data());
+}
+
+// The decompositions operator_metrics() computed before it went values-only. The O(d²) arithmetic after them
+// (norms, fractions, ranks) is left out: it is the same in both paths and negligible next to O(d³).
+void baseline_all_vectors(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0));
+  for (auto _ : state) {
+    const tdyn::linalg::ComplexSchur schur = tdyn::linalg::complex_schur(a);
+    const tdyn::linalg::SingularValueDecomposition svd = tdyn::linalg::svd(a, true);
+    benchmark::DoNotOptimize(schur.strictly_upper().norm());
+    benchmark::DoNotOptimize(svd.u.data());
+  }
+}
+
+// Collects each run's mean wall time and prints seconds per metric per matrix, and the speed-up of the current
+// path over the baseline measured in the same run.
+class SecondsReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs)
+      if (run.run_type == Run::RT_Iteration) {
+        // The fastest of --benchmark_repetitions: on a shared 2-core machine the slow runs are interference.
+        const double seconds = run.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(run.time_unit);
+        const auto [entry, inserted] = seconds_.try_emplace(run.run_name.function_name + "/" + run.run_name.args, seconds);
+        if (!inserted) entry->second = std::min(entry->second, seconds);
+      }
+  }
+  void print_table(const std::vector<const char*>& names, const std::vector<long>& sizes) const {
+    fmt::print("\nOPENBLAS_CORETYPE = {}, OPENBLAS_NUM_THREADS = {}, OMP_NUM_THREADS = {}\n",
+               tdyn::bench::env_or_unset("OPENBLAS_CORETYPE"), tdyn::bench::env_or_unset("OPENBLAS_NUM_THREADS"),
+               tdyn::bench::env_or_unset("OMP_NUM_THREADS"));
+    fmt::print("seconds per matrix (fastest repetition)\n{:<28}", "metric");
+    for (long d : sizes) fmt::print(" {:>12}", fmt::format("d = {}", d));
+    fmt::print("\n");
+    for (const char* name : names) {
+      fmt::print("{:<28}", name);
+      for (long d : sizes) {
+        const auto s = seconds_.find(fmt::format("{}/{}", name, d));
+        fmt::print(" {:>12}", s == seconds_.end() ? "-" : fmt::format("{:.4f}", s->second));
+      }
+      fmt::print("\n");
+    }
+    for (long d : sizes) {
+      const auto now = seconds_.find(fmt::format("operator_metrics/{}", d));
+      const auto before = seconds_.find(fmt::format("baseline_all_vectors/{}", d));
+      if (now != seconds_.end() && before != seconds_.end())
+        fmt::print("d = {}: baseline_all_vectors / operator_metrics = {:.2f}x ({:.3f} s -> {:.3f} s)\n", d,
+                   before->second / now->second, before->second, now->second);
+    }
+  }
+
+ private:
+  std::map<std::string, double> seconds_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<long> sizes = {1024};
+  std::vector<char*> remaining;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--large") == 0) sizes.push_back(4096);
+    else remaining.push_back(argv[i]);
+  }
+  const std::pair<const char*, void (*)(benchmark::State&)> benchmarks[] = {
+      {"schur_form_no_vectors", schur_form_no_vectors},
+      {"eigenvalues_dgeev", eigenvalues_dgeev},
+      {"singular_values", singular_values},
+      {"leading_svd_k100", leading_svd_k100},
+      {"norms_and_symmetry", norms_and_symmetry},
+      {"operator_metrics", operator_metrics},
+      {"complex_schur_with_vectors", complex_schur_with_vectors},
+      {"svd_with_vectors", svd_with_vectors},
+      {"baseline_all_vectors", baseline_all_vectors}};
+  std::vector<const char*> names;
+  for (const auto& [name, function] : benchmarks) {
+    names.push_back(name);
+    for (long d : sizes) {
+      auto* b = benchmark::RegisterBenchmark(name, function)->Arg(d)->Unit(benchmark::kMillisecond)->UseRealTime();
+      if (d > 1024) b->Iterations(1);  // minutes per run at 4096: one is enough
+      else b->MinTime(0.5);
+    }
+  }
+
+  int remaining_argc = static_cast<int>(remaining.size());
+  benchmark::Initialize(&remaining_argc, remaining.data());
+  SecondsReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.print_table(names, sizes);
+  benchmark::Shutdown();
+  return 0;
+}
