@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "linalg/gemm.h"
 #include "model/ops.h"
 
 namespace tdyn {
@@ -712,8 +713,8 @@ Matrix StructuredMean::sum() const {
   Matrix inner = inner_;
   if (inner_identity_ != 0) inner.diagonal().array() += inner_identity_ * lambda_sum_;
   for (const auto& b : branches_) {
-    const Matrix m_in = b.diagonal ? Matrix(b.m_diag.asDiagonal() * *b.in) : Matrix(b.m_dense * *b.in);  // [r_out, d]
-    inner.noalias() += *b.out * m_in;
+    const Matrix m_in = b.diagonal ? Matrix(b.m_diag.asDiagonal() * *b.in) : linalg::multiply(b.m_dense, *b.in);  // [r_out, d]
+    linalg::multiply(*b.out, m_in, inner, 1.0);
   }
   if (post_weight_) inner = post_weight_->asDiagonal() * inner;
   inner.diagonal().array() += identity_ * static_cast<double>(count_);

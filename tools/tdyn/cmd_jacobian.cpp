@@ -12,6 +12,7 @@
 #include "pass_args.h"
 #include "core/error.h"
 #include "core/npy.h"
+#include "linalg/gemm.h"
 #include "report/figure.h"
 #include "report/progress.h"
 #include "report/results.h"
@@ -360,7 +361,7 @@ int run(const JacobianArgs& a) {
       Progress bar(mo.label + "metrics", K, "depths");
       for (int64_t k = 0; k < K; ++k) {
         const linalg::Matrix mean = pass ? pass->mean_jacobian(boundaries[k].hook) : r.jacobians.mean[k];
-        cumulative = k == 0 ? mean : linalg::Matrix(mean * cumulative);
+        cumulative = k == 0 ? mean : linalg::multiply(mean, cumulative);
         r.mean_metrics[k] = operator_metrics(mean, metric_opts);  // LAPACK's own threads do the work at large d
         r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
         if (sweep) sweep->add(mean);
