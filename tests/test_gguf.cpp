@@ -1,19 +1,24 @@
 // GGUF: writer -> reader round trip, HF Llama fixtures converted to GGUF and run against the float64
 // references, and one deliberately corrupt file per failure kind the reader must reject.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <random>
+#include <span>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "io/safetensors.h"
 #include "model/gguf_config.h"
+#include "model/init.h"
 #include "model/loader.h"
 #include "model/transformer.h"
 #include "test_util.h"
@@ -317,7 +322,7 @@ TEST(GgufLlama, Bf16FixtureMatchesItsReferenceLogits) {
   expect_logits_match(gguf, fixture / "refs.safetensors");
 }
 
-// Quantized weights reach the forward pass through TensorStore::floats. Q8_0 moves each weight of this
+// Quantized weights are used in place by the matrix products (kernels/products.h). Q8_0 moves each weight of this
 // fixture by about 0.5% (RMS, relative), which its three layers amplify to a few percent of the logits, in
 // proportion to the step (Q5_0's, 8x coarser, gives 0.33); a wrongly decoded block would move them by their
 // own size.
@@ -348,6 +353,51 @@ TEST(GgufLlama, Q8_0FixtureStaysCloseToReferenceLogits) {
     std::cout << "  llama_q8_0.gguf " << seq << ".logits: relative RMS difference " << relative_rms << "\n";
     EXPECT_LT(relative_rms, 0.06) << seq;  // measured 0.040 and 0.030; Q5_0 (8x coarser) gives 0.33
   }
+}
+
+// Relative RMS difference of `a` from `b`.
+double relative_rms(std::span<const float> a, std::span<const float> b) {
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff2 += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
+    ref2 += double(b[i]) * double(b[i]);
+  }
+  return std::sqrt(diff2 / ref2);
+}
+
+// K-quants need rows of 256 values: a random Llama of that width (d_mlp 512), every matrix stored as Q8_0 or Q4_K
+// and used in place, against its float32 source. Each format moves the logits in proportion to how far it moves
+X
+// same amplification for both; a block decoded wrongly, or a product reading the wrong rows, would break that.
+TEST(GgufLlama, BlockQuantizedModelsStayCloseToTheirFloat32Source) {
+  const fs::path dir = test::scratch_dir("gguf_llama_k_quants");
+  const nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", 256},
+                                 {"intermediate_size", 512}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                                 {"head_dim", 64}, {"num_hidden_layers", 2}, {"hidden_act", "silu"},
+                                 {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
+                                 {"vocab_size", 256}, {"bos_token_id", 1}, {"eos_token_id", 2},
+                                 {"tie_word_embeddings", false}, {"torch_dtype", "float32"}};
+  write_random_init(config, dir / "hf", 7);
+  const std::vector<int32_t> ids = {1, 17, 99, 3, 250, 42, 8, 8, 130, 77, 5, 64};
+  auto source = load_model(dir / "hf");
+  const Tensor reference = Transformer(source).forward(ids);
+  const FloatBuffer down = source->store.floats("model.layers.1.mlp.down_proj.weight");
+  std::map<DType, double> amplification;
+  for (DType type : {DType::Q8_0, DType::Q4_K}) {
+    const fs::path gguf = dir / fmt::format("model_{}.gguf", dtype_name(type));
+    convert_hf_llama(dir / "hf", gguf, /*write_vocab_size=*/true, type);
+    auto model = load_model(gguf);
+    for (const char* name : {"token_embd.weight", "blk.0.attn_q.weight", "blk.1.ffn_down.weight", "output.weight"})
+      EXPECT_EQ(model->store.get(name).dtype, type) << name;
+    const FloatBuffer quantized = model->store.floats("blk.1.ffn_down.weight");
+    const double weights = relative_rms({quantized.data(), quantized.size()}, {down.data(), down.size()});
+    const double logits = relative_rms(Transformer(model).forward(ids).data, reference.data);
+    std::cout << "  " << dtype_name(type) << ": relative RMS difference from float32: weights " << weights << ", logits " << logits << "\n";
+    EXPECT_LT(weights, type == DType::Q8_0 ? 0.01 : 0.12) << dtype_name(type);
+    EXPECT_LT(logits, 4 * weights) << dtype_name(type);
+    amplification[type] = logits / weights;
+  }
+  EXPECT_NEAR(amplification[DType::Q4_K] / amplification[DType::Q8_0], 1.0, 0.5);
 }
 
 TEST(GgufConfig, RejectsWhatTheForwardPassCannotRun) {
