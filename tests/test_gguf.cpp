@@ -367,7 +367,7 @@ double relative_rms(std::span<const float> a, std::span<const float> b) {
 
 // K-quants need rows of 256 values: a random Llama of that width (d_mlp 512), every matrix stored as Q8_0 or Q4_K
 // and used in place, against its float32 source. Each format moves the logits in proportion to how far it moves
-X
+// the weights (measured: Q8_0 0.53 % of the weights' RMS, 1.3 % of the logits'; Q4_K 8.0 % and 20 %), with the
 // same amplification for both; a block decoded wrongly, or a product reading the wrong rows, would break that.
 TEST(GgufLlama, BlockQuantizedModelsStayCloseToTheirFloat32Source) {
   const fs::path dir = test::scratch_dir("gguf_llama_k_quants");
