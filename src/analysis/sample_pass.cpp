@@ -308,7 +308,7 @@ struct LayerSums {
   std::vector<linalg::Matrix> jacobian_sums;         // per boundary, [0 × 0] for the final one or without Jacobians
   std::vector<std::vector<double>> probes;           // per probe of the layer, samples in order
 
-  // Flat float64 buffer for the reduction across ranks, and back (`like` gives the sizes).
+  // A flat float64 buffer for the reduction across ranks (add() reads it into sums of the same shapes).
   std::vector<double> to_buffer() const {
     std::vector<double> out;
     for (const auto& c : correlations) {
@@ -692,7 +692,6 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
     // Working buffers, one set per rank: the residual states (two halves) and the kept keys/values.
     const std::string stem = path.string() + (me.size > 1 ? fmt::format(".rank{}of{}", me.rank, me.size) : "");
     std::map<int64_t, int64_t> kv_slot;  // KV-source layer -> slot
-    int64_t kv_floats = 0;
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const int64_t src = transformer.layer_config(l).kv_source;
       if (src == l || kv_slot.count(src)) continue;
@@ -700,7 +699,7 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
     }
     int64_t kv_stride = 0;  // floats per row of a slot: the widest source's (Gemma 4's full-attention heads are wider)
     for (const auto& [src, slot] : kv_slot) kv_stride = std::max(kv_stride, c.n_kv_heads * transformer.layer_config(src).d_head);
-    kv_floats = 2 * static_cast<int64_t>(kv_slot.size()) * rows.offset.back() * kv_stride;
+    const int64_t kv_floats = 2 * static_cast<int64_t>(kv_slot.size()) * rows.offset.back() * kv_stride;
     WorkBuffer states(stem + ".states", 2 * rows.offset.back() * c.d_model, first_layer > 0);
     WorkBuffer kv(stem + ".kv", kv_floats, first_layer > 0);
     const LayerRunner runner(transformer, jacobians, samples, spec, rows, states.data(), kv.data(), kv_slot, kv_stride);

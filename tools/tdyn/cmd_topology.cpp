@@ -255,14 +255,11 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
 
   // ---- Graph, communities, boundary nodes per boundary.
   std::vector<BoundaryTopology> topo;
-  std::vector<int64_t> n_rows;  // tokens per boundary
   {
     PhaseTimer timer(out, "graphs_and_communities");
     Progress progress(fmt::format("topology {}: communities", label), n_boundaries, "boundaries");
     for (int64_t b = 0; b < n_boundaries; ++b) {
-      const topology::CorrelationAccumulator sums = pass->correlation(boundaries[b].hook);
-      n_rows.push_back(sums.n_rows());
-      const topology::CorrelationMatrix r = sums.correlation();
+      const topology::CorrelationMatrix r = pass->correlation(boundaries[b].hook).correlation();
       if (a.save_correlations)
         out.npy(fmt::format("correlation_{}.npy", boundaries[b].hook), r.values.data(), {d, d},
                 fmt::format("Pearson correlation of the residual units at {} [d_model, d_model] (NaN: constant unit)", boundaries[b].hook));
@@ -318,7 +315,7 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
       const auto& t = topo[b];
       const auto& p = t.scores.participation;
       rows.push_back({static_cast<double>(b), depth_of(boundaries[b]), static_cast<double>(boundaries[b].layer),
-                      static_cast<double>(boundaries[b].sublayer), static_cast<double>(n_rows[b]),
+                      static_cast<double>(boundaries[b].sublayer), static_cast<double>(pass->n_tokens()),
                       static_cast<double>(std::count(t.constant_unit.begin(), t.constant_unit.end(), true)),
                       static_cast<double>(t.graph.edges.size()), static_cast<double>(t.n_positive_edges),
                       static_cast<double>(t.n_negative_edges), static_cast<double>(t.partition.n_communities),
