@@ -35,7 +35,15 @@ void project(const float* x, int64_t rows, const StoredMatrix& w, bool transpose
   TDYN_CHECK(beta == 0.0f || beta == 1.0f);
   const int64_t n_out = transposed ? w.cols : w.rows, n_in = transposed ? w.rows : w.cols;
   if (rows == 0 || n_out == 0) return;
-  if (const float* f = w.f32()) {
+  const float* f = w.f32();
+  if (f && transposed && rows <= kDotProductRows) {
+    // One GEMV per row: sgemm would first copy (pack) the whole weight matrix for these few rows.
+    for (int64_t r = 0; r < rows; ++r)
+      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(w.rows), static_cast<int>(w.cols), 1.0f, f,
+                  static_cast<int>(w.row_bytes / 4), x + r * n_in, 1, beta, y + r * n_out, 1);
+    return;
+  }
+  if (f && rows > kDotProductRows) {
     sgemm(!transposed, rows, n_out, n_in, x, n_in, f, w.row_bytes / 4, beta, y, n_out);
     return;
   }

@@ -1,7 +1,9 @@
 // Products and gathers over stored matrices (kernels/stored_matrix.h), whatever their dtype:
-//   * float32 weights go to BLAS sgemm in place, exactly as a float32 model always has;
-//   * other dtypes, for a few rows of X (a decoding step), take one fused dot product per output
-//     (StoredMatrix::row_dot), split over threads by output rows: each weight byte is read once;
+//   * for a few rows of X (a decoding step), one fused dot product per output (StoredMatrix::row_dot, AVX2 when
+//     the CPU has it), split over threads by output rows: each weight byte is read once, straight from the
+//     mapping, which is what bounds a decoding step; float32 matrices stored transposed (GPT-2 Conv1D) go to
+//     BLAS sgemv instead. (sgemm would first copy the whole matrix into its packed layout for those few rows.)
+//   * float32 weights, for many rows, go to BLAS sgemm in place;
 //   * other dtypes, for many rows (a prompt, an analysis sample), are widened one panel of rows at a time into
 //     a small per-thread float32 buffer that sgemm then multiplies: the cost of widening is shared by every row
 //     of X, and no float32 copy of the whole matrix ever exists.

@@ -5,50 +5,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/dot.h"
 #include "kernels/quant_blocks.h"
 
 namespace tdyn {
-namespace {
-
-inline uint16_t load16(const std::byte* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-inline float bits_float(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-
-inline uint32_t float_bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-
-// float16 → float32 without branches, so that loops over it vectorise: the 15 exponent+mantissa bits moved
-// into float32's position and scaled by 2^112 (= 2^(127 − 15)) land exactly on the value for normal and
-// subnormal halves alike; exponent 31 (Inf/NaN) keeps its mantissa under an all-ones exponent.
-inline float half_bits_to_float(uint16_t h) {
-  const uint32_t magnitude = h & 0x7fffu;
-  uint32_t bits = float_bits(bits_float(magnitude << 13) * 0x1p112f);
-  bits |= magnitude >= 0x7c00u ? 0x7f800000u : 0u;
-  return bits_float(bits | (static_cast<uint32_t>(h & 0x8000u) << 16));
-}
-
-inline float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
-
-template <typename Widen>
-float dot16(const std::byte* row, const float* x, int64_t n, Widen widen) {
-  float sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += widen(load16(row + 2 * i)) * x[i];
-  return sum;
-}
-
-}  // namespace
 
 void convert_to_float(DType dtype, const std::byte* src, int64_t n, float* out) {
   switch (dtype) {
@@ -57,11 +17,11 @@ void convert_to_float(DType dtype, const std::byte* src, int64_t n, float* out) 
       return;
     case DType::F16:
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) out[i] = half_bits_to_float(load16(src + 2 * i));
+      for (int64_t i = 0; i < n; ++i) out[i] = half_bits_to_float(load_u16(src + 2 * i));
       return;
     case DType::BF16:
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(load16(src + 2 * i));
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(load_u16(src + 2 * i));
       return;
     case DType::F64:
       for (int64_t i = 0; i < n; ++i) {
@@ -120,18 +80,9 @@ void StoredMatrix::row_floats(int64_t r, int64_t col, int64_t n, float* out) con
 float StoredMatrix::row_dot(int64_t r, const float* x) const {
   const std::byte* p = row(r);
   switch (dtype) {
-    case DType::F32: {
-      float sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t i = 0; i < cols; ++i) {
-        float w;
-        std::memcpy(&w, p + 4 * i, 4);
-        sum += w * x[i];
-      }
-      return sum;
-    }
-    case DType::F16: return dot16(p, x, cols, half_bits_to_float);
-    case DType::BF16: return dot16(p, x, cols, bf16_bits_to_float);
+    case DType::F32: return dot_f32(p, x, cols);
+    case DType::F16: return dot_f16(p, x, cols);
+    case DType::BF16: return dot_bf16(p, x, cols);
     case DType::F64: {
       std::vector<float> w(cols);
       convert_to_float(dtype, p, cols, w.data());
