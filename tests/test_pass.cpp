@@ -428,7 +428,9 @@ TEST(PassCli, TwoMpiRanksEqualOneProcess) {
     if (name.rfind("correlation_", 0) != 0 && name != "mean_jacobians.npy") continue;
     ++arrays;
     const std::vector<double> a = read_npy(entry.path()).as_double(), b = read_npy(dir / "two" / name).as_double();
-    test::expect_close(b, a, 1e-12, 1e-14, "2 ranks vs 1: " + name);
+    // Only the order of the float64 sums differs; a Pearson correlation amplifies its round-off by the
+    // cancellation in E[xy] − E[x]E[y], hence an absolute tolerance of a few hundred ulps of 1.
+    test::expect_close(b, a, 1e-12, 1e-13, "2 ranks vs 1: " + name);
   }
   const int64_t n_layers = load_model(model)->config.n_layers;
   EXPECT_EQ(arrays, 1 + 2 * n_layers + 1);  // mean Jacobians + a correlation at every one of the 2L + 1 boundaries

@@ -1,7 +1,12 @@
 #include "model/ops.h"
 
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 
@@ -95,7 +100,52 @@ KeyRange visible_keys(const AttentionShape& s, int64_t pos) {
   return {first, last};
 }
 
+namespace {
+
+// Scores softmax(row) over the visible keys [first, last] of one query, in place; masked entries become 0.
+void softmax_visible(float* row, int64_t n_keys, KeyRange keys) {
+  float max_score = -std::numeric_limits<float>::infinity();
+  for (int64_t j = keys.first; j <= keys.last; ++j) max_score = std::max(max_score, row[j]);
+  double sum = 0;
+  for (int64_t j = keys.first; j <= keys.last; ++j) {
+    row[j] = std::exp(row[j] - max_score);
+    sum += row[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = keys.first; j <= keys.last; ++j) row[j] *= inv;
+  std::fill(row, row + keys.first, 0.0f);
+  std::fill(row + keys.last + 1, row + n_keys, 0.0f);
+}
+
+// Many queries (a prompt): per head, scores = scale Q Kᵀ and z = P V as two BLAS products, the softmax between
+// them over rows split across threads.
+void attention_products(const AttentionShape& s, const float* q, const float* k, const float* v, float* z,
+                        float* pattern) {
+  const int64_t group = s.n_heads / s.n_kv_heads, n_q = s.n_queries, n_k = s.n_keys, hd = s.d_head;
+  const int q_stride = static_cast<int>(s.n_heads * hd), kv_stride = static_cast<int>(s.n_kv_heads * hd);
+  thread_local std::vector<float> scores;
+  scores.resize(n_q * n_k);
+  for (int64_t h = 0; h < s.n_heads; ++h) {
+    const int64_t kvh = h / group;
+    float* p = pattern ? pattern + h * n_q * n_k : scores.data();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_q), static_cast<int>(n_k), static_cast<int>(hd),
+                static_cast<float>(s.scale), q + h * hd, q_stride, k + kvh * hd, kv_stride, 0.0f, p, static_cast<int>(n_k));
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && n_q * n_k >= (int64_t{1} << 15))
+    for (int64_t i = 0; i < n_q; ++i) softmax_visible(p + i * n_k, n_k, visible_keys(s, s.start_pos + i));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n_q), static_cast<int>(hd), static_cast<int>(n_k),
+                1.0f, p, static_cast<int>(n_k), v + kvh * hd, kv_stride, 0.0f, z + h * hd, q_stride);
+  }
+}
+
+}  // namespace
+
 void attention(const AttentionShape& s, const float* q, const float* k, const float* v, float* z, float* pattern) {
+  // From this many queries on, the BLAS products beat the loop below, which reads each key once per query.
+  constexpr int64_t kProductQueries = 16;
+  if (s.n_queries >= kProductQueries) {
+    attention_products(s, q, k, v, z, pattern);
+    return;
+  }
   const int64_t group = s.n_heads / s.n_kv_heads;
   const int64_t q_stride = s.n_heads * s.d_head, kv_stride = s.n_kv_heads * s.d_head;
   // Threads only pay off above ~10^5 multiply-adds; below that, waking them costs more than the work.
@@ -109,32 +159,20 @@ void attention(const AttentionShape& s, const float* q, const float* k, const fl
         const int64_t kvh = h / group;
         const float* qi = q + i * q_stride + h * s.d_head;
         const KeyRange keys = visible_keys(s, s.start_pos + i);
-        float max_score = -std::numeric_limits<float>::infinity();
         for (int64_t j = keys.first; j <= keys.last; ++j) {
           const float* kj = k + j * kv_stride + kvh * s.d_head;
           float dot = 0;
           for (int64_t e = 0; e < s.d_head; ++e) dot += qi[e] * kj[e];
           p[j] = static_cast<float>(dot * s.scale);
-          max_score = std::max(max_score, p[j]);
         }
-        double sum = 0;
-        for (int64_t j = keys.first; j <= keys.last; ++j) {
-          p[j] = std::exp(p[j] - max_score);
-          sum += p[j];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
+        softmax_visible(p.data(), s.n_keys, keys);
         float* zi = z + i * q_stride + h * s.d_head;
         std::fill(zi, zi + s.d_head, 0.0f);
         for (int64_t j = keys.first; j <= keys.last; ++j) {
-          p[j] *= inv;
           const float* vj = v + j * kv_stride + kvh * s.d_head;
           for (int64_t e = 0; e < s.d_head; ++e) zi[e] += p[j] * vj[e];
         }
-        if (pattern) {
-          float* row = pattern + (h * s.n_queries + i) * s.n_keys;
-          std::fill(row, row + s.n_keys, 0.0f);
-          std::copy(p.begin() + keys.first, p.begin() + keys.last + 1, row + keys.first);
-        }
+        if (pattern) std::copy(p.begin(), p.end(), pattern + (h * s.n_queries + i) * s.n_keys);
       }
     }
   }

@@ -21,6 +21,11 @@ void hook(ActivationCache* hooks, const std::string& name, const float* data, Sh
   if (hooks) hooks->capture(name, data, std::move(shape));
 }
 
+// A block's hook: the name is only formatted when activations are being captured.
+void hook(ActivationCache* hooks, int64_t layer, const char* name, const float* data, Shape shape) {
+  if (hooks) hooks->capture(block_hook(layer, name), data, std::move(shape));
+}
+
 // One residual step around a sublayer output f [n, d] (the output projection incl. bias), by norm placement:
 // Pre and PostResidual add f itself; PostSublayer and Sandwich add post_norm(f) (HF Olmo3 / Gemma 4
 // post_*_layernorm); PostResidual then normalises the sum (BERT/ALBERT Add & LayerNorm). Returns what was added.
@@ -190,7 +195,7 @@ Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVC
   if (c.qk_norm == QKNorm::FullProjection) rms_norm(q.ptr(), n, q_dim, L.q_norm, c.norm_eps, q.ptr());
   if (c.qk_norm == QKNorm::PerHead) rms_norm(q.ptr(), n * c.n_heads, hd, L.q_norm, c.norm_eps, q.ptr());
   apply_rope(lc.rope.style, inv_freq_[l], q.ptr(), n, c.n_heads, hd, start);
-  hook(hooks, block_hook(l, "attn.hook_q"), q.ptr(), {n, c.n_heads, hd});
+  hook(hooks, l, "attn.hook_q", q.ptr(), {n, c.n_heads, hd});
 
   Tensor k, v;  // [pos, n_kv_heads * d_head], this chunk's own keys/values
   if (own_kv) {
@@ -202,8 +207,8 @@ Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVC
     if (c.qk_norm == QKNorm::PerHead) rms_norm(k.ptr(), n * c.n_kv_heads, hd, L.k_norm, c.norm_eps, k.ptr());
     if (c.v_norm) rms_norm(v.ptr(), n * c.n_kv_heads, hd, Norm{}, c.norm_eps, v.ptr());  // Gemma 4 v_norm: no scale
     apply_rope(lc.rope.style, inv_freq_[l], k.ptr(), n, c.n_kv_heads, hd, start);
-    hook(hooks, block_hook(l, "attn.hook_k"), k.ptr(), {n, c.n_kv_heads, hd});
-    hook(hooks, block_hook(l, "attn.hook_v"), v.ptr(), {n, c.n_kv_heads, hd});
+    hook(hooks, l, "attn.hook_k", k.ptr(), {n, c.n_kv_heads, hd});
+    hook(hooks, l, "attn.hook_v", v.ptr(), {n, c.n_kv_heads, hd});
   }
   const float* keys = k.ptr();
   const float* values = v.ptr();
@@ -223,18 +228,17 @@ Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVC
     TDYN_CHECK(own_kv && start == 0);  // a KV-shared layer needs its source's keys; a later chunk its past
   }
 
-  const std::string pattern_name = block_hook(l, "attn.hook_pattern");
-  const bool want_pattern = hooks && hooks->wants(pattern_name);
+  const bool want_pattern = hooks && hooks->wants(block_hook(l, "attn.hook_pattern"));
   Tensor pattern = want_pattern ? Tensor({c.n_heads, n, n_keys}) : Tensor();
   Tensor z({n, q_dim});  // attention mix per head, before W_O
   AttentionShape shape{n, n_keys, start, c.n_heads, c.n_kv_heads, hd, lc.attn_scale, c.causal, lc.sliding_window};
   tdyn::attention(shape, q.ptr(), keys, values, z.ptr(), want_pattern ? pattern.ptr() : nullptr);
-  if (want_pattern) hook(hooks, pattern_name, pattern.ptr(), pattern.shape);
-  hook(hooks, block_hook(l, "attn.hook_z"), z.ptr(), {n, c.n_heads, hd});
+  if (want_pattern) hook(hooks, l, "attn.hook_pattern", pattern.ptr(), pattern.shape);
+  hook(hooks, l, "attn.hook_z", z.ptr(), {n, c.n_heads, hd});
   Tensor out({n, c.d_model});
   L.o.apply(z.ptr(), n, out.ptr());
   check_finite(out, start, l, "attn.hook_out_proj", "the attention sublayer");
-  hook(hooks, block_hook(l, "attn.hook_out_proj"), out.ptr(), {n, c.d_model});
+  hook(hooks, l, "attn.hook_out_proj", out.ptr(), {n, c.d_model});
   return out;
 }
 
@@ -247,18 +251,18 @@ Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks, 
   if (c.gated_mlp) {
     Tensor gate({n, d_mlp});
     L.gate.apply(input.ptr(), n, gate.ptr());
-    hook(hooks, block_hook(l, "mlp.hook_pre"), gate.ptr(), {n, d_mlp});
-    hook(hooks, block_hook(l, "mlp.hook_pre_linear"), up.ptr(), {n, d_mlp});
+    hook(hooks, l, "mlp.hook_pre", gate.ptr(), {n, d_mlp});
+    hook(hooks, l, "mlp.hook_pre_linear", up.ptr(), {n, d_mlp});
     for (int64_t i = 0; i < up.size(); ++i) up.data[i] *= activate(c.activation, gate.data[i]);
   } else {
-    hook(hooks, block_hook(l, "mlp.hook_pre"), up.ptr(), {n, d_mlp});
+    hook(hooks, l, "mlp.hook_pre", up.ptr(), {n, d_mlp});
     activate_inplace(c.activation, up.ptr(), up.size());
   }
-  hook(hooks, block_hook(l, "mlp.hook_post"), up.ptr(), {n, d_mlp});
+  hook(hooks, l, "mlp.hook_post", up.ptr(), {n, d_mlp});
   Tensor out({n, c.d_model});
   L.down.apply(up.ptr(), n, out.ptr());
   check_finite(out, start, l, "mlp.hook_out_proj", "the MLP sublayer");
-  hook(hooks, block_hook(l, "mlp.hook_out_proj"), out.ptr(), {n, c.d_model});
+  hook(hooks, l, "mlp.hook_out_proj", out.ptr(), {n, c.d_model});
   return out;
 }
 
@@ -270,7 +274,7 @@ void Transformer::attention_block(int64_t l, Tensor& x, int64_t start, KVCache* 
   if (has_pre_norm(c.norm_placement)) {
     Tensor h({n, d});  // normalised stream
     apply_norm(c.norm, x.ptr(), n, d, L.attn_norm, c.norm_eps, h.ptr());
-    hook(hooks, block_hook(l, "ln1.hook_normalized"), h.ptr(), {n, d});
+    hook(hooks, l, "ln1.hook_normalized", h.ptr(), {n, d});
     f = attention(l, h, start, cache, hooks);
   } else {
     f = attention(l, x, start, cache, hooks);
@@ -278,8 +282,8 @@ void Transformer::attention_block(int64_t l, Tensor& x, int64_t start, KVCache* 
   Tensor added = residual_step(c, x, std::move(f), L.attn_post_norm);
   check_finite(x, start, l, "hook_resid_mid",
                "the attention step's residual add or post-norm (the attention output was finite)");
-  hook(hooks, block_hook(l, "hook_attn_out"), added.ptr(), {n, d});
-  hook(hooks, block_hook(l, "hook_resid_mid"), x.ptr(), {n, d});
+  hook(hooks, l, "hook_attn_out", added.ptr(), {n, d});
+  hook(hooks, l, "hook_resid_mid", x.ptr(), {n, d});
 }
 
 void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, ActivationCache* hooks,
@@ -291,19 +295,19 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
   if (has_pre_norm(c.norm_placement)) {
     Tensor h({n, d});
     apply_norm(c.norm, x.ptr(), n, d, L.mlp_norm, c.norm_eps, h.ptr());
-    hook(hooks, block_hook(l, "ln2.hook_normalized"), h.ptr(), {n, d});
+    hook(hooks, l, "ln2.hook_normalized", h.ptr(), {n, d});
     f = mlp(l, h, hooks, start);
   } else {
     f = mlp(l, x, hooks, start);
   }
   Tensor added = residual_step(c, x, std::move(f), L.mlp_post_norm);
-  hook(hooks, block_hook(l, "hook_mlp_out"), added.ptr(), {n, d});
+  hook(hooks, l, "hook_mlp_out", added.ptr(), {n, d});
 
   if (c.d_per_layer_input > 0) {
     // Gemma4TextDecoderLayer, after the MLP residual: x += post_per_layer_input_norm(per_layer_projection(
     //   act(per_layer_input_gate(x)) * per_layer_input[:, layer]))
     TDYN_CHECK(per_layer_input != nullptr);
-    hook(hooks, block_hook(l, "hook_resid_after_mlp"), x.ptr(), {n, d});
+    hook(hooks, l, "hook_resid_after_mlp", x.ptr(), {n, d});
     const int64_t P = c.d_per_layer_input;
     Tensor gate({n, P});  // [pos, d_per_layer]
     L.ple_gate.apply(x.ptr(), n, gate.ptr());
@@ -314,9 +318,9 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
     Tensor branch({n, d});
     L.ple_proj.apply(gate.ptr(), n, branch.ptr());
     rms_norm(branch.ptr(), n, d, L.ple_post_norm, c.norm_eps, branch.ptr());
-    hook(hooks, block_hook(l, "hook_ple_out"), branch.ptr(), {n, d});
+    hook(hooks, l, "hook_ple_out", branch.ptr(), {n, d});
     add_inplace(x.ptr(), branch.ptr(), x.size());
-    hook(hooks, block_hook(l, "hook_resid_after_ple"), x.ptr(), {n, d});
+    hook(hooks, l, "hook_resid_after_ple", x.ptr(), {n, d});
   }
   if (c.layer_scalar) {
     const float s = L.layer_scalar[0];
@@ -324,7 +328,7 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
   }
   check_finite(x, start, l, "hook_resid_post",
                "the MLP step's residual add, post-norm, per-layer-input branch or layer scalar (the MLP output was finite)");
-  hook(hooks, block_hook(l, "hook_resid_post"), x.ptr(), {n, d});
+  hook(hooks, l, "hook_resid_post", x.ptr(), {n, d});
 }
 
 Tensor Transformer::unembed(const Tensor& x, ActivationCache* hooks, int64_t start) const {
@@ -381,7 +385,7 @@ Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks
   }
   KVCache* kv = cache ? cache : &chunk;
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    hook(hooks, block_hook(l, "hook_resid_pre"), x.ptr(), {n, c.d_model});
+    hook(hooks, l, "hook_resid_pre", x.ptr(), {n, c.d_model});
     attention_block(l, x, start, kv, hooks);
     mlp_block(l, x, per_layer.empty() ? nullptr : per_layer[l].ptr(), hooks, start);
   }

@@ -1,0 +1,146 @@
+// The forward pass's arithmetic kernels against plain float64 loops: dot products over stored rows (every length,
+// so that the vector body and the tails are both exercised), matrix products in each of their paths, and
+// attention computed with BLAS products against the one-query loop.
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/dtype.h"
+#include "kernels/dot.h"
+#include "kernels/products.h"
+#include "model/ops.h"
+#include "test_util.h"
+
+namespace tdyn {
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> gaussian;
+  std::vector<float> v(n);
+  for (float& x : v) x = gaussian(generator);
+  return v;
+}
+
+// Values stored as `dtype` (F32, F16 or BF16) and the float32 values they hold.
+struct Stored {
+  std::vector<std::byte> bytes;
+  std::vector<float> values;
+};
+
+Stored store(const std::vector<float>& v, DType dtype) {
+  Stored s;
+  const size_t width = dtype == DType::F32 ? 4 : 2;
+  s.bytes.resize(v.size() * width);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::F32) {
+      std::memcpy(s.bytes.data() + 4 * i, &v[i], 4);
+      s.values.push_back(v[i]);
+      continue;
+    }
+    const uint16_t bits = dtype == DType::F16 ? float_to_half(v[i]) : float_to_bf16(v[i]);
+    std::memcpy(s.bytes.data() + 2 * i, &bits, 2);
+    s.values.push_back(dtype == DType::F16 ? half_to_float(bits) : bf16_to_float(bits));
+  }
+  return s;
+}
+
+TEST(DotKernels, EqualFloat64DotsAtEveryLength) {
+  for (const DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (const int64_t n : {0, 1, 7, 8, 9, 31, 32, 33, 63, 64, 100, 1000, 4099}) {
+      const Stored w = store(random_floats(n, 1), dtype);
+      const std::vector<float> x = random_floats(n, 2);
+      double expected = 0, magnitude = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        expected += double(w.values[i]) * x[i];
+        magnitude += std::abs(double(w.values[i]) * x[i]);
+      }
+      const float got = dtype == DType::F32 ? dot_f32(w.bytes.data(), x.data(), n)
+                        : dtype == DType::F16 ? dot_f16(w.bytes.data(), x.data(), n)
+                                              : dot_bf16(w.bytes.data(), x.data(), n);
+      // float32 accumulation: a few ulps of the sum of magnitudes
+      EXPECT_NEAR(got, expected, 1e-6 * magnitude + 1e-30) << dtype_name(dtype) << " n = " << n;
+    }
+  }
+}
+
+// Y = X Wᵀ in float64 from the stored values, W [n_out, n_in].
+std::vector<double> reference_product(const std::vector<float>& x, int64_t rows, const std::vector<float>& w,
+                                      int64_t n_out, int64_t n_in) {
+  std::vector<double> y(rows * n_out);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t i = 0; i < n_in; ++i) y[r * n_out + o] += double(x[r * n_in + i]) * w[o * n_in + i];
+  return y;
+}
+
+TEST(Project, EveryPathEqualsTheFloat64Product) {
+  const int64_t n_out = 48, n_in = 72;
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    const Stored w = store(random_floats(n_out * n_in, 3), dtype);
+    // Wᵀ as GPT-2's Conv1D stores it, [n_in, n_out]
+    std::vector<float> wt(n_in * n_out);
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t i = 0; i < n_in; ++i) wt[i * n_out + o] = w.values[o * n_in + i];
+    const Stored w_t = store(wt, dtype);
+    for (const int64_t rows : {1, 3, 4, 5, 40}) {  // ≤ 4 rows: one dot product per output; more: BLAS
+      const std::vector<float> x = random_floats(rows * n_in, 4);
+      const std::vector<double> expected = reference_product(x, rows, w.values, n_out, n_in);
+      for (const bool transposed : {false, true}) {
+        const StoredMatrix m{transposed ? w_t.bytes.data() : w.bytes.data(), dtype, transposed ? n_in : n_out,
+                             transposed ? n_out : n_in, (transposed ? n_out : n_in) * int64_t(dtype_size(dtype))};
+        std::vector<float> y(rows * n_out, 1.0f);
+        project(x.data(), rows, m, transposed, 0.0f, y.data());
+        test::expect_close(y, expected, 1e-5, 1e-5,
+                           fmt::format("{} rows = {} transposed = {}", dtype_name(dtype), rows, transposed));
+        project(x.data(), rows, m, transposed, 1.0f, y.data());  // beta 1 adds to Y
+        std::vector<double> twice = expected;
+        for (double& v : twice) v *= 2;
+        test::expect_close(y, twice, 1e-5, 1e-5,
+                           fmt::format("{} rows = {} transposed = {}, beta 1", dtype_name(dtype), rows, transposed));
+      }
+    }
+  }
+}
+
+// Attention over many queries (BLAS products) equals the same queries run one at a time (the loop), pattern
+// included: causal, sliding-window and bidirectional, with grouped keys/values.
+TEST(Attention, ProductsEqualTheOneQueryLoop) {
+  const int64_t n = 40, n_heads = 4, n_kv_heads = 2, d_head = 8;
+  const std::vector<float> q = random_floats(n * n_heads * d_head, 5), k = random_floats(n * n_kv_heads * d_head, 6),
+                           v = random_floats(n * n_kv_heads * d_head, 7);
+  struct Case {
+    bool causal;
+    int64_t window;
+  };
+  for (const Case c : {Case{true, 0}, Case{true, 5}, Case{false, 0}}) {
+    const AttentionShape all{n, n, 0, n_heads, n_kv_heads, d_head, 0.35, c.causal, c.window};
+    std::vector<float> z(n * n_heads * d_head), pattern(n_heads * n * n);
+    attention(all, q.data(), k.data(), v.data(), z.data(), pattern.data());
+    std::vector<float> z_loop(z.size()), pattern_loop(pattern.size());
+    for (int64_t i = 0; i < n; ++i) {
+      AttentionShape one = all;
+      one.n_queries = 1;
+      one.start_pos = i;
+      std::vector<float> row_pattern(n_heads * n);
+      attention(one, q.data() + i * n_heads * d_head, k.data(), v.data(), z_loop.data() + i * n_heads * d_head,
+                row_pattern.data());
+      for (int64_t h = 0; h < n_heads; ++h)
+        std::copy_n(row_pattern.data() + h * n, n, pattern_loop.data() + (h * n + i) * n);
+    }
+    const std::string what = fmt::format("causal = {} window = {}", c.causal, c.window);
+    test::expect_close(z, z_loop, 1e-5, 1e-6, "z, " + what);
+    test::expect_close(pattern, pattern_loop, 1e-5, 1e-7, "pattern, " + what);
+    for (int64_t h = 0; h < n_heads; ++h)  // masked entries exactly 0
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const KeyRange keys = visible_keys(all, i);
+          if (j < keys.first || j > keys.last) EXPECT_EQ(pattern[(h * n + i) * n + j], 0.0f) << what;
+        }
+  }
+}
+
+}  // namespace
+}  // namespace tdyn
