@@ -1,6 +1,7 @@
 // The forward pass's arithmetic kernels against plain float64 loops: dot products over stored rows (every length,
 // so that the vector body and the tails are both exercised), matrix products in each of their paths, and
 // attention computed with BLAS products against the one-query loop.
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -140,6 +141,44 @@ TEST(Attention, ProductsEqualTheOneQueryLoop) {
           if (j < keys.first || j > keys.last) EXPECT_EQ(pattern[(h * n + i) * n + j], 0.0f) << what;
         }
   }
+}
+
+// SiLU (its exponential is the forward pass's own, vectorised) against float64 over the whole float range that
+// matters, to a couple of ulps.
+TEST(Activations, SiluWithinTwoUlpsOfFloat64) {
+  double worst = 0, worst_x = 0;
+  for (double x = -100; x <= 100; x += 0.001) {
+    const float xf = static_cast<float>(x);
+    const double expected = double(xf) / (1.0 + std::exp(-double(xf)));
+    const float got = activate(Activation::SiLU, xf);
+    if (std::abs(expected) < 1e-30) {  // x < -75: both are 0 to within 1e-30
+      EXPECT_LT(std::abs(got), 1e-30) << "x = " << xf;
+      continue;
+    }
+    const double error = std::abs(got - expected) / std::abs(expected);
+    if (error > worst) worst = error, worst_x = xf;
+  }
+  EXPECT_LT(worst, 3e-7) << "worst relative error at x = " << worst_x;
+  std::vector<float> gate = random_floats(1000, 8), up = random_floats(1000, 9), expected = up;
+  for (size_t i = 0; i < gate.size(); ++i) expected[i] *= activate(Activation::SiLU, gate[i]);
+  gated_activate(Activation::SiLU, gate.data(), up.data(), static_cast<int64_t>(up.size()));
+  EXPECT_EQ(up, expected);
+}
+
+TEST(Attention, SoftmaxWithinAFewUlpsOfFloat64) {
+  const int64_t n = 300;
+  const std::vector<float> scores = random_floats(n, 10);
+  // One head, d_head 1, q = 1, k = scores: the pattern is softmax(scale · scores) over all keys.
+  const std::vector<float> q(n, 1.0f), v(n, 0.0f);
+  const AttentionShape shape{n, n, 0, 1, 1, 1, 3.0, false, 0};
+  std::vector<float> z(n), pattern(n * n);
+  attention(shape, q.data(), scores.data(), v.data(), z.data(), pattern.data());
+  double max_score = -1e300, sum = 0;
+  for (float s : scores) max_score = std::max(max_score, 3.0 * s);
+  for (float s : scores) sum += std::exp(3.0 * s - max_score);
+  std::vector<double> expected(n);
+  for (int64_t j = 0; j < n; ++j) expected[j] = std::exp(3.0 * scores[j] - max_score) / sum;
+  test::expect_close(std::vector<float>(pattern.begin(), pattern.begin() + n), expected, 2e-6, 1e-12, "softmax row 0");
 }
 
 }  // namespace

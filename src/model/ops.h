@@ -17,6 +17,8 @@ void apply_norm(NormKind kind, const float* x, int64_t rows, int64_t d, const No
 
 float activate(Activation a, float x);
 void activate_inplace(Activation a, float* x, int64_t n);
+// up[i] *= act(gate[i]): the gated MLP's product.
+void gated_activate(Activation a, const float* gate, float* up, int64_t n);
 
 // x = cap * tanh(x / cap) elementwise (Gemma final logit soft-capping).
 void softcap_inplace(float* x, int64_t n, double cap);

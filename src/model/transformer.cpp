@@ -253,7 +253,7 @@ Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks, 
     L.gate.apply(input.ptr(), n, gate.ptr());
     hook(hooks, l, "mlp.hook_pre", gate.ptr(), {n, d_mlp});
     hook(hooks, l, "mlp.hook_pre_linear", up.ptr(), {n, d_mlp});
-    for (int64_t i = 0; i < up.size(); ++i) up.data[i] *= activate(c.activation, gate.data[i]);
+    gated_activate(c.activation, gate.ptr(), up.ptr(), up.size());
   } else {
     hook(hooks, l, "mlp.hook_pre", up.ptr(), {n, d_mlp});
     activate_inplace(c.activation, up.ptr(), up.size());
