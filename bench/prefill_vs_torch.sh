@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Prefill tokens/s of tdyn's forward pass (bench_forward) against a PyTorch float32 CPU forward of the same
+# llama2.c checkpoint (bench/torch_llama2c_forward.py), measured in the same run: one thread each, then each side's
+# best setting on this machine's cores (PyTorch: every split of intra-op threads × OpenBLAS threads).
+# Model: random, 12 layers, d = 768, 12 heads, SwiGLU 2048, vocab 512 (bench/make_llama2c_model.py).
+#   bench/prefill_vs_torch.sh [BUILD_DIR] [TOKENS] [REPEATS]     (defaults build, 256, 5)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+tokens=${2:-256}
+repeats=${3:-5}
+py=/usr/bin/python3
+[ -x "$build/bench_forward" ] || { echo "build $build/bench_forward first (cmake --build $build --target bench_forward)" >&2; exit 1; }
+$py -c 'import torch' 2>/dev/null || { echo "torch is not importable by $py (apt-get install python3-torch)" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+model=$work/llama-d768.bin
+$py bench/make_llama2c_model.py "$model" 768 12 12 12 2048 512 512
+cores=$(nproc)
+echo "T = $tokens, median of $repeats; $cores cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+tdyn_rate() {  # threads
+  OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 "$build/bench_forward" "$model" "$tokens" "$repeats" "$1" |
+    sed -nE 's/^prefill_tok_s (.*)/\1/p'
+}
+torch_rate() {  # intra-op threads, BLAS threads
+  OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$2 $py bench/torch_llama2c_forward.py "$model" "$tokens" "$repeats" "$1"
+}
+best() { printf "%s\n" "$@" | sort -g | tail -1; }
+
+tdyn1=$(tdyn_rate 1)
+torch1=$(torch_rate 1 1)
+tdyn_best=$tdyn1 torch_best=$torch1 torch_setting="1 × 1"
+for t in $(seq 2 "$cores"); do
+  rate=$(tdyn_rate "$t")
+  [ "$(best "$rate" "$tdyn_best")" = "$rate" ] && tdyn_best=$rate tdyn_threads=$t
+done
+for intra in $(seq 1 "$cores"); do
+  for blas in $(seq 1 "$cores"); do
+    [ "$intra$blas" = 11 ] && continue
+    rate=$(torch_rate "$intra" "$blas")
+    [ "$(best "$rate" "$torch_best")" = "$rate" ] && torch_best=$rate torch_setting="$intra × $blas"
+  done
+done
+printf "%-34s %12s %14s %8s\n" setting "tdyn tok/s" "torch tok/s" ratio
+awk -v a="$tdyn1" -v b="$torch1" 'BEGIN { printf "%-34s %12.1f %14.1f %8.2f\n", "one thread each", a, b, a / b }'
+awk -v a="$tdyn_best" -v b="$torch_best" -v t="${tdyn_threads:-1}" -v s="$torch_setting" \
+  'BEGIN { printf "%-34s %12.1f %14.1f %8.2f\n", "best: tdyn " t " threads, torch " s, a, b, a / b }'
+awk -v a="$tdyn_best" -v b="$tdyn1" 'BEGIN { printf "tdyn best / tdyn one thread: %.2f\n", a / b }'
