@@ -54,7 +54,9 @@ namespace {
 // Inf. Neither changes a softmax (its arguments are ≤ 0) or a SiLU by more than 1e-36.
 inline float exp_vectorizable(float x) {
   x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  // n = round(x / ln 2) by the 1.5 · 2^23 trick: std::floor/nearbyint are library calls below SSE4.1.
+  constexpr float kRound = 12582912.0f;
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
