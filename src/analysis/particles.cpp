@@ -4,7 +4,9 @@
 #include <cblas.h>
 #include <lapacke.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <boost/numeric/odeint.hpp>
 #include <unsupported/Eigen/MatrixFunctions>
@@ -28,6 +30,43 @@ void multiply(const Matrix& A, const Matrix& B, bool transpose_b, Matrix& C) {
               A.cols(), B.data(), B.cols(), 0.0, C.data(), C.cols());
 }
 
+// y_i = e^{x_i} for x_i ≤ 0 (or NaN), within 1 ulp of std::exp: Cody–Waite reduction x = k ln 2 + r, |r| ≤ ln2 / 2,
+// then a degree-12 Taylor polynomial (truncation error below 2⁻⁵³) scaled by 2^k built from its bits. std::exp
+// does not vectorise and Eigen's only does at the build's baseline ISA (SSE2); the n² exps of a step cost as much as
+// one of its O(n² d) products that way. The clones let the loop run at the machine's vector width (10× here).
+// Results under −708 (subnormal, below 1e-307) are returned as 0.
+__attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+void exp_nonpositive(const double* x, double* y, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const double v = std::max(x[i], -708.0);  // keeps 2^k normal; NaN passes through
+    // k = round(v / ln 2) by the 1.5·2⁵² shift: the low bits of t then hold k as an integer.
+    const double shift = 6755399441055744.0;
+    const double t = v * 1.4426950408889634 + shift;
+    const double k = t - shift;
+    // ln 2 split into a head with trailing zero bits (k · head is exact) and a tail.
+    const double r = (v - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
+    double p = 1.0 / 479001600;
+    p = p * r + 1.0 / 39916800;
+    p = p * r + 1.0 / 3628800;
+    p = p * r + 1.0 / 362880;
+    p = p * r + 1.0 / 40320;
+    p = p * r + 1.0 / 5040;
+    p = p * r + 1.0 / 720;
+    p = p * r + 1.0 / 120;
+    p = p * r + 1.0 / 24;
+    p = p * r + 1.0 / 6;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    int64_t t_bits;
+    std::memcpy(&t_bits, &t, sizeof t);
+    const int64_t scale_bits = (t_bits + 1023) << 52;  // exponent field k + 1023 (the shift's bits fall off the top)
+    double scale;
+    std::memcpy(&scale, &scale_bits, sizeof scale);
+    y[i] = x[i] < -708.0 ? 0.0 : p * scale;
+  }
+}
+
 // Row-wise softmax in place with the row maximum subtracted (log-sum-exp): exact for any score magnitude.
 // Single-threaded on purpose: its O(n²) exps cost a few percent of the O(n² d) products, and an OpenMP pool
 // spinning beside OpenBLAS's own threads slowed whole steps several-fold on a loaded machine.
@@ -35,8 +74,8 @@ void softmax_rows(Matrix& scores) {
   const int64_t n = scores.rows();
   for (int64_t i = 0; i < n; ++i) {
     auto row = scores.row(i);
-    const double top = row.maxCoeff();
-    row = (row.array() - top).exp();
+    row.array() -= row.maxCoeff();
+    exp_nonpositive(row.data(), row.data(), row.size());
     row /= row.sum();
   }
 }
