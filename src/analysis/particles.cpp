@@ -148,9 +148,18 @@ VelocityField::VelocityField(const ParticleSystem& system)
 }
 
 void VelocityField::compute_attention(const Matrix& X) {
-  multiply(X, system_.head.query, true, queries_);
-  multiply(X, system_.head.key, true, keys_);
-  multiply(queries_, keys_, true, attention_);
+  // The scores X Qᵀ K Xᵀ as (X Qᵀ)(X Kᵀ)ᵀ cost 2 n d h + n² h multiply-adds (h = d_head), as (X M) Xᵀ with
+  // M = Qᵀ K (d × d, formed once) n d² + n² d: one product fewer per evaluation when h = d. Same values up to rounding.
+  const int64_t n = X.rows(), d = X.cols(), h = system_.head.query.rows();
+  if (d * d + n * d <= 2 * d * h + n * h) {
+    if (score_map_.size() == 0) multiply(Matrix(system_.head.query.transpose()), system_.head.key, false, score_map_);
+    multiply(X, score_map_, false, queries_);
+    multiply(queries_, X, true, attention_);
+  } else {
+    multiply(X, system_.head.query, true, queries_);
+    multiply(X, system_.head.key, true, keys_);
+    multiply(queries_, keys_, true, attention_);
+  }
   softmax_rows(attention_);
   ++evaluations_;
 }

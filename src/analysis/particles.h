@@ -98,7 +98,8 @@ class VelocityField {
   const ParticleSystem& system_;
   Matrix value_map_;  // W (d × d)
   ValueFlow flow_;
-  Matrix queries_, keys_;  // X Qᵀ, X Kᵀ (n × d_head)
+  Matrix score_map_;       // Qᵀ K (d × d), formed at the first evaluation that scores through it
+  Matrix queries_, keys_;  // X Qᵀ, X Kᵀ (n × d_head), or X Qᵀ K in queries_
   Matrix attention_;       // scores, then P (n × n)
   Matrix mixed_;           // P X or P Z (n × d)
   Matrix hidden_;          // ffn pre-activation (n × d_ff)
