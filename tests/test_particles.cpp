@@ -105,6 +105,21 @@ TEST(ParticlesDynamics, VelocityWithFeedForwardAndOutputMatrixMatchesFormula) {
   }
 }
 
+TEST(ParticlesIntegrators, NonFiniteTokensStopTheRun) {
+  // V = 1e300: the tokens reach ~1e300 in the first step and overflow in the second (scores ~1e600).
+  ParticleSystem s = head_system(Matrix::Ones(1, 1), Matrix::Ones(1, 1), Matrix::Constant(1, 1, 1e300));
+  Matrix x0(3, 1);
+  x0 << 1, -2, 3;
+  SimulationOptions o;
+  o.t_end = 1.0, o.dt = 0.5;
+  try {
+    simulate(s, x0, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite at t = 1 "), std::string::npos) << e.what();
+  }
+}
+
 TEST(ParticlesIntegrators, EulerFrozenEqualsTwoHandComputedSteps) {
   // n = 2, d = 1, Q = K = V = 1, x0 = (1, 0), Δt = 0.5. Step 1: scores [[1, 0], [0, 0]], so
   // P = [[e/(e+1), 1/(e+1)], [1/2, 1/2]] and x1 = (1 + 0.5·e/(e+1), 0 + 0.5·1/2).

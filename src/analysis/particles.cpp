@@ -107,6 +107,10 @@ class SmallProductsSingleThreaded {
   int saved_ = 0;
 };
 
+// Whether every entry is finite, as one vectorised sum: x − x is 0 for finite x and NaN otherwise. Eigen's
+// allFinite tests entry by entry with an early exit that does not vectorise: 3% of a step at n = d = 128.
+bool all_finite(const Matrix& m) { return (m.array() - m.array()).sum() == 0.0; }
+
 std::string shape_of(const Matrix& m) { return fmt::format("[{}, {}]", m.rows(), m.cols()); }
 
 }  // namespace
@@ -379,7 +383,7 @@ Trajectory simulate(const ParticleSystem& system, const Matrix& X0, const Simula
         Y += (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4);
       }
       if (system.project_to_sphere) normalize_rows(Y);
-      if (!Y.allFinite()) fail("the tokens became non-finite at t = {} (try a smaller --dt)", t + dt);
+      if (!all_finite(Y)) fail("the tokens became non-finite at t = {} (try a smaller --dt)", t + dt);
       if (keep(k + 1)) {
         out.times.push_back((k + 1) * dt);
         states.push_back(Y);
@@ -407,6 +411,7 @@ Trajectory simulate(const ParticleSystem& system, const Matrix& X0, const Simula
   }
   Matrix power = Matrix::Identity(d, d);  // (I + ΔtW)^{-k}
   int64_t power_k = 0;
+  bool power_is_identity = true;  // until k > 0: products with it are copies, skipped
   for (size_t k = 0; k < states.size(); ++k) {
     Matrix other;
     if (euler_rescaling) {
@@ -415,11 +420,20 @@ Trajectory simulate(const ParticleSystem& system, const Matrix& X0, const Simula
       Matrix base = step_inverse;
       Matrix product;
       for (int64_t gap = target - power_k; gap > 0; gap >>= 1) {
-        if (gap & 1) multiply(base, power, false, product), power.swap(product);
+        if (gap & 1) {
+          if (power_is_identity)
+            power = base;
+          else
+            multiply(base, power, false, product), power.swap(product);
+          power_is_identity = false;
+        }
         if (gap > 1) multiply(base, base, false, product), base.swap(product);
       }
       power_k = target;
-      multiply(states[k], power, true, other);
+      if (power_is_identity)
+        other = states[k];
+      else
+        multiply(states[k], power, true, other);
     } else {
       multiply(states[k], flow.exp(in_z ? out.times[k] : -out.times[k]), true, other);
     }
