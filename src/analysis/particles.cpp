@@ -87,9 +87,10 @@ void softmax_rows(Matrix& scores) {
 }
 
 // Runs OpenBLAS single-threaded for its lifetime when a step's products are small. OpenBLAS threads each product
-// by its own size; at n·d·(n + d) ≤ 2²⁴ (n ≤ 256 at d = 128) a product takes 0.1–0.5 ms and handing it to the pool
-// and waiting for it costs as much: on this project's 2-core machine, shared with other work, a step at n = 128–256
-// ran 1.3–3× slower with two threads than with one, and no faster up to n = 2048. Larger sizes keep OpenBLAS's choice.
+// by its own size; at n·d·(n + d) ≤ 2²⁴ (n ≤ 256 at d = 128) a product takes 0.1–0.5 ms, and a step waits on the
+// hand-off to the pool three times. On this project's 2-core machine while other work ran (its usual state) a step at
+// n = 128–256 ran 1.05–2.3× slower with two threads than with one; with the second core idle, two threads were up
+// to 1.9× faster. A pool of many threads splits such products finer still. Larger sizes keep OpenBLAS's choice.
 // The thread count is process-wide, so it is restored on exit.
 class SmallProductsSingleThreaded {
  public:
