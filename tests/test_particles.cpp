@@ -77,27 +77,46 @@ TEST(ParticlesDynamics, AttentionIsALogSumExpSoftmax) {
 }
 
 TEST(ParticlesDynamics, VelocityWithFeedForwardAndOutputMatrixMatchesFormula) {
+  // d_head = 2 < d scores through (X Qᵀ)(X Kᵀ)ᵀ, d_head = 5 through (X QᵀK) Xᵀ with P (X Wᵀ): both orders of the products.
   const int64_t n = 5, d = 3, dv = 2, h = 4;
-  ParticleSystem s = head_system(random_matrix(2, d, 2, 1), random_matrix(2, d, 2, 2), random_matrix(dv, d, 2, 3));
-  s.head.output = random_matrix(d, dv, 2, 4);
-  FeedForward f;
-  f.activation = Activation::tanh;
-  f.w_in = random_matrix(h, d, 2, 5);
-  f.b_in = Vector::LinSpaced(h, -0.5, 0.5);
-  f.w_out = random_matrix(d, h, 2, 6);
-  f.b_out = Vector::LinSpaced(d, 0.1, 0.3);
-  s.ffn = f;
-  Matrix X = random_matrix(n, d, 2, 7), dX;
-  VelocityField field(s);
-  field.x_velocity(X, dX);
-  const Matrix P = naive_attention(s.head.query, s.head.key, X);
-  const Matrix W = s.head.output * s.head.value;
-  for (int64_t i = 0; i < n; ++i) {
-    Vector v = Vector::Zero(d);
-    for (int64_t j = 0; j < n; ++j) v += P(i, j) * (W * X.row(j).transpose());
-    Vector hidden = (f.w_in * X.row(i).transpose() + f.b_in).array().tanh();
-    v += f.w_out * hidden + f.b_out;
-    expect_matrix_close(dX.row(i), v.transpose(), 1e-13, 1e-14, fmt::format("velocity of token {}", i));
+  for (const int64_t d_head : {2, 5}) {
+    ParticleSystem s = head_system(random_matrix(d_head, d, 2, 1), random_matrix(d_head, d, 2, 2), random_matrix(dv, d, 2, 3));
+    s.head.output = random_matrix(d, dv, 2, 4);
+    FeedForward f;
+    f.activation = Activation::tanh;
+    f.w_in = random_matrix(h, d, 2, 5);
+    f.b_in = Vector::LinSpaced(h, -0.5, 0.5);
+    f.w_out = random_matrix(d, h, 2, 6);
+    f.b_out = Vector::LinSpaced(d, 0.1, 0.3);
+    s.ffn = f;
+    Matrix X = random_matrix(n, d, 2, 7), dX;
+    VelocityField field(s);
+    field.x_velocity(X, dX);
+    const Matrix P = naive_attention(s.head.query, s.head.key, X);
+    expect_matrix_close(field.attention(), P, 1e-13, 1e-15, fmt::format("P at d_head = {}", d_head));
+    const Matrix W = s.head.output * s.head.value;
+    for (int64_t i = 0; i < n; ++i) {
+      Vector v = Vector::Zero(d);
+      for (int64_t j = 0; j < n; ++j) v += P(i, j) * (W * X.row(j).transpose());
+      Vector hidden = (f.w_in * X.row(i).transpose() + f.b_in).array().tanh();
+      v += f.w_out * hidden + f.b_out;
+      expect_matrix_close(dX.row(i), v.transpose(), 1e-13, 1e-14, fmt::format("velocity of token {} at d_head = {}", i, d_head));
+    }
+  }
+}
+
+TEST(ParticlesIntegrators, NonFiniteTokensStopTheRun) {
+  // V = 1e300: the tokens reach ~1e300 in the first step and overflow in the second (scores ~1e600).
+  ParticleSystem s = head_system(Matrix::Ones(1, 1), Matrix::Ones(1, 1), Matrix::Constant(1, 1, 1e300));
+  Matrix x0(3, 1);
+  x0 << 1, -2, 3;
+  SimulationOptions o;
+  o.t_end = 1.0, o.dt = 0.5;
+  try {
+    simulate(s, x0, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite at t = 1 "), std::string::npos) << e.what();
   }
 }
 

@@ -92,13 +92,18 @@ class VelocityField {
   int64_t evaluations() const { return evaluations_; }
 
  private:
+  bool scores_through_map(int64_t n) const;
+  const Matrix& score_map();
   void compute_attention(const Matrix& X);
   void add_ffn(const Matrix& X, Matrix& dX, const Matrix* rotate_back);
 
   const ParticleSystem& system_;
   Matrix value_map_;  // W (d × d)
   ValueFlow flow_;
-  Matrix queries_, keys_;  // X Qᵀ, X Kᵀ (n × d_head)
+  Matrix score_map_;       // M = Qᵀ K (d × d), formed at the first evaluation that scores through it
+  Matrix map_and_value_;   // [M  Wᵀ] (d × 2d), likewise
+  Matrix projected_;       // X [M  Wᵀ] (n × 2d)
+  Matrix queries_, keys_;  // X Qᵀ, X Kᵀ (n × d_head), or X M in queries_
   Matrix attention_;       // scores, then P (n × n)
   Matrix mixed_;           // P X or P Z (n × d)
   Matrix hidden_;          // ffn pre-activation (n × d_ff)
