@@ -20,4 +20,12 @@ void multiply(const Matrix& a, const Matrix& b, Matrix& c, double beta) {
               c.data(), static_cast<int>(c.rows()));
 }
 
+void multiply_add(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Matrix>& b, Eigen::Ref<Matrix> c, double alpha) {
+  TDYN_CHECK(a.cols() == b.rows() && c.rows() == a.rows() && c.cols() == b.cols());
+  if (c.size() == 0 || a.cols() == 0) return;
+  cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(a.rows()), static_cast<int>(b.cols()),
+              static_cast<int>(a.cols()), alpha, a.data(), static_cast<int>(a.outerStride()), b.data(),
+              static_cast<int>(b.outerStride()), 1.0, c.data(), static_cast<int>(c.outerStride()));
+}
+
 }  // namespace tdyn::linalg
