@@ -479,6 +479,11 @@ Vector JacobianModel::step(const SequenceState& s, int64_t layer, Sublayer which
 }
 
 Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
+  if (which == Sublayer::Mlp) return structure(s, layer, which, pos).dense();
+  return jacobian_by_tangents(s, layer, which, pos);
+}
+
+Matrix JacobianModel::jacobian_by_tangents(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   const LayerConfig& lc = transformer_->layer_config(layer);
   const Weights& W = weights(layer);
   const int64_t d = d_model();
@@ -622,8 +627,42 @@ Matrix StepStructure::left_apply(const Matrix& x) const {
 }
 
 Matrix StepStructure::dense() const {
-  const int64_t d = branches.empty() ? post.u.rows() : branches.front().out->rows();
-  return left_apply(Matrix::Identity(d, d));
+  TDYN_CHECK(!branches.empty());
+  const int64_t d = branches.front().out->rows();
+  // F = Σ_br Out M In, summing M In over the branches that share Out (all of them: W_down, or W_o) so that the
+  // only d × r × d product is one dgemm per distinct Out.
+  Matrix k = Matrix::Zero(d, d);
+  std::vector<bool> done(branches.size(), false);
+  for (size_t i = 0; i < branches.size(); ++i) {
+    if (done[i]) continue;
+    Matrix m_in = Matrix::Zero(branches[i].out->cols(), d);  // Σ M In [r_out, d]
+    for (size_t j = i; j < branches.size(); ++j) {
+      const JacobianBranch& br = branches[j];
+      if (done[j] || br.out != branches[i].out) continue;
+      done[j] = true;
+      if (br.diagonal) m_in.noalias() += br.m_diag.asDiagonal() * *br.in;
+      else linalg::multiply(br.m_dense, *br.in, m_in, 1.0);
+    }
+    linalg::multiply(*branches[i].out, m_in, k, 1.0);
+  }
+  // K = a I + diag(w_L) λ(I − UUᵀ) (b I + F ρ(I − VVᵀ)): the projectors as rank-k updates, in place.
+  if (pre.u.cols()) {
+    const Matrix k_v = k * pre.u;  // [d, kR]
+    k.noalias() -= k_v * pre.u.transpose();
+  }
+  k *= pre.scale;
+  k.diagonal().array() += inner_identity;
+  if (post.u.cols()) {
+    const Matrix ut_k = post.u.transpose() * k;  // [kL, d]
+    k.noalias() -= post.u * ut_k;
+  }
+  k *= post.scale;
+  if (post_weight) k.array().colwise() *= post_weight->array();
+  k.diagonal().array() += identity;
+  // J = s (K + P_ple (W_ple K)).
+  if (ple_gate) linalg::multiply_add(ple_left, linalg::multiply(*ple_gate, k), k);
+  k *= layer_scalar;
+  return k;
 }
 
 // ---- StructuredMean ------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
 // step is still the map between consecutive residual-stream boundaries (hook_resid_pre → mid → post).
 //
 // Two independent computations, both in float64 from the float32 weights and the float32 forward-pass state:
-//   * jacobian(): the plain reference. The local map is evaluated once with d tangent directions carried
+//   * jacobian_by_tangents(): the reference. The local map is evaluated once with d tangent directions carried
 //     along (batched forward-mode JVPs: every op maps a value and an [n, d] tangent matrix), so J is exact up
 //     to round-off. Cost O(d · forward cost of one position).
 //   * structure(): the same Jacobian in factored form,
@@ -26,6 +26,8 @@
 //     corrections (Out (c M In V) Vᵀ and the like, each built through a d × k factor, k ≤ 2) in one d × d sum:
 //     O(S · (forward cost + d r k)) + O(one d × r × d GEMM per branch) instead of O(S · d · forward cost), and
 //     memory of a few d × d matrices whatever r (= d_mlp) is.
+// jacobian() is the factored form made dense for the MLP step (StepStructure::dense: one d × d_mlp × d dgemm,
+// a third of what carrying tangents through the three projections costs) and the tangent path for attention.
 //
 // Sublayer order ("depth") everywhere: k = 2l (attention of layer l), k = 2l + 1 (MLP of layer l).
 #pragma once
@@ -96,7 +98,9 @@ struct StepStructure {
   // X K (the step without the PLE factor and scalar) and X J, for X [k, d], in O(k · forward cost).
   linalg::Matrix left_apply_step(const linalg::Matrix& x) const;
   linalg::Matrix left_apply(const linalg::Matrix& x) const;
-  linalg::Matrix dense() const;  // J itself [d, d]
+  // J itself [d, d] in closed form: Σ Out M In as one dgemm per distinct Out, then the norm projectors as rank-k
+  // updates.
+  linalg::Matrix dense() const;
 };
 
 class JacobianModel {
@@ -122,8 +126,11 @@ class JacobianModel {
   // The local map itself in float64: out[p] as a function of in[p] = x, everything else fixed.
   linalg::Vector step(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos, const linalg::Vector& x) const;
 
-  // Exact J [d, d] at the forward-pass input (plain path: batched JVPs).
+  // Exact J [d, d] at the forward-pass input: MLP from the factored form (structure().dense()), attention by
+  // batched JVPs.
   linalg::Matrix jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
+  // The same J by batched JVPs whatever the sublayer: the independent reference the factored form is tested against.
+  linalg::Matrix jacobian_by_tangents(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
   // The same J in factored form (structured path).
   StepStructure structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
 
