@@ -130,12 +130,12 @@ TEST(JacobianFiniteDifferences, EveryFamilyAtRandomStates) {
   }
 }
 
-// The closed-form MLP Jacobian (what jacobian() returns: structure().dense()) equals the tangent-propagation one
-// element by element, |a − b| ≤ atol + rtol |b|, for gated and plain MLPs under every norm placement. The fixtures
-// give five (gating, placement) pairs with their own weights and norms (LayerNorm: GPT-2, GPT-Neo, BERT, ALBERT;
-// RMSNorm: Llama, OLMo 3, Gemma 4); Gemma 4's weights hold every norm a placement reads (pre and post), so with
-// the placement and the gating switched they give all eight pairs, per-layer-input branch and layer scalar
-// included.
+// The closed-form Jacobian (what jacobian() returns: structure().dense()) equals the tangent-propagation one
+// element by element, |a − b| ≤ atol + rtol |b|, for gated and plain MLPs (and attention) under every norm
+// placement. The fixtures give five (gating, placement) pairs with their own weights and norms (LayerNorm: GPT-2,
+// GPT-Neo, BERT, ALBERT; RMSNorm: Llama, OLMo 3, Gemma 4); Gemma 4's weights hold every norm a placement reads
+// (pre and post), so with the placement and the gating switched they give all eight pairs, per-layer-input
+// branch, layer scalar, GQA and KV sharing included.
 TEST(JacobianClosedForm, EqualsTangentPropagation) {
   const double atol = 1e-11, rtol = 1e-9;
   struct Case {
@@ -162,7 +162,7 @@ TEST(JacobianClosedForm, EqualsTangentPropagation) {
     std::vector<int32_t> types;
     if (refs.contains("seq0.token_type_ids")) types = ints32(refs.ints("seq0.token_type_ids"));
     const SequenceState state = m.run(ints32(refs.ints("seq0.input_ids")), types);
-    for (Sublayer which : {Sublayer::Mlp}) {
+    for (Sublayer which : {Sublayer::Mlp, Sublayer::Attention}) {
       double worst = 0;
       std::string where;
       for (int64_t l = 0; l < m.config().n_layers; ++l)
