@@ -28,4 +28,15 @@ void multiply_add(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Matr
               static_cast<int>(b.outerStride()), 1.0, c.data(), static_cast<int>(c.outerStride()));
 }
 
+SerialBlas::SerialBlas(bool active) {
+  if (!active) return;
+  saved_ = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+}
+
+void SerialBlas::restore() {
+  if (saved_ > 0) openblas_set_num_threads(saved_);
+  saved_ = 0;
+}
+
 }  // namespace tdyn::linalg
