@@ -79,9 +79,12 @@ struct Dual {
   Matrix t;  // [n, m]
 };
 
+// Through BLAS: these products are the step's passes over the float64 weights (one per projection and sample
+// in the structured mean).
 Dual linear(const DenseLinear& l, const Dual& x) {
-  Dual y{l.w * x.v, l.w * x.t};
-  if (l.b.size()) y.v += l.b;
+  Dual y{l.b.size() ? l.b : Vector::Zero(l.w.rows()), Matrix::Zero(l.w.rows(), x.t.cols())};
+  linalg::multiply_add_vector(l.w, x.v, y.v);
+  linalg::multiply_add(l.w, x.t, y.t);
   return y;
 }
 
@@ -407,7 +410,10 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
     const Vector zh = vh.transpose() * p;
     z.v.segment(head * hd, hd) = zh;
     // ∂z/∂q = scale Σ_j P_j (v_j − z) k_jᵀ (softmax derivative dP_j = P_j (ds_j − Σ_i P_i ds_i)).
-    const Matrix mix = lc.attn_scale * (vh.rowwise() - zh.transpose()).transpose() * p.asDiagonal() * kh;
+    // lazyProduct: Eigen would split a product this small over OpenMP threads, whose barriers cost more than the
+    // product itself (and far more when another process holds a core).
+    const Matrix weighted = (vh.rowwise() - zh.transpose()).transpose() * p.asDiagonal();  // [d_head, keys]
+    const Matrix mix = lc.attn_scale * weighted.lazyProduct(kh);
     const double p_self = own ? p[pos - range.first] : 0.0;
     if (m > 0) {
       auto tz = z.t.middleRows(head * hd, hd);
@@ -586,10 +592,10 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
     const Matrix q_full = full_qk ? full_block(tr.q_raw, W.q_norm, H) : Matrix();
     for (int64_t h = 0; h < H; ++h) {
       if (full_qk) {
-        bq.m.blocks[h] = tr.mix[h] * q_full.middleRows(h * hd, hd);
+        bq.m.blocks[h] = tr.mix[h].lazyProduct(q_full.middleRows(h * hd, hd));  // lazyProduct: as for mix
         bq.m.block_col[h] = 0;
       } else {
-        bq.m.blocks[h] = tr.mix[h] * head_block(tr.q_raw, h, per_head_q, true, false);
+        bq.m.blocks[h] = tr.mix[h].lazyProduct(head_block(tr.q_raw, h, per_head_q, true, false));
         bq.m.block_col[h] = h * hd;
       }
     }
@@ -732,11 +738,13 @@ Matrix StepStructure::left_apply(const Matrix& x) const {
 }
 
 Matrix StepStructure::dense() const {
-  TDYN_CHECK(out != nullptr);
+  TDYN_CHECK(out != nullptr && !branches.empty());
   const int64_t d = out->rows();
-  // F = Out (Σ M In): the one d × r × d product, whatever the number of branches.
-  Matrix m_in = Matrix::Zero(out->cols(), d);
-  for (const auto& br : branches) br.m.add_times(*br.in, m_in);
+  // F = Out (Σ M In): the one d × r × d product, whatever the number of branches. A diagonal first branch sets
+  // Σ M In in the same pass that would otherwise clear it.
+  const JacobianBranch& first = branches.front();
+  Matrix m_in = first.m.diagonal ? Matrix(first.m.diag.asDiagonal() * *first.in) : Matrix(Matrix::Zero(out->cols(), d));
+  for (size_t i = first.m.diagonal ? 1 : 0; i < branches.size(); ++i) branches[i].m.add_times(*branches[i].in, m_in);
   Matrix k = linalg::multiply(*out, m_in);
   // K = a I + diag(w_L) λ(I − UUᵀ) (b I + F ρ(I − VVᵀ)): the projectors as rank-k updates, in place.
   if (pre.u.cols()) {

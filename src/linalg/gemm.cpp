@@ -28,6 +28,14 @@ void multiply_add(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Matr
               static_cast<int>(b.outerStride()), 1.0, c.data(), static_cast<int>(c.outerStride()));
 }
 
+void multiply_add_vector(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Vector>& x, Eigen::Ref<Vector> y,
+                         double alpha) {
+  TDYN_CHECK(a.cols() == x.size() && a.rows() == y.size());
+  if (y.size() == 0 || x.size() == 0) return;
+  cblas_dgemv(CblasColMajor, CblasNoTrans, static_cast<int>(a.rows()), static_cast<int>(a.cols()), alpha, a.data(),
+              static_cast<int>(a.outerStride()), x.data(), 1, 1.0, y.data(), 1);
+}
+
 SerialBlas::SerialBlas(bool active) {
   if (!active) return;
   saved_ = openblas_get_num_threads();

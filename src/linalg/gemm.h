@@ -12,6 +12,9 @@ void multiply(const Matrix& a, const Matrix& b, Matrix& c, double beta = 0);
 // c += alpha a b on blocks (rows or columns of larger matrices): BLAS reads them in place through their outer
 // stride, where a Matrix argument would need a copy of each.
 void multiply_add(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Matrix>& b, Eigen::Ref<Matrix> c, double alpha = 1);
+// y += alpha a x (dgemv: a dgemm with one column would first copy all of a into its panel layout).
+void multiply_add_vector(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Vector>& x, Eigen::Ref<Vector> y,
+                         double alpha = 1);
 inline Matrix multiply(const Matrix& a, const Matrix& b) {
   Matrix c;
   multiply(a, b, c);
