@@ -1,9 +1,11 @@
-// Exact sublayer Jacobians (plain batched-JVP path and structured factors) and their structured mean; see
-// jacobian.h for the definitions. Every op below follows model/transformer.cpp and model/ops.cpp step by step,
-// in float64.
+// Exact sublayer Jacobians (structured factors, made dense in closed form, and the batched-JVP reference) and
+// their structured mean; see jacobian.h for the definitions. Every op below follows model/transformer.cpp and
+// model/ops.cpp step by step, in float64.
 #include "analysis/jacobian.h"
 
 #include <cmath>
+
+#include <omp.h>
 
 #include "core/error.h"
 #include "linalg/gemm.h"
@@ -388,46 +390,47 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
     trace->mix.assign(H, Matrix());
     trace->p_self = Vector::Zero(H);
   }
-  Matrix kh(n_keys, hd), vh(n_keys, hd);  // visible keys / values of one kv head [keys, d_head]
-  for (int64_t head = 0; head < H; ++head) {
-    const int64_t g = head / group;
-    // The heads of a group (consecutive) read the same keys and values: gathered once per kv head.
-    if (head % group == 0)
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const int64_t key = range.first + j;
-        if (own && key == pos) {
-          kh.row(j) = k.v.segment(g * hd, hd).transpose();
-          vh.row(j) = v.v.segment(g * hd, hd).transpose();
-        } else {
-          kh.row(j) = Eigen::Map<const Eigen::RowVectorXf>(keys.row(key) + g * hd, hd).cast<double>();
-          vh.row(j) = Eigen::Map<const Eigen::RowVectorXf>(values.row(key) + g * hd, hd).cast<double>();
-        }
-      }
-    const auto qh = q.v.segment(head * hd, hd);
-    Vector p = lc.attn_scale * (kh * qh);  // scores, then probabilities [keys]
-    p = (p.array() - p.maxCoeff()).exp();
-    p /= p.sum();
-    const Vector zh = vh.transpose() * p;
-    z.v.segment(head * hd, hd) = zh;
-    // ∂z/∂q = scale Σ_j P_j (v_j − z) k_jᵀ (softmax derivative dP_j = P_j (ds_j − Σ_i P_i ds_i)).
-    // lazyProduct: Eigen would split a product this small over OpenMP threads, whose barriers cost more than the
-    // product itself (and far more when another process holds a core).
-    const Matrix weighted = (vh.rowwise() - zh.transpose()).transpose() * p.asDiagonal();  // [d_head, keys]
-    const Matrix mix = lc.attn_scale * weighted.lazyProduct(kh);
-    const double p_self = own ? p[pos - range.first] : 0.0;
-    if (m > 0) {
-      auto tz = z.t.middleRows(head * hd, hd);
-      tz = mix * q.t.middleRows(head * hd, hd);
-      if (own) {
-        // Position p's own score s_p = scale q·k_p and value v_p move too.
-        const Vector vz = v.v.segment(g * hd, hd) - zh;
-        tz += (lc.attn_scale * p_self) * vz * (qh.transpose() * k.t.middleRows(g * hd, hd));
-        tz += p_self * v.t.middleRows(g * hd, hd);
+  // One kv head and the query heads of its group per iteration. OpenMP splits the kv heads over threads unless
+  // this runs inside a parallel region already (one sample per thread); either way the products inside run on
+  // one thread, where Eigen would otherwise split each small product with a barrier of its own. The iterations
+  // write disjoint rows of z and entries of the trace, and throw nothing.
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel() && G > 1)
+  for (int64_t g = 0; g < G; ++g) {
+    Matrix kh(n_keys, hd), vh(n_keys, hd);  // visible keys / values of kv head g [keys, d_head]
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const int64_t key = range.first + j;
+      if (own && key == pos) {
+        kh.row(j) = k.v.segment(g * hd, hd).transpose();
+        vh.row(j) = v.v.segment(g * hd, hd).transpose();
+      } else {
+        kh.row(j) = Eigen::Map<const Eigen::RowVectorXf>(keys.row(key) + g * hd, hd).cast<double>();
+        vh.row(j) = Eigen::Map<const Eigen::RowVectorXf>(values.row(key) + g * hd, hd).cast<double>();
       }
     }
-    if (trace) {
-      trace->mix[head] = mix;
-      trace->p_self[head] = p_self;
+    for (int64_t head = g * group; head < (g + 1) * group; ++head) {
+      const auto qh = q.v.segment(head * hd, hd);
+      Vector p = lc.attn_scale * (kh * qh);  // scores, then probabilities [keys]
+      p = (p.array() - p.maxCoeff()).exp();
+      p /= p.sum();
+      const Vector zh = vh.transpose() * p;
+      z.v.segment(head * hd, hd) = zh;
+      // ∂z/∂q = scale Σ_j P_j (v_j − z) k_jᵀ (softmax derivative dP_j = P_j (ds_j − Σ_i P_i ds_i)).
+      const Matrix mix = lc.attn_scale * (vh.rowwise() - zh.transpose()).transpose() * p.asDiagonal() * kh;
+      const double p_self = own ? p[pos - range.first] : 0.0;
+      if (m > 0) {
+        auto tz = z.t.middleRows(head * hd, hd);
+        tz = mix * q.t.middleRows(head * hd, hd);
+        if (own) {
+          // Position p's own score s_p = scale q·k_p and value v_p move too.
+          const Vector vz = v.v.segment(g * hd, hd) - zh;
+          tz += (lc.attn_scale * p_self) * vz * (qh.transpose() * k.t.middleRows(g * hd, hd));
+          tz += p_self * v.t.middleRows(g * hd, hd);
+        }
+      }
+      if (trace) {
+        trace->mix[head] = mix;
+        trace->p_self[head] = p_self;
+      }
     }
   }
   Dual f = linear(W.o, z);  // [d]
@@ -587,15 +590,17 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
       rope_inplace(lc.rope.style, inv_freq_[layer], b, heads, hd, pos);
       return b.t;
     };
-    // ∂z_h/∂q_h = mix_h (softmax derivative through the scores): one block per head.
+    // ∂z_h/∂q_h = mix_h (softmax derivative through the scores): one block per head (heads over threads as in
+    // attention_step).
     JacobianBranch bq{&W.q_in.w, block_middle(H, hd, q_dim), in_times_v(W.q_in, tr.q_raw, st.pre)};
     const Matrix q_full = full_qk ? full_block(tr.q_raw, W.q_norm, H) : Matrix();
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel() && H > 1)
     for (int64_t h = 0; h < H; ++h) {
       if (full_qk) {
-        bq.m.blocks[h] = tr.mix[h].lazyProduct(q_full.middleRows(h * hd, hd));  // lazyProduct: as for mix
+        bq.m.blocks[h] = tr.mix[h] * q_full.middleRows(h * hd, hd);
         bq.m.block_col[h] = 0;
       } else {
-        bq.m.blocks[h] = tr.mix[h].lazyProduct(head_block(tr.q_raw, h, per_head_q, true, false));
+        bq.m.blocks[h] = tr.mix[h] * head_block(tr.q_raw, h, per_head_q, true, false);
         bq.m.block_col[h] = h * hd;
       }
     }
