@@ -802,9 +802,13 @@ void StructuredMean::add(StepStructure&& s) {
   ++count_;
   waiting_bytes_ += s.bytes();
   waiting_.push_back(std::move(s));
-  // Batches of 64 samples share each pass over the weights; at large d (attention's per-head blocks) the batch
-  // stops at about one d × d matrix of memory.
-  if (waiting_.size() >= 64 || waiting_bytes_ >= static_cast<int64_t>(inner_.size() * sizeof(double))) flush();
+  if (batch_full()) flush();
+}
+
+bool StructuredMean::batch_full() const {
+  // Batches of 64 samples share each pass over the weights; attention's per-head blocks (3 d · d_head per
+  // sample) stop a batch at a quarter of the d × d sum's memory, so that waiting adds at most that to it.
+  return waiting_.size() >= 64 || 4 * waiting_bytes_ >= static_cast<int64_t>(inner_.size() * sizeof(double));
 }
 
 void StructuredMean::flush() {
@@ -882,7 +886,7 @@ void StructuredMean::merge(const StructuredMean& o) {
     waiting_bytes_ += s.bytes();
     waiting_.push_back(s);
   }
-  if (waiting_.size() >= 64 || waiting_bytes_ >= static_cast<int64_t>(inner_.size() * sizeof(double))) flush();
+  if (batch_full()) flush();
 }
 
 Matrix StructuredMean::mean() const {

@@ -170,7 +170,7 @@ class JacobianModel {
 };
 
 // Σ_s J_s / S over structured samples, accumulated without any per-sample d × d matrix (see the header).
-// Samples wait in a batch (bounded by count and by about one d × d matrix of memory) so that their low-rank
+// Samples wait in a batch (bounded by count and by a quarter of a d × d matrix of memory) so that their low-rank
 // terms reach the d × d sum through a few dgemms instead of per-sample passes over the weights.
 class StructuredMean {
  public:
@@ -184,6 +184,7 @@ class StructuredMean {
 
  private:
   void init(const StepStructure& s);
+  bool batch_full() const;
   void flush();  // folds the waiting samples into the sums
   int64_t count_ = 0;
   double identity_ = 0, inner_identity_ = 0, layer_scalar_ = 1;
