@@ -1,5 +1,6 @@
 // Sublayer Jacobians: against the fixtures' float64 references (every family), against central finite
 // differences of the float64 local map, and the structured form / structured mean against the plain path.
+#include <optional>
 #include <random>
 
 #include "analysis/jacobian.h"
@@ -70,13 +71,14 @@ TEST_P(JacobianFixture, MatchesReferencesAndStructuredForm) {
         const double r = ref_ratio(f.refs, prefix + name, j);
         if (r > worst) worst = r, worst_key = prefix + name;
       }
-      worst_structured = std::max(worst_structured, relative_error(m.structure(state, l, Sublayer::Attention, pos).dense(), attn));
-      worst_structured = std::max(worst_structured, relative_error(m.structure(state, l, Sublayer::Mlp, pos).dense(), mlp));
+      for (Sublayer which : {Sublayer::Attention, Sublayer::Mlp})
+        worst_structured = std::max(worst_structured, relative_error(m.structure(state, l, which, pos).dense(),
+                                                                     m.jacobian_by_tangents(state, l, which, pos)));
     }
   }
   EXPECT_LE(worst, 1.0) << family << ": worst error/tolerance at " << worst_key;
-  EXPECT_LE(worst_structured, 1e-12) << family << ": structured form vs plain Jacobian";
-  std::cout << fmt::format("[ jacobian ] {}: worst error/tolerance {:.3g} ({}), structured vs plain {:.2g}\n", family,
+  EXPECT_LE(worst_structured, 1e-12) << family << ": structured form vs tangent propagation";
+  std::cout << fmt::format("[ jacobian ] {}: worst error/tolerance {:.3g} ({}), structured vs tangents {:.2g}\n", family,
                            worst, worst_key, worst_structured);
 }
 
@@ -121,8 +123,65 @@ TEST(JacobianFiniteDifferences, EveryFamilyAtRandomStates) {
           exact.col(n) = j.col(c);
         }
         EXPECT_LE(relative_error(exact, fd), 1e-7) << family << " layer " << l << " " << to_string(which);
-        EXPECT_LE(relative_error(m.structure(moved, l, which, pos).dense(), j), 1e-12) << family << " layer " << l;
+        EXPECT_LE(relative_error(m.structure(moved, l, which, pos).dense(), m.jacobian_by_tangents(moved, l, which, pos)), 1e-12)
+            << family << " layer " << l;
       }
+    }
+  }
+}
+
+// The closed-form Jacobian (what jacobian() returns: structure().dense()) equals the tangent-propagation one
+// element by element, |a − b| ≤ atol + rtol |b|, for gated and plain MLPs (and attention) under every norm
+// placement. The fixtures give five (gating, placement) pairs with their own weights and norms (LayerNorm: GPT-2,
+// GPT-Neo, BERT, ALBERT; RMSNorm: Llama, OLMo 3, Gemma 4); Gemma 4's weights hold every norm a placement reads
+// (pre and post), so with the placement and the gating switched they give all eight pairs, per-layer-input
+// branch, layer scalar, GQA and KV sharing included.
+TEST(JacobianClosedForm, EqualsTangentPropagation) {
+  const double atol = 1e-11, rtol = 1e-9;
+  struct Case {
+    std::string family;
+    std::optional<NormPlacement> placement;  // switched from the family's own
+    std::optional<bool> gated;
+  };
+  std::vector<Case> cases;
+  for (const char* family : {"gpt2", "gpt_neo", "bert", "albert", "llama", "olmo3", "gemma4"}) cases.push_back({family, {}, {}});
+  for (NormPlacement p : {NormPlacement::Pre, NormPlacement::PostResidual, NormPlacement::PostSublayer, NormPlacement::Sandwich})
+    for (bool gated : {true, false}) cases.push_back({"gemma4", p, gated});
+  for (const Case& c : cases) {
+    TDYN_REQUIRE_SHARED("fixtures/" + c.family + "/refs.safetensors");
+    const fs::path dir = test::shared_dir() / "fixtures" / c.family;
+    // load_model made the Model non-const (make_shared<Model>), so switching its settings here is well defined.
+    const auto model = std::const_pointer_cast<Model>(load_model(dir));
+    if (c.placement) model->config.norm_placement = *c.placement;
+    if (c.gated) model->config.gated_mlp = *c.gated;
+    const std::string name = fmt::format("{} ({}, {} MLP)", c.family, to_string(model->config.norm_placement),
+                                         model->config.gated_mlp ? "gated" : "plain");
+    const JacobianModel m(std::make_shared<Transformer>(model));
+    TensorStore refs;
+    read_safetensors(dir / "refs.safetensors", refs);
+    std::vector<int32_t> types;
+    if (refs.contains("seq0.token_type_ids")) types = ints32(refs.ints("seq0.token_type_ids"));
+    const SequenceState state = m.run(ints32(refs.ints("seq0.input_ids")), types);
+    for (Sublayer which : {Sublayer::Mlp, Sublayer::Attention}) {
+      double worst = 0;
+      std::string where;
+      for (int64_t l = 0; l < m.config().n_layers; ++l)
+        for (int64_t pos : {int64_t{0}, state.n_pos / 2, state.n_pos - 1}) {
+          const Matrix a = m.jacobian(state, l, which, pos), b = m.jacobian_by_tangents(state, l, which, pos);
+          ASSERT_EQ(a.rows(), b.rows());
+          ASSERT_EQ(a.cols(), b.cols());
+          for (int64_t j = 0; j < b.cols(); ++j)
+            for (int64_t i = 0; i < b.rows(); ++i) {
+              const double r = std::abs(a(i, j) - b(i, j)) / (atol + rtol * std::abs(b(i, j)));
+              if (r > worst)
+                worst = r, where = fmt::format("layer {} pos {} element ({}, {}): closed form {:.17g}, tangents {:.17g}", l,
+                                               pos, i, j, a(i, j), b(i, j));
+            }
+        }
+      EXPECT_LE(worst, 1.0) << name << " " << to_string(which) << ": worst |a − b|/(atol + rtol|b|) = " << worst << " at "
+                            << where;
+      std::cout << fmt::format("[ jacobian ] closed form vs tangents, {} {}: worst |a − b|/(atol + rtol|b|) {:.2g}\n", name,
+                               to_string(which), worst);
     }
   }
 }

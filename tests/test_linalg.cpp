@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 #include <random>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "core/npy.h"
 #include "linalg/dense.h"
+#include "linalg/gemm.h"
 #include "linalg/top_eigs.h"
 #include "test_util.h"
 
@@ -340,6 +342,30 @@ TEST(LinalgErrors, BadShapesAndArguments) {
   const Matrix a = random_gaussian(10, 10, 11);
   EXPECT_THROW(top_eigenpairs(a, 0), Error);
   EXPECT_THROW(top_eigenpairs(a, 9), Error);  // needs k ≤ d − 2
+}
+
+// The BLAS products against Eigen's, including the one-row/one-column shapes that go to dgemv and blocks of
+// larger matrices read in place.
+TEST(LinalgGemm, MatchesEigenOnEveryShape) {
+  for (auto [m, k, n] : {std::tuple{7, 5, 3}, {1, 6, 4}, {6, 4, 1}, {1, 5, 1}, {9, 1, 8}}) {
+    const Matrix a = random_gaussian(m, k, 1), b = random_gaussian(k, n, 2), c0 = random_gaussian(m, n, 3);
+    Matrix c;
+    multiply(a, b, c);
+    EXPECT_LE((c - a * b).norm(), 1e-13 * (a.norm() * b.norm())) << m << "x" << k << "x" << n;
+    c = c0;
+    multiply(a, b, c, 0.5);
+    EXPECT_LE((c - (a * b + 0.5 * c0)).norm(), 1e-13 * (a.norm() * b.norm() + c0.norm())) << m << "x" << k << "x" << n;
+    // Blocks: a's rows 1.. of a taller matrix, b's columns of a wider one, c a block of a larger one.
+    Matrix big_a = random_gaussian(m + 2, k, 4), big_b = random_gaussian(k, n + 3, 5), big_c = random_gaussian(m + 4, n + 1, 6);
+    const Matrix expected_c = big_c.block(2, 1, m, n) - 2.0 * big_a.middleRows(1, m) * big_b.middleCols(2, n);
+    multiply_add(big_a.middleRows(1, m), big_b.middleCols(2, n), big_c.block(2, 1, m, n), -2.0);
+    EXPECT_LE((big_c.block(2, 1, m, n) - expected_c).norm(), 1e-13 * (1 + expected_c.norm())) << m << "x" << k << "x" << n;
+  }
+  const Matrix a = random_gaussian(6, 4, 7);
+  const Vector x = random_gaussian(4, 1, 8).col(0);
+  Vector y = Vector::Ones(6);
+  multiply_add_vector(a, x, y, 3.0);
+  EXPECT_LE((y - (Vector::Ones(6) + 3.0 * a * x)).norm(), 1e-13 * (1 + y.norm()));
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
-// Exact sublayer Jacobians (plain batched-JVP path and structured factors) and their structured mean; see
-// jacobian.h for the definitions. Every op below follows model/transformer.cpp and model/ops.cpp step by step,
-// in float64.
+// Exact sublayer Jacobians (structured factors, made dense in closed form, and the batched-JVP reference) and
+// their structured mean; see jacobian.h for the definitions. Every op below follows model/transformer.cpp and
+// model/ops.cpp step by step, in float64.
 #include "analysis/jacobian.h"
 
 #include <cmath>
+
+#include <omp.h>
 
 #include "core/error.h"
 #include "linalg/gemm.h"
@@ -29,11 +31,17 @@ struct DenseNorm {
   bool present = false;
 };
 
+// An In matrix of the structured form, and what gives In V from the projection's forward value (in_times_v).
+struct FoldedInput {
+  Matrix w;      // In = W diag(pre-norm scale) [r, d]
+  Vector shift;  // W b_norm + b: the projection's value when the normalized input a is 0 (pre-norm only)
+  Vector ones;   // In 1 (LayerNorm pre-norm only)
+};
+
 struct JacobianModel::Weights {
   DenseNorm attn_norm, q_norm, k_norm, attn_post_norm, mlp_norm, mlp_post_norm, ple_post_norm;
   DenseLinear q, k, v, o, gate, up, down, ple_gate, ple_proj;
-  // In matrices of the structured form: the projection times diag(pre-norm scale).
-  Matrix q_in, k_in, v_in, gate_in, up_in;
+  FoldedInput q_in, k_in, v_in, gate_in, up_in;
   double layer_scalar = 1;
 };
 
@@ -55,9 +63,16 @@ DenseNorm to_dense(const Norm& n, int64_t size) {
   return d;
 }
 
-Matrix fold_scale(const DenseLinear& l, const DenseNorm& pre) {
-  if (!l) return {};
-  return pre.w.size() ? Matrix(l.w * pre.w.asDiagonal()) : l.w;
+// `pre` is the pre-norm, or null without one.
+FoldedInput fold(const DenseLinear& l, const DenseNorm* pre, NormKind kind) {
+  FoldedInput f;
+  if (!l) return f;
+  f.w = pre && pre->w.size() ? Matrix(l.w * pre->w.asDiagonal()) : l.w;
+  if (!pre) return f;
+  f.shift = pre->b.size() ? Vector(l.w * pre->b) : Vector::Zero(l.w.rows());
+  if (l.b.size()) f.shift += l.b;
+  if (kind == NormKind::LayerNorm) f.ones = f.w.rowwise().sum();
+  return f;
 }
 
 // A value and its tangents: column j of t is d v / d (input direction j). t has 0 columns for values only.
@@ -66,9 +81,12 @@ struct Dual {
   Matrix t;  // [n, m]
 };
 
+// Through BLAS: these products are the step's passes over the float64 weights (one per projection and sample
+// in the structured mean).
 Dual linear(const DenseLinear& l, const Dual& x) {
-  Dual y{l.w * x.v, l.w * x.t};
-  if (l.b.size()) y.v += l.b;
+  Dual y{l.b.size() ? l.b : Vector::Zero(l.w.rows()), Matrix::Zero(l.w.rows(), x.t.cols())};
+  linalg::multiply_add_vector(l.w, x.v, y.v);
+  linalg::multiply_add(l.w, x.t, y.t);
   return y;
 }
 
@@ -223,12 +241,11 @@ const JacobianModel::Weights& JacobianModel::weights(int64_t layer) const {
   w->ple_gate = to_dense(L.ple_gate);
   w->ple_proj = to_dense(L.ple_proj);
   const bool pre = has_pre_norm(c.norm_placement);
-  const DenseNorm none;
-  w->q_in = fold_scale(w->q, pre ? w->attn_norm : none);
-  w->k_in = fold_scale(w->k, pre ? w->attn_norm : none);
-  w->v_in = fold_scale(w->v, pre ? w->attn_norm : none);
-  w->gate_in = fold_scale(w->gate, pre ? w->mlp_norm : none);
-  w->up_in = fold_scale(w->up, pre ? w->mlp_norm : none);
+  w->q_in = fold(w->q, pre ? &w->attn_norm : nullptr, c.norm);
+  w->k_in = fold(w->k, pre ? &w->attn_norm : nullptr, c.norm);
+  w->v_in = fold(w->v, pre ? &w->attn_norm : nullptr, c.norm);
+  w->gate_in = fold(w->gate, pre ? &w->mlp_norm : nullptr, c.norm);
+  w->up_in = fold(w->up, pre ? &w->mlp_norm : nullptr, c.norm);
   if (c.layer_scalar) w->layer_scalar = L.layer_scalar[0];
   slot = std::move(w);
   return *slot;
@@ -373,9 +390,13 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
     trace->mix.assign(H, Matrix());
     trace->p_self = Vector::Zero(H);
   }
-  Matrix kh(n_keys, hd), vh(n_keys, hd);  // visible keys / values of one kv head [keys, d_head]
-  for (int64_t head = 0; head < H; ++head) {
-    const int64_t g = head / group;
+  // One kv head and the query heads of its group per iteration. OpenMP splits the kv heads over threads unless
+  // this runs inside a parallel region already (one sample per thread); either way the products inside run on
+  // one thread, where Eigen would otherwise split each small product with a barrier of its own. The iterations
+  // write disjoint rows of z and entries of the trace, and throw nothing.
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel() && G > 1)
+  for (int64_t g = 0; g < G; ++g) {
+    Matrix kh(n_keys, hd), vh(n_keys, hd);  // visible keys / values of kv head g [keys, d_head]
     for (int64_t j = 0; j < n_keys; ++j) {
       const int64_t key = range.first + j;
       if (own && key == pos) {
@@ -386,28 +407,30 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
         vh.row(j) = Eigen::Map<const Eigen::RowVectorXf>(values.row(key) + g * hd, hd).cast<double>();
       }
     }
-    const auto qh = q.v.segment(head * hd, hd);
-    Vector p = lc.attn_scale * (kh * qh);  // scores, then probabilities [keys]
-    p = (p.array() - p.maxCoeff()).exp();
-    p /= p.sum();
-    const Vector zh = vh.transpose() * p;
-    z.v.segment(head * hd, hd) = zh;
-    // ∂z/∂q = scale Σ_j P_j (v_j − z) k_jᵀ (softmax derivative dP_j = P_j (ds_j − Σ_i P_i ds_i)).
-    const Matrix mix = lc.attn_scale * (vh.rowwise() - zh.transpose()).transpose() * p.asDiagonal() * kh;
-    const double p_self = own ? p[pos - range.first] : 0.0;
-    if (m > 0) {
-      auto tz = z.t.middleRows(head * hd, hd);
-      tz = mix * q.t.middleRows(head * hd, hd);
-      if (own) {
-        // Position p's own score s_p = scale q·k_p and value v_p move too.
-        const Vector vz = v.v.segment(g * hd, hd) - zh;
-        tz += (lc.attn_scale * p_self) * vz * (qh.transpose() * k.t.middleRows(g * hd, hd));
-        tz += p_self * v.t.middleRows(g * hd, hd);
+    for (int64_t head = g * group; head < (g + 1) * group; ++head) {
+      const auto qh = q.v.segment(head * hd, hd);
+      Vector p = lc.attn_scale * (kh * qh);  // scores, then probabilities [keys]
+      p = (p.array() - p.maxCoeff()).exp();
+      p /= p.sum();
+      const Vector zh = vh.transpose() * p;
+      z.v.segment(head * hd, hd) = zh;
+      // ∂z/∂q = scale Σ_j P_j (v_j − z) k_jᵀ (softmax derivative dP_j = P_j (ds_j − Σ_i P_i ds_i)).
+      const Matrix mix = lc.attn_scale * (vh.rowwise() - zh.transpose()).transpose() * p.asDiagonal() * kh;
+      const double p_self = own ? p[pos - range.first] : 0.0;
+      if (m > 0) {
+        auto tz = z.t.middleRows(head * hd, hd);
+        tz = mix * q.t.middleRows(head * hd, hd);
+        if (own) {
+          // Position p's own score s_p = scale q·k_p and value v_p move too.
+          const Vector vz = v.v.segment(g * hd, hd) - zh;
+          tz += (lc.attn_scale * p_self) * vz * (qh.transpose() * k.t.middleRows(g * hd, hd));
+          tz += p_self * v.t.middleRows(g * hd, hd);
+        }
       }
-    }
-    if (trace) {
-      trace->mix[head] = mix;
-      trace->p_self[head] = p_self;
+      if (trace) {
+        trace->mix[head] = mix;
+        trace->p_self[head] = p_self;
+      }
     }
   }
   Dual f = linear(W.o, z);  // [d]
@@ -479,6 +502,10 @@ Vector JacobianModel::step(const SequenceState& s, int64_t layer, Sublayer which
 }
 
 Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
+  return structure(s, layer, which, pos).dense();
+}
+
+Matrix JacobianModel::jacobian_by_tangents(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   const LayerConfig& lc = transformer_->layer_config(layer);
   const Weights& W = weights(layer);
   const int64_t d = d_model();
@@ -487,6 +514,40 @@ Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer w
     return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, nullptr, nullptr).t;
   return mlp_step(config(), lc, W, s, layer, pos, in, nullptr, nullptr, nullptr).t;
 }
+
+namespace {
+
+// In V for a branch from its projection's forward value, without a pass over In: the pre-norm's output is
+// w ⊙ a + b_n, so the value is W (w ⊙ a + b_n) + b = In a + shift, and V's columns are a/√n (after 1/√n under
+// LayerNorm, whose In 1 is kept with the weights). [r, 0] without a pre-norm.
+Matrix in_times_v(const FoldedInput& in, const Vector& value, const NormJacobian& pre) {
+  const int64_t k = pre.u.cols();
+  Matrix r(value.size(), k);
+  if (k == 0) return r;
+  const double inv_sqrt_n = 1.0 / std::sqrt(static_cast<double>(pre.u.rows()));
+  r.col(k - 1) = (value - in.shift) * inv_sqrt_n;
+  if (k == 2) r.col(0) = in.ones * inv_sqrt_n;
+  return r;
+}
+
+BranchMiddle diagonal_middle(Vector diag) {
+  BranchMiddle m;
+  m.diagonal = true;
+  m.cols = diag.size();
+  m.diag = std::move(diag);
+  return m;
+}
+
+BranchMiddle block_middle(int64_t n_blocks, int64_t block_rows, int64_t cols) {
+  BranchMiddle m;
+  m.cols = cols;
+  m.block_rows = block_rows;
+  m.blocks.resize(n_blocks);
+  m.block_col.resize(n_blocks);
+  return m;
+}
+
+}  // namespace
 
 StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   const ModelConfig& c = config();
@@ -507,12 +568,13 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
     AttentionTrace tr;
     attention_step(c, lc, W, inv_freq_[layer], s, layer, pos, in, &tr, &st.post);
     st.pre = tr.pre;
+    st.out = &W.o.w;
     const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd, kv_dim = G * hd;
     const bool own = lc.kv_source == layer;
     const bool full_qk = c.qk_norm == QKNorm::FullProjection;
 
     // ∂(q, k, v after QK-/V-norm and RoPE)/∂(raw projection). Per head (d_head × d_head blocks) unless the QK-norm
-    // spans the whole projection (OLMo 3), where the full [q_dim, q_dim] / [kv_dim, kv_dim] matrix is needed.
+    // spans the whole projection (OLMo 3), where each head's rows span the whole projection.
     const DenseNorm* per_head_q = c.qk_norm == QKNorm::PerHead ? &W.q_norm : nullptr;
     const DenseNorm* per_head_k = c.qk_norm == QKNorm::PerHead ? &W.k_norm : nullptr;
     auto head_block = [&](const Vector& raw, int64_t head, const DenseNorm* norm, bool rope, bool v_norm) {
@@ -528,30 +590,44 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
       rope_inplace(lc.rope.style, inv_freq_[layer], b, heads, hd, pos);
       return b.t;
     };
-    // ∂z_h/∂q_h = mix_h (softmax derivative through the scores).
-    JacobianBranch bq{&W.o.w, &W.q_in, false, {}, Matrix::Zero(q_dim, q_dim)};
+    // ∂z_h/∂q_h = mix_h (softmax derivative through the scores): one block per head (heads over threads as in
+    // attention_step).
+    JacobianBranch bq{&W.q_in.w, block_middle(H, hd, q_dim), in_times_v(W.q_in, tr.q_raw, st.pre)};
     const Matrix q_full = full_qk ? full_block(tr.q_raw, W.q_norm, H) : Matrix();
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel() && H > 1)
     for (int64_t h = 0; h < H; ++h) {
-      if (full_qk) bq.m_dense.middleRows(h * hd, hd) = tr.mix[h] * q_full.middleRows(h * hd, hd);
-      else bq.m_dense.block(h * hd, h * hd, hd, hd) = tr.mix[h] * head_block(tr.q_raw, h, per_head_q, true, false);
+      if (full_qk) {
+        bq.m.blocks[h] = tr.mix[h] * q_full.middleRows(h * hd, hd);
+        bq.m.block_col[h] = 0;
+      } else {
+        bq.m.blocks[h] = tr.mix[h] * head_block(tr.q_raw, h, per_head_q, true, false);
+        bq.m.block_col[h] = h * hd;
+      }
     }
     st.branches.push_back(std::move(bq));
 
     if (own) {
-      // ∂z_h/∂k_p = scale P_pp (v_p − z_h) q_hᵀ; ∂z_h/∂v_p = P_pp I (per query head h, kv head g = h / group).
+      // ∂z_h/∂k_p = scale P_pp (v_p − z_h) q_hᵀ; ∂z_h/∂v_p = P_pp I (per query head h, its kv head g = h / group,
+      // so the heads of a group share their blocks' columns).
       const Matrix k_full = full_qk ? full_block(tr.k_raw, W.k_norm, G) : Matrix();
       std::vector<Matrix> k_blocks(G), v_blocks(G);
       for (int64_t g = 0; g < G && !full_qk; ++g) k_blocks[g] = head_block(tr.k_raw, g, per_head_k, true, false);
       for (int64_t g = 0; g < G; ++g) v_blocks[g] = head_block(tr.v_raw, g, nullptr, false, c.v_norm);
-      JacobianBranch bk{&W.o.w, &W.k_in, false, {}, Matrix::Zero(q_dim, kv_dim)};
-      JacobianBranch bv{&W.o.w, &W.v_in, false, {}, Matrix::Zero(q_dim, kv_dim)};
+      JacobianBranch bk{&W.k_in.w, block_middle(H, hd, kv_dim), in_times_v(W.k_in, tr.k_raw, st.pre)};
+      JacobianBranch bv{&W.v_in.w, block_middle(H, hd, kv_dim), in_times_v(W.v_in, tr.v_raw, st.pre)};
       for (int64_t h = 0; h < H; ++h) {
         const int64_t g = h / group;
         const Vector vz = (lc.attn_scale * tr.p_self[h]) * (tr.v_self.segment(g * hd, hd) - tr.z.segment(h * hd, hd));
         const auto qh = tr.q.segment(h * hd, hd).transpose();
-        if (full_qk) bk.m_dense.middleRows(h * hd, hd) = vz * (qh * k_full.middleRows(g * hd, hd));
-        else bk.m_dense.block(h * hd, g * hd, hd, hd) = vz * (qh * k_blocks[g]);
-        bv.m_dense.block(h * hd, g * hd, hd, hd) = tr.p_self[h] * v_blocks[g];
+        if (full_qk) {
+          bk.m.blocks[h] = vz * (qh * k_full.middleRows(g * hd, hd));
+          bk.m.block_col[h] = 0;
+        } else {
+          bk.m.blocks[h] = vz * (qh * k_blocks[g]);
+          bk.m.block_col[h] = g * hd;
+        }
+        bv.m.blocks[h] = tr.p_self[h] * v_blocks[g];
+        bv.m.block_col[h] = g * hd;
       }
       st.branches.push_back(std::move(bk));
       st.branches.push_back(std::move(bv));
@@ -561,18 +637,16 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
     NormJacobian ple_post;
     mlp_step(c, lc, W, s, layer, pos, in, &tr, &st.post, &ple_post);
     st.pre = tr.pre;
+    st.out = &W.down.w;
     if (c.gated_mlp) {
       // ∂(act(g) ⊙ u) = diag(act'(g) ⊙ u) ∂g + diag(act(g)) ∂u
-      JacobianBranch bg{&W.down.w, &W.gate_in, true, {}, {}};
-      bg.m_diag = tr.pre_act.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); }).cwiseProduct(tr.up);
-      JacobianBranch bu{&W.down.w, &W.up_in, true, {}, {}};
-      bu.m_diag = tr.pre_act.unaryExpr([&](double g) { return activate64(c.activation, g); });
-      st.branches.push_back(std::move(bg));
-      st.branches.push_back(std::move(bu));
+      Vector m_gate = tr.pre_act.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); }).cwiseProduct(tr.up);
+      Vector m_up = tr.pre_act.unaryExpr([&](double g) { return activate64(c.activation, g); });
+      st.branches.push_back({&W.gate_in.w, diagonal_middle(std::move(m_gate)), in_times_v(W.gate_in, tr.pre_act, st.pre)});
+      st.branches.push_back({&W.up_in.w, diagonal_middle(std::move(m_up)), in_times_v(W.up_in, tr.up, st.pre)});
     } else {
-      JacobianBranch bu{&W.down.w, &W.up_in, true, {}, {}};
-      bu.m_diag = tr.pre_act.unaryExpr([&](double u) { return activate64_derivative(c.activation, u); });
-      st.branches.push_back(std::move(bu));
+      Vector m_up = tr.pre_act.unaryExpr([&](double u) { return activate64_derivative(c.activation, u); });
+      st.branches.push_back({&W.up_in.w, diagonal_middle(std::move(m_up)), in_times_v(W.up_in, tr.pre_act, st.pre)});
     }
     if (c.d_per_layer_input > 0) {
       // ∂ branch/∂y = diag(w) λ'(I − U'U'ᵀ) W_proj diag(act'(W_gate y) ⊙ input) W_gate
@@ -589,6 +663,55 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
   return st;
 }
 
+// ---- BranchMiddle --------------------------------------------------------------------------------------
+
+Matrix BranchMiddle::times(const Matrix& x) const {
+  if (diagonal) return diag.asDiagonal() * x;
+  Matrix y(rows(), x.cols());
+  for (size_t h = 0; h < blocks.size(); ++h)
+    y.middleRows(h * block_rows, block_rows).noalias() = blocks[h] * x.middleRows(block_col[h], blocks[h].cols());
+  return y;
+}
+
+Matrix BranchMiddle::transpose_times(const Matrix& y) const {
+  if (diagonal) return diag.asDiagonal() * y;
+  Matrix x = Matrix::Zero(cols, y.cols());
+  for (size_t h = 0; h < blocks.size(); ++h)
+    x.middleRows(block_col[h], blocks[h].cols()).noalias() += blocks[h].transpose() * y.middleRows(h * block_rows, block_rows);
+  return x;
+}
+
+void BranchMiddle::add_times(const Matrix& in, Matrix& out) const {
+  if (diagonal) {
+    out.noalias() += diag.asDiagonal() * in;
+    return;
+  }
+  for (size_t h = 0; h < blocks.size(); ++h)
+    linalg::multiply_add(blocks[h], in.middleRows(block_col[h], blocks[h].cols()), out.middleRows(h * block_rows, block_rows));
+}
+
+void BranchMiddle::add(double c, const BranchMiddle& other) {
+  if (other.cols == 0) return;
+  if (cols == 0) {  // empty: other's layout
+    *this = other;
+    if (diagonal) diag *= c;
+    for (Matrix& b : blocks) b *= c;
+    return;
+  }
+  TDYN_CHECK(diagonal == other.diagonal && cols == other.cols && blocks.size() == other.blocks.size());
+  if (diagonal) diag += c * other.diag;
+  for (size_t h = 0; h < blocks.size(); ++h) {
+    TDYN_CHECK(block_col[h] == other.block_col[h] && blocks[h].cols() == other.blocks[h].cols());
+    blocks[h] += c * other.blocks[h];
+  }
+}
+
+int64_t BranchMiddle::bytes() const {
+  int64_t n = diag.size();
+  for (const Matrix& b : blocks) n += b.size();
+  return n * static_cast<int64_t>(sizeof(double));
+}
+
 // ---- StepStructure -------------------------------------------------------------------------------------
 
 namespace {
@@ -602,16 +725,14 @@ Matrix times_projector(const Matrix& x, const NormJacobian& n) {
 }  // namespace
 
 Matrix StepStructure::left_apply_step(const Matrix& x) const {
-  // X K = a X + (X diag(w_L)) L (b I + Σ Out M In R)
+  // X K = a X + (X diag(w_L)) L (b I + Out Σ M In R)
   Matrix y = post_weight ? Matrix(x * post_weight->asDiagonal()) : x;
   y = times_projector(y, post);
   Matrix result = identity * x + inner_identity * y;
-  for (const auto& br : branches) {
-    Matrix t = y * *br.out;  // [k, r_out]
-    if (br.diagonal) t = t * br.m_diag.asDiagonal();
-    else t = t * br.m_dense;
-    result += times_projector(t * *br.in, pre);
-  }
+  const Matrix y_out = linalg::multiply(y, *out).transpose();  // (Y Out)ᵀ [r_out, k]
+  Matrix inner = Matrix::Zero(x.rows(), x.cols());
+  for (const auto& br : branches) linalg::multiply(Matrix(br.m.transpose_times(y_out).transpose()), *br.in, inner, 1.0);
+  result += times_projector(inner, pre);
   return result;
 }
 
@@ -622,84 +743,150 @@ Matrix StepStructure::left_apply(const Matrix& x) const {
 }
 
 Matrix StepStructure::dense() const {
-  const int64_t d = branches.empty() ? post.u.rows() : branches.front().out->rows();
-  return left_apply(Matrix::Identity(d, d));
+  TDYN_CHECK(out != nullptr && !branches.empty());
+  const int64_t d = out->rows();
+  // F = Out (Σ M In): the one d × r × d product, whatever the number of branches. A diagonal first branch sets
+  // Σ M In in the same pass that would otherwise clear it.
+  const JacobianBranch& first = branches.front();
+  Matrix m_in = first.m.diagonal ? Matrix(first.m.diag.asDiagonal() * *first.in) : Matrix(Matrix::Zero(out->cols(), d));
+  for (size_t i = first.m.diagonal ? 1 : 0; i < branches.size(); ++i) branches[i].m.add_times(*branches[i].in, m_in);
+  Matrix k = linalg::multiply(*out, m_in);
+  // K = a I + diag(w_L) λ(I − UUᵀ) (b I + F ρ(I − VVᵀ)): the projectors as rank-k updates, in place.
+  if (pre.u.cols()) {
+    const Matrix k_v = k * pre.u;  // [d, kR]
+    k.noalias() -= k_v * pre.u.transpose();
+  }
+  k *= pre.scale;
+  k.diagonal().array() += inner_identity;
+  if (post.u.cols()) {
+    const Matrix ut_k = post.u.transpose() * k;  // [kL, d]
+    k.noalias() -= post.u * ut_k;
+  }
+  k *= post.scale;
+  if (post_weight) k.array().colwise() *= post_weight->array();
+  k.diagonal().array() += identity;
+  // J = s (K + P_ple (W_ple K)).
+  if (ple_gate) linalg::multiply_add(ple_left, linalg::multiply(*ple_gate, k), k);
+  k *= layer_scalar;
+  return k;
+}
+
+int64_t StepStructure::bytes() const {
+  int64_t n = post.u.size() + pre.u.size() + ple_left.size();
+  for (const auto& br : branches) n += br.in_v.size() + br.m.bytes() / static_cast<int64_t>(sizeof(double));
+  return n * static_cast<int64_t>(sizeof(double));
 }
 
 // ---- StructuredMean ------------------------------------------------------------------------------------
 
 void StructuredMean::init(const StepStructure& s) {
-  const int64_t d = s.branches.front().out->rows();
+  const int64_t d = s.out->rows();
   identity_ = s.identity;
   inner_identity_ = s.inner_identity;
   post_weight_ = s.post_weight;
   layer_scalar_ = s.layer_scalar;
+  out_ = s.out;
   ple_gate_ = s.ple_gate;
   inner_ = Matrix::Zero(d, d);
   if (ple_gate_) ple_product_sum_ = Matrix::Zero(d, d);
-  for (const auto& br : s.branches) {
-    BranchSums b;
-    b.out = br.out;
-    b.in = br.in;
-    b.diagonal = br.diagonal;
-    if (br.diagonal) b.m_diag = Vector::Zero(br.m_diag.size());
-    else b.m_dense = Matrix::Zero(br.m_dense.rows(), br.m_dense.cols());
-    branches_.push_back(std::move(b));
-  }
+  for (const auto& br : s.branches) ins_.push_back(br.in);
+  m_sums_.resize(s.branches.size());
 }
 
-void StructuredMean::add(const StepStructure& s) {
-  TDYN_CHECK(!s.branches.empty());
-  if (count_ == 0 && branches_.empty()) init(s);
-  // Samples of one sublayer differ in their branch set only on a bug (own vs shared keys is per layer).
-  TDYN_CHECK(s.branches.size() == branches_.size());
+void StructuredMean::add(StepStructure&& s) {
+  TDYN_CHECK(s.out != nullptr && !s.branches.empty());
+  if (count_ == 0 && ins_.empty()) init(s);
+  // Samples of one sublayer differ in their branches only on a bug (own vs shared keys is per layer).
+  TDYN_CHECK(s.out == out_ && s.branches.size() == ins_.size());
+  for (size_t i = 0; i < ins_.size(); ++i) TDYN_CHECK(s.branches[i].in == ins_[i]);
   ++count_;
-  const double c = s.post.scale * s.pre.scale;  // λρ
-  const Matrix& u = s.post.u;  // [d, kL]
-  const Matrix& v = s.pre.u;   // [d, kR]
-  // L (b I) = b λ (I − UUᵀ): the identity part is summed as a scalar, the rest goes to the inner sum.
-  if (inner_identity_ != 0) {
-    lambda_sum_ += s.post.scale;
-    if (u.cols()) inner_.noalias() -= (inner_identity_ * s.post.scale) * u * u.transpose();
+  waiting_bytes_ += s.bytes();
+  waiting_.push_back(std::move(s));
+  if (batch_full()) flush();
+}
+
+bool StructuredMean::batch_full() const {
+  // Batches of 64 samples share each pass over the weights; attention's per-head blocks (3 d · d_head per
+  // sample) stop a batch at a quarter of the d × d sum's memory, so that waiting adds at most that to it.
+  return waiting_.size() >= 64 || 4 * waiting_bytes_ >= static_cast<int64_t>(inner_.size() * sizeof(double));
+}
+
+void StructuredMean::flush() {
+  if (waiting_.empty()) return;
+  const int64_t n = static_cast<int64_t>(waiting_.size()), d = inner_.rows();
+  const int64_t kR = waiting_[0].pre.u.cols(), kL = waiting_[0].post.u.cols();
+  std::vector<double> c(n);  // λρ per sample
+  for (int64_t j = 0; j < n; ++j) {
+    const StepStructure& s = waiting_[j];
+    TDYN_CHECK(s.pre.u.cols() == kR && s.post.u.cols() == kL);
+    c[j] = s.post.scale * s.pre.scale;
+    for (size_t i = 0; i < ins_.size(); ++i) m_sums_[i].add(c[j], s.branches[i].m);
+    lambda_sum_ += s.post.scale;  // the identity part of L (b I) = b λ (I − UUᵀ)
   }
-  // L Out M In R = c [Out M In − Out (M In V)Vᵀ − U(UᵀOut M)In + U(UᵀOut M In V)Vᵀ]: Σ c M is kept per branch
-  // (its product with the weights is taken once, in sum()); the three low-rank corrections go to the inner sum
-  // at once, each through a d × k factor, so that no per-branch matrix wider than d is kept.
-  for (size_t i = 0; i < branches_.size(); ++i) {
-    const JacobianBranch& br = s.branches[i];
-    BranchSums& sum = branches_[i];
-    if (br.diagonal) sum.m_diag += c * br.m_diag;
-    else sum.m_dense += c * br.m_dense;
-    const Matrix in_v = v.cols() ? Matrix(*br.in * v) : Matrix();  // In V [r_in, kR]
-    if (v.cols()) {
-      const Matrix m_in_v = br.diagonal ? Matrix(c * br.m_diag.asDiagonal() * in_v) : Matrix(c * br.m_dense * in_v);
-      inner_.noalias() -= (*br.out * m_in_v) * v.transpose();
+  // L F R = c (I − UUᵀ) F (I − VVᵀ) = c [F − P Vᵀ − U (Uᵀ F)] with F = Out Σ M In and P = (I − UUᵀ) F V. F is
+  // summed as Σ c M above; the two low-rank terms of the whole batch reach inner_ by dgemm, as does the
+  // −b λ U Uᵀ of L (b I).
+  if (kR > 0) {
+    Matrix x(out_->cols(), n * kR), v(d, n * kR);  // c Σ M In V, and V
+    for (int64_t j = 0; j < n; ++j) {
+      auto xj = x.middleCols(j * kR, kR);
+      xj.setZero();
+      for (const auto& br : waiting_[j].branches) xj += br.m.times(br.in_v);
+      xj *= c[j];
+      v.middleCols(j * kR, kR) = waiting_[j].pre.u;
     }
-    if (u.cols()) {
-      Matrix ut_out_m = u.transpose() * *br.out;  // [kL, r_out] → c Uᵀ Out M [kL, r_in]
-      ut_out_m = br.diagonal ? Matrix(c * ut_out_m * br.m_diag.asDiagonal()) : Matrix(c * ut_out_m * br.m_dense);
-      inner_.noalias() -= u * (ut_out_m * *br.in);
-      if (v.cols()) inner_.noalias() += u * (ut_out_m * in_v) * v.transpose();
+    Matrix p = linalg::multiply(*out_, x);  // c F V [d, n kR]
+    if (kL > 0)
+      for (int64_t j = 0; j < n; ++j) {
+        const Matrix& u = waiting_[j].post.u;
+        auto pj = p.middleCols(j * kR, kR);
+        const Matrix ut_p = u.transpose() * pj;
+        pj -= u * ut_p;
+      }
+    p *= -1.0;
+    linalg::multiply(p, Matrix(v.transpose()), inner_, 1.0);
+  }
+  if (kL > 0) {
+    Matrix u(d, n * kL);
+    for (int64_t j = 0; j < n; ++j) u.middleCols(j * kL, kL) = waiting_[j].post.u;
+    const Matrix u_out = linalg::multiply(Matrix(u.transpose()), *out_).transpose();  // Outᵀ U [r_out, n kL]
+    Matrix ut_f = Matrix::Zero(n * kL, d);                                            // c Uᵀ F, per sample
+    for (size_t i = 0; i < ins_.size(); ++i) {
+      Matrix y(ins_[i]->rows(), n * kL);  // c Mᵀ Outᵀ U
+      for (int64_t j = 0; j < n; ++j)
+        y.middleCols(j * kL, kL) = c[j] * waiting_[j].branches[i].m.transpose_times(u_out.middleCols(j * kL, kL));
+      linalg::multiply(Matrix(y.transpose()), *ins_[i], ut_f, 1.0);
     }
+    if (inner_identity_ != 0)
+      for (int64_t j = 0; j < n; ++j)
+        ut_f.middleRows(j * kL, kL) += (inner_identity_ * waiting_[j].post.scale) * waiting_[j].post.u.transpose();
+    u *= -1.0;
+    linalg::multiply(u, ut_f, inner_, 1.0);
   }
   // Gemma 4 per-layer-input factor: J = s (K + P_ple (W_ple K)); K itself is summed above.
-  if (ple_gate_) ple_product_sum_.noalias() += s.ple_left * s.left_apply_step(*ple_gate_);
+  if (ple_gate_)
+    for (const StepStructure& s : waiting_) linalg::multiply(s.ple_left, s.left_apply_step(*ple_gate_), ple_product_sum_, 1.0);
+  waiting_.clear();
+  waiting_bytes_ = 0;
 }
 
 void StructuredMean::merge(const StructuredMean& o) {
   if (o.count_ == 0) return;
-  if (count_ == 0 && branches_.empty()) {
+  if (count_ == 0 && ins_.empty()) {
     *this = o;
     return;
   }
+  TDYN_CHECK(o.out_ == out_ && o.ins_ == ins_);
   count_ += o.count_;
   lambda_sum_ += o.lambda_sum_;
   inner_ += o.inner_;
   if (ple_gate_) ple_product_sum_ += o.ple_product_sum_;
-  for (size_t i = 0; i < branches_.size(); ++i) {
-    if (branches_[i].diagonal) branches_[i].m_diag += o.branches_[i].m_diag;
-    else branches_[i].m_dense += o.branches_[i].m_dense;
+  for (size_t i = 0; i < m_sums_.size(); ++i) m_sums_[i].add(1.0, o.m_sums_[i]);
+  for (const StepStructure& s : o.waiting_) {
+    waiting_bytes_ += s.bytes();
+    waiting_.push_back(s);
   }
+  if (batch_full()) flush();
 }
 
 Matrix StructuredMean::mean() const {
@@ -709,14 +896,18 @@ Matrix StructuredMean::mean() const {
 
 Matrix StructuredMean::sum() const {
   if (count_ == 0) return {};
+  if (!waiting_.empty()) {
+    StructuredMean flushed = *this;
+    flushed.flush();
+    return flushed.sum();
+  }
   // Σ L (b I + F R), then diag(w_L) on the left, a I, the per-layer-input factor and the layer scalar.
+  Matrix m_in = Matrix::Zero(out_->cols(), inner_.cols());  // Σ c M In [r_out, d]
+  for (size_t i = 0; i < m_sums_.size(); ++i) m_sums_[i].add_times(*ins_[i], m_in);
   Matrix inner = inner_;
   if (inner_identity_ != 0) inner.diagonal().array() += inner_identity_ * lambda_sum_;
-  for (const auto& b : branches_) {
-    const Matrix m_in = b.diagonal ? Matrix(b.m_diag.asDiagonal() * *b.in) : linalg::multiply(b.m_dense, *b.in);  // [r_out, d]
-    linalg::multiply(*b.out, m_in, inner, 1.0);
-  }
-  if (post_weight_) inner = post_weight_->asDiagonal() * inner;
+  linalg::multiply(*out_, m_in, inner, 1.0);
+  if (post_weight_) inner.array().colwise() *= post_weight_->array();
   inner.diagonal().array() += identity_ * static_cast<double>(count_);
   if (ple_gate_) inner += ple_product_sum_;
   return layer_scalar_ * inner;

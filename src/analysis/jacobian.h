@@ -12,20 +12,26 @@
 // step is still the map between consecutive residual-stream boundaries (hook_resid_pre → mid → post).
 //
 // Two independent computations, both in float64 from the float32 weights and the float32 forward-pass state:
-//   * jacobian(): the plain reference. The local map is evaluated once with d tangent directions carried
+//   * jacobian_by_tangents(): the reference. The local map is evaluated once with d tangent directions carried
 //     along (batched forward-mode JVPs: every op maps a value and an [n, d] tangent matrix), so J is exact up
 //     to round-off. Cost O(d · forward cost of one position).
-//   * structure(): the same Jacobian in factored form,
-//         J = a I + diag(w_L) λ (I − U Uᵀ) ( b I + Σ_br Out_br M_br In_br ρ (I − V Vᵀ) )
-//     with constant weight matrices Out_br [d, r_out], In_br [r_in, d] (pre-norm scale folded in), small
-//     per-sample middles M_br (MLP: diagonal, act'(·) of the pre-activations; attention: q/k/v branches built
-//     from the softmax pattern of position p), and the norm Jacobians λ(I − UUᵀ) (pre) / ρ(I − VVᵀ) (post):
-//     RMSNorm N'(x) = diag(w)(1/r)(I − a aᵀ/n), a = x/r; LayerNorm N'(x) = diag(w)(1/σ)(I − 11ᵀ/n − a aᵀ/n),
-//     a = (x − μ)/σ. StructuredMean sums these factors over samples without forming any per-sample d × d
-//     product of weights: Σ c M per branch (multiplied by the weights once per layer), and the norms' low-rank
-//     corrections (Out (c M In V) Vᵀ and the like, each built through a d × k factor, k ≤ 2) in one d × d sum:
-//     O(S · (forward cost + d r k)) + O(one d × r × d GEMM per branch) instead of O(S · d · forward cost), and
-//     memory of a few d × d matrices whatever r (= d_mlp) is.
+//   * structure(): the same Jacobian in closed, factored form,
+//         J = a I + diag(w_L) λ (I − U Uᵀ) ( b I + Out (Σ_br M_br In_br) ρ (I − V Vᵀ) )
+//     with constant weight matrices Out [d, r_out] (W_down or W_o), In_br [r_in, d] (projection × pre-norm
+//     scale), small per-sample middles M_br (MLP: diagonal, act'(g) ⊙ u and act(g) for a gated MLP, act'(·) for a
+//     plain one; attention: one d_head block per head for each of q, k, v, from the softmax pattern of position
+//     p, GQA heads sharing their kv head's columns), and the norm Jacobians λ(I − UUᵀ) (post) / ρ(I − VVᵀ)
+//     (pre): RMSNorm N'(x) = diag(w)(1/r)(I − a aᵀ/n), a = x/r; LayerNorm N'(x) = diag(w)(1/σ)(I − 11ᵀ/n −
+//     a aᵀ/n), a = (x − μ)/σ. a = 1, b = 0, except post-residual (BERT) where a = 0, b = 1.
+//     jacobian() is this form made dense (StepStructure::dense): one d × r × d dgemm, where carrying d tangents
+//     costs one such product per projection (three for the MLP, four for attention).
+// StructuredMean sums these factors over samples without forming any per-sample d × d product of weights:
+// Σ c M per branch (multiplied by the weights once, in sum()), and the norms' low-rank corrections (through
+// d × k factors, k ≤ 2) gathered over a batch of samples and added to one d × d sum by dgemm. The pre-norm
+// side needs In V, which the forward values give without a pass over In (see in_times_v in jacobian.cpp); the
+// post-norm side needs Uᵀ Out and then In, taken by dgemm for the whole batch. Per sample that leaves the
+// float64 step at position p (one pass over each weight matrix, as the forward pass makes for one token), and
+// memory of a few d × d matrices whatever r (= d_mlp) is.
 //
 // Sublayer order ("depth") everywhere: k = 2l (attention of layer l), k = 2l + 1 (MLP of layer l).
 #pragma once
@@ -71,16 +77,33 @@ struct NormJacobian {
   linalg::Matrix u;  // [d, k], k = 0 (no norm), 1 (RMSNorm: a/√n) or 2 (LayerNorm: 1/√n, a/√n)
 };
 
-// One term Out · M · In of the sublayer's inner Jacobian. Out and In point into the JacobianModel's weights.
-struct JacobianBranch {
-  const linalg::Matrix* out = nullptr;  // [d, r_out]
-  const linalg::Matrix* in = nullptr;   // [r_in, d] (pre-norm scale folded in)
+// The middle factor M [r_out, r_in] of a branch Out M In: diagonal (MLP), or one dense block per row group of
+// block_rows rows (attention: per head h, rows h·d_head .. + d_head − 1 and columns block_col[h] .. +
+// blocks[h].cols() − 1: its d_head × d_head block, or whole rows under a QK-norm over the full projection).
+struct BranchMiddle {
   bool diagonal = false;
-  linalg::Vector m_diag;   // [r] when diagonal (r_out = r_in = r)
-  linalg::Matrix m_dense;  // [r_out, r_in] otherwise
+  int64_t cols = 0;                    // r_in
+  linalg::Vector diag;                 // [r] when diagonal
+  int64_t block_rows = 0;
+  std::vector<linalg::Matrix> blocks;  // [block_rows, width] otherwise
+  std::vector<int64_t> block_col;      // first column of each block
+
+  int64_t rows() const { return diagonal ? diag.size() : block_rows * static_cast<int64_t>(blocks.size()); }
+  linalg::Matrix times(const linalg::Matrix& x) const;            // M X, X [r_in, k]
+  linalg::Matrix transpose_times(const linalg::Matrix& y) const;  // Mᵀ Y, Y [r_out, k]
+  void add_times(const linalg::Matrix& in, linalg::Matrix& out) const;  // out [r_out, n] += M In, In [r_in, n]
+  void add(double c, const BranchMiddle& other);  // this += c other; an empty this takes other's layout
+  int64_t bytes() const;
 };
 
-// J = s (I + P_ple W_ple) K with K = a I + diag(w_L) L (b I + Σ_br Out M In R), L = λ(I − UUᵀ), R = ρ(I − VVᵀ).
+// One term M In of the sublayer's inner Jacobian (In points into the JacobianModel's weights).
+struct JacobianBranch {
+  const linalg::Matrix* in = nullptr;  // [r_in, d] (pre-norm scale folded in)
+  BranchMiddle m;
+  linalg::Matrix in_v;                 // In V [r_in, kR] (V: the pre-norm's projector columns)
+};
+
+// J = s (I + P_ple W_ple) K with K = a I + diag(w_L) L (b I + Out Σ_br M In R), L = λ(I − UUᵀ), R = ρ(I − VVᵀ).
 // The per-layer-input factor (Gemma 4) is absent (P_ple empty) for the other families; s = layer_scalar or 1.
 struct StepStructure {
   double identity = 1;        // a
@@ -88,6 +111,7 @@ struct StepStructure {
   const linalg::Vector* post_weight = nullptr;  // diag(w_L) or null
   NormJacobian post;          // L (identity when no post-norm: scale 1, no columns)
   NormJacobian pre;           // R
+  const linalg::Matrix* out = nullptr;  // [d, r_out], shared by every branch
   std::vector<JacobianBranch> branches;
   linalg::Matrix ple_left;    // [d, P]: diag(w) λ'(I − U'U'ᵀ) W_proj diag(act'(g) ⊙ input); empty without PLE
   const linalg::Matrix* ple_gate = nullptr;  // [P, d]
@@ -96,7 +120,9 @@ struct StepStructure {
   // X K (the step without the PLE factor and scalar) and X J, for X [k, d], in O(k · forward cost).
   linalg::Matrix left_apply_step(const linalg::Matrix& x) const;
   linalg::Matrix left_apply(const linalg::Matrix& x) const;
-  linalg::Matrix dense() const;  // J itself [d, d]
+  // J itself [d, d]: Out (Σ M In) by one dgemm, then the norm projectors as rank-k updates.
+  linalg::Matrix dense() const;
+  int64_t bytes() const;  // what a copy holds (the weights it points to not counted)
 };
 
 class JacobianModel {
@@ -122,8 +148,10 @@ class JacobianModel {
   // The local map itself in float64: out[p] as a function of in[p] = x, everything else fixed.
   linalg::Vector step(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos, const linalg::Vector& x) const;
 
-  // Exact J [d, d] at the forward-pass input (plain path: batched JVPs).
+  // Exact J [d, d] at the forward-pass input, in closed form (structure().dense()).
   linalg::Matrix jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
+  // The same J by batched JVPs whatever the sublayer: the independent reference the factored form is tested against.
+  linalg::Matrix jacobian_by_tangents(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
   // The same J in factored form (structured path).
   StepStructure structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
 
@@ -142,32 +170,34 @@ class JacobianModel {
 };
 
 // Σ_s J_s / S over structured samples, accumulated without any per-sample d × d matrix (see the header).
+// Samples wait in a batch (bounded by count and by a quarter of a d × d matrix of memory) so that their low-rank
+// terms reach the d × d sum through a few dgemms instead of per-sample passes over the weights.
 class StructuredMean {
  public:
   StructuredMean() = default;
-  void add(const StepStructure& s);
+  void add(const StepStructure& s) { add(StepStructure(s)); }
+  void add(StepStructure&& s);
   void merge(const StructuredMean& other);  // sums of another accumulator (same sublayer)
   int64_t count() const { return count_; }
   linalg::Matrix mean() const;  // Σ_s J_s / S
   linalg::Matrix sum() const;   // Σ_s J_s ([0 × 0] when empty)
 
  private:
-  struct BranchSums {
-    const linalg::Matrix* out = nullptr;
-    const linalg::Matrix* in = nullptr;
-    bool diagonal = false;
-    linalg::Vector m_diag;   // Σ c M (diagonal)
-    linalg::Matrix m_dense;  // Σ c M
-  };
   void init(const StepStructure& s);
+  bool batch_full() const;
+  void flush();  // folds the waiting samples into the sums
   int64_t count_ = 0;
   double identity_ = 0, inner_identity_ = 0, layer_scalar_ = 1;
   const linalg::Vector* post_weight_ = nullptr;
+  const linalg::Matrix* out_ = nullptr;
   const linalg::Matrix* ple_gate_ = nullptr;
-  double lambda_sum_ = 0;          // Σ λ               (b I term)
-  linalg::Matrix inner_;           // Σ of every low-rank correction of the inner factor (see add())   [d, d]
-  std::vector<BranchSums> branches_;
-  linalg::Matrix ple_product_sum_; // Σ P_ple (W_ple K) [d, d]
+  double lambda_sum_ = 0;           // Σ λ               (b I term)
+  linalg::Matrix inner_;            // Σ of every low-rank correction of the inner factor (see flush())   [d, d]
+  std::vector<const linalg::Matrix*> ins_;  // per branch: In
+  std::vector<BranchMiddle> m_sums_;        // per branch: Σ c M
+  linalg::Matrix ple_product_sum_;  // Σ P_ple (W_ple K) [d, d]
+  std::vector<StepStructure> waiting_;
+  int64_t waiting_bytes_ = 0;
 };
 
 }  // namespace tdyn

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "linalg/gemm.h"
 
 namespace tdyn {
 
@@ -77,6 +78,7 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
   int64_t failed_sample = -1;
   std::exception_ptr error;
 
+  linalg::SerialBlas serial_blas(S > 1 && omp_get_max_threads() > 1);  // the threads take one sample each
 #pragma omp parallel
   {
     // Per-thread sums, merged at the end.
@@ -134,6 +136,7 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
       result.n_samples += my_samples;
     }
   }
+  serial_blas.restore();
   if (error) std::rethrow_exception(error);
   if (result.n_pairs == 0) fail("no (sample, position) pair to average: {} samples, positions '{}'", S, options.positions.to_string());
   const double inv = 1.0 / static_cast<double>(result.n_pairs);

@@ -19,6 +19,7 @@
 #include "analysis/power.h"
 #include "core/error.h"
 #include "core/ranks.h"
+#include "linalg/gemm.h"
 #include "model/hooks.h"
 
 namespace tdyn {
@@ -382,6 +383,7 @@ class LayerRunner {
     int64_t failed = -1;
     std::exception_ptr error;
 
+    linalg::SerialBlas serial_blas(n_threads > 1);  // the threads take one sample each
 #pragma omp parallel num_threads(n_threads)
     {
       ThreadSums& mine = threads[omp_get_thread_num()];
@@ -425,6 +427,7 @@ class LayerRunner {
         }
       }
     }
+    serial_blas.restore();
     if (error) std::rethrow_exception(error);  // the first failing sample's error, whatever the timing
 
     LayerSums sums;

@@ -9,10 +9,32 @@ namespace tdyn::linalg {
 
 // c = a b + beta c (c is resized to a.rows() × b.cols() when beta = 0).
 void multiply(const Matrix& a, const Matrix& b, Matrix& c, double beta = 0);
+// c += alpha a b on blocks (rows or columns of larger matrices): BLAS reads them in place through their outer
+// stride, where a Matrix argument would need a copy of each.
+void multiply_add(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Matrix>& b, Eigen::Ref<Matrix> c, double alpha = 1);
+// y += alpha a x (dgemv: a dgemm with one column would first copy all of a into its panel layout).
+void multiply_add_vector(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Vector>& x, Eigen::Ref<Vector> y,
+                         double alpha = 1);
 inline Matrix multiply(const Matrix& a, const Matrix& b) {
   Matrix c;
   multiply(a, b, c);
   return c;
 }
+
+// From construction (when `active`) to restore() or destruction, BLAS runs on its calling thread only; the
+// thread count before is restored after. For loops whose OpenMP threads already fill the cores (one sample per
+// thread): BLAS threads of their own would oversubscribe them, and OpenBLAS's idle threads spin on the cores the
+// loop needs. The products after such a loop (one large dgemm) want the threads back: restore() then.
+class SerialBlas {
+ public:
+  explicit SerialBlas(bool active = true);
+  ~SerialBlas() { restore(); }
+  void restore();
+  SerialBlas(const SerialBlas&) = delete;
+  SerialBlas& operator=(const SerialBlas&) = delete;
+
+ private:
+  int saved_ = 0;  // 0: inactive
+};
 
 }  // namespace tdyn::linalg
