@@ -12,6 +12,7 @@
 #include <unsupported/Eigen/MatrixFunctions>
 
 #include "core/error.h"
+#include "linalg/gemm.h"
 
 namespace tdyn::particles {
 namespace {
@@ -86,30 +87,16 @@ void softmax_rows(Matrix& scores) {
   }
 }
 
-// Runs OpenBLAS single-threaded for its lifetime when a step's products are small. OpenBLAS threads each product
-// by its own size; at n·d·(n + d) ≤ 2²⁴ (n ≤ 256 at d = 128) a product takes 0.1–0.5 ms, and a step waits on the
-// hand-off to the pool three times. On this project's 2-core machine while other work ran (its usual state) a step at
-// n = 128–256 ran 1.05–2.3× slower with two threads than with one; with the second core idle, two threads were up
-// to 1.9× faster. A pool of many threads splits such products finer still. Larger sizes keep OpenBLAS's choice.
-// The thread count is process-wide, so it is restored on exit.
-class SmallProductsSingleThreaded {
- public:
-  SmallProductsSingleThreaded(int64_t n, int64_t d) {
-    constexpr int64_t kSmallWork = int64_t{1} << 24;
-    if (n * d * (n + d) <= kSmallWork && openblas_get_num_threads() > 1) {
-      saved_ = openblas_get_num_threads();
-      openblas_set_num_threads(1);
-    }
-  }
-  ~SmallProductsSingleThreaded() {
-    if (saved_ > 0) openblas_set_num_threads(saved_);
-  }
-  SmallProductsSingleThreaded(const SmallProductsSingleThreaded&) = delete;
-  SmallProductsSingleThreaded& operator=(const SmallProductsSingleThreaded&) = delete;
-
- private:
-  int saved_ = 0;
-};
+// Whether a simulation's products are small enough to run OpenBLAS single-threaded (linalg::SerialBlas).
+// OpenBLAS threads each product by its own size; at n·d·(n + d) ≤ 2²⁴ (n ≤ 256 at d = 128) a product takes
+// 0.1–0.5 ms, and a step waits on the hand-off to the pool three times. On this project's 2-core machine while other
+// work ran (its usual state) a step at n = 128–256 ran 1.05–2.3× slower with two threads than with one; with the
+// second core idle, two threads were up to 1.9× faster. A pool of many threads splits such products finer still.
+// Larger sizes keep OpenBLAS's choice.
+bool small_products(int64_t n, int64_t d) {
+  constexpr int64_t kSmallWork = int64_t{1} << 24;
+  return n * d * (n + d) <= kSmallWork;
+}
 
 // Whether every entry is finite, as one vectorised sum: x − x is 0 for finite x and NaN otherwise. Eigen's
 // allFinite tests entry by entry with an early exit that does not vectorise: 3% of a step at n = d = 128.
@@ -332,7 +319,7 @@ Trajectory simulate(const ParticleSystem& system, const Matrix& X0, const Simula
   const double dt = options.t_end / steps;  // exact grid: t_k = k · dt ends at t_end
   const bool in_z = options.variable == StateVariable::z;
 
-  SmallProductsSingleThreaded blas_threads(n, d);
+  linalg::SerialBlas blas_threads(small_products(n, d));
   VelocityField field(system);
   auto rhs = [&](double t, const Matrix& Y, Matrix& dY) {
     if (in_z)
