@@ -176,6 +176,17 @@ TEST(Activations, SiluWithinTwoUlpsOfFloat64) {
   EXPECT_EQ(up, expected);
 }
 
+// A NaN (from a corrupt weight, say) comes out as NaN, through a conversion that stays defined under UBSan.
+TEST(Activations, NonFiniteInputsPropagate) {
+  EXPECT_TRUE(std::isnan(activate(Activation::SiLU, std::nanf(""))));
+  std::vector<float> x = {std::nanf(""), INFINITY, -INFINITY, 1.0f};
+  activate_inplace(Activation::SiLU, x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_TRUE(std::isnan(x[0]));
+  EXPECT_EQ(x[1], INFINITY);  // +Inf · 1/(1 + e^-88)
+  EXPECT_FALSE(std::isfinite(x[2]));  // -Inf / (1 + e^88): stays non-finite, so that it is noticed
+  EXPECT_FLOAT_EQ(x[3], 1.0f / (1.0f + std::exp(-1.0f)));
+}
+
 TEST(Attention, SoftmaxWithinAFewUlpsOfFloat64) {
   const int64_t n = 300;
   const std::vector<float> scores = random_floats(n, 10);

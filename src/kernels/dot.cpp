@@ -1,5 +1,6 @@
 #include "kernels/dot.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
@@ -21,9 +22,14 @@ float portable_dot(const std::byte* w, const float* x, int64_t n, int64_t stride
   return sum;
 }
 
+// F16C is read from CPUID directly: not every compiler's __builtin_cpu_supports knows its name.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
 bool cpu_has_avx2() {  // with FMA and F16C, which every AVX2 CPU has but the target names separately
-  static const bool has =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   return has;
 }
 

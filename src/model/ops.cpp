@@ -53,10 +53,13 @@ namespace {
 // e^x (< 1.7e-38) comes out as e^-87 instead of a subnormal; above, as e^88 (1.7e38) instead of up to 3.4e38 or
 // Inf. Neither changes a softmax (its arguments are ≤ 0) or a SiLU by more than 1e-36.
 inline float exp_vectorizable(float x) {
+  // The two clamps differ only for NaN: x keeps it (so NaN comes out), x_not_nan is -87 then (so that the
+  // integer conversion below stays defined).
+  const float x_not_nan = std::min(88.0f, std::max(-87.0f, x));
   x = std::min(std::max(x, -87.0f), 88.0f);
   // n = round(x / ln 2) by the 1.5 · 2^23 trick: std::floor/nearbyint are library calls below SSE4.1.
   constexpr float kRound = 12582912.0f;
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float n = (x_not_nan * 1.44269504088896341f + kRound) - kRound;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
