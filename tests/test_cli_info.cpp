@@ -1,5 +1,7 @@
 // tdyn info on every fixture: family, sizes and the exact parameter count (sum of the stored tensors, tied
-// matrices once), as text and JSON.
+// matrices once), as text and JSON; and the global flags every command shares.
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
@@ -45,6 +47,25 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, InfoCommand,
                                            Expected{"llama", "llama", 64, 3, 4, 2}, Expected{"llama_tied", "llama", 64, 2, 4, 1},
                                            Expected{"olmo3", "olmo3", 64, 3, 4, 2}, Expected{"gemma4", "gemma4", 64, 5, 4, 2}),
                          [](const auto& info) { return std::string(info.param.dir); });
+
+// --quiet has one meaning wherever it stands: before the command or after it, no progress on stderr.
+TEST(GlobalFlags, QuietSilencesProgressBeforeOrAfterTheCommand) {
+  TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  const std::string model = (test::shared_dir() / "models/stories260K/stories260K.bin").string();
+  const fs::path out = fs::temp_directory_path() / fmt::format("tdyn_quiet_{}", ::getpid());
+  for (const std::string command : {"jacobian", "power", "topology"}) {
+    const std::string args = fmt::format("{} {} --samples 20 --max-len 8 --out {}", command, model, out.string()) +
+                             (command == "topology" ? " --permutations 10" : "");
+    std::string stdout_text, loud, quiet_after, quiet_before;
+    ASSERT_EQ(test::run_cli(args, &stdout_text, &loud), 0) << loud;
+    EXPECT_NE(loud, "") << command << " printed no progress, so this test shows nothing";
+    ASSERT_EQ(test::run_cli(args + " --quiet", &stdout_text, &quiet_after), 0) << quiet_after;
+    EXPECT_EQ(quiet_after, "") << command << " ... --quiet";
+    ASSERT_EQ(test::run_cli("--quiet " + args, &stdout_text, &quiet_before), 0) << quiet_before;
+    EXPECT_EQ(quiet_before, "") << "--quiet " << command;
+  }
+  fs::remove_all(out);
+}
 
 }  // namespace
 }  // namespace tdyn

@@ -27,7 +27,7 @@ struct JacobianArgs {
   std::vector<std::string> compare;
   std::string out, positions = "last", mean = "structured", cumulative = "product-of-means", alphas = "0,0.25,0.5,0.75,1",
               eig_sublayers, alignment_ks = "1,10,100";
-  bool save_per_sample = false, surgery = false, quiet = false;
+  bool save_per_sample = false, surgery = false;
   uint64_t surgery_seed = 0;
 };
 
@@ -203,7 +203,7 @@ void write_figures(ResultsDir& out, const std::vector<ModelResult>& results, con
 
 int run(const JacobianArgs& a) {
   ResultsDir out(a.out, "jacobian", invocation());
-  const bool progress = !a.quiet && !progress_quiet();
+  const bool progress = !progress_quiet();
   auto note = [&](const std::string& s) {
     if (progress) std::cerr << "tdyn: " << s << "\n";
   };
@@ -454,7 +454,8 @@ int run(const JacobianArgs& a) {
 }
 
 std::function<int()> setup(CLI::App& app) {
-  auto* cmd = app.add_subcommand("jacobian", "Mean sublayer Jacobians, cumulative products, spectral metrics and Schur surgery");
+  auto* cmd = app.add_subcommand("jacobian", "Mean sublayer Jacobians, cumulative products, spectral metrics and Schur surgery (\"Dynamics of the "
+                                             "Transformer Residual Stream: Coupling Spectral Geometry to Network Topology\")");
   auto a = std::make_shared<JacobianArgs>();
   a->model.add_to(cmd);
   a->samples.add_to(cmd, 1000);
@@ -476,7 +477,6 @@ std::function<int()> setup(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--eig-depths", a->eig_sublayers, "Depths (1-based) whose eigenvalues are plotted (default first, middle, last)");
   cmd->add_option("--alignment-k", a->alignment_ks, "k values of the top-k singular-subspace self-alignment")->capture_default_str();
-  cmd->add_flag("--quiet", a->quiet, "No progress lines on stderr");
   return [a] { return run(*a); };
 }
 

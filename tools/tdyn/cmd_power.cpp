@@ -27,7 +27,7 @@ struct PowerArgs {
   SampleArgs samples;
   std::string from_pass;
   std::string out_dir, mode = "full", steer = "random", steer_scales = "0,1,10,100,1000,10000,100000";
-  bool no_residual = false, no_iterate = false, no_steer = false, quiet = false, save_matrices = false;
+  bool no_residual = false, no_iterate = false, no_steer = false, save_matrices = false;
   int64_t iterate_layer = -1, iterate_sample = 0, steer_samples = 8;
   IterationOptions iteration;
   SteeringOptions steering;
@@ -182,7 +182,7 @@ void steering_figure(ResultsDir& out, const SteeringResult& s, std::vector<std::
 }
 
 int run_power(PowerArgs& a) {
-  const ProgressFn progress = (a.quiet || progress_quiet()) ? ProgressFn{} : ProgressFn([](const std::string& line) { std::cerr << "tdyn power: " << line << "\n"; });
+  const ProgressFn progress = progress_quiet() ? ProgressFn{} : ProgressFn([](const std::string& line) { std::cerr << "tdyn power: " << line << "\n"; });
   auto model = a.model.load();
   const ModelConfig& c = model->config;
   const Transformer transformer(model);
@@ -388,7 +388,7 @@ int run_power(PowerArgs& a) {
 }
 
 std::function<int()> setup(CLI::App& app) {
-  auto* cmd = app.add_subcommand("power", "Power-method analysis (seed 000): layer matrices F = O V, their spectra, token "
+  auto* cmd = app.add_subcommand("power", "Power-method analysis (Li & Altafini, \"Analogies between Transformer Layers and Power Method\"): layer matrices F = O V, their spectra, token "
                                           "alignment over real text, shared-weight iteration, rank-1 steering");
   auto a = std::make_shared<PowerArgs>();
   a->model.add_to(cmd);
@@ -429,7 +429,6 @@ std::function<int()> setup(CLI::App& app) {
   cmd->add_option("--steer-samples", a->steer_samples, "Samples run through each steered model")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--top-k", a->steering.top_k, "Tokens listed per output distribution")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--no-steer", a->no_steer, "Skip the steering sweep");
-  cmd->add_flag("--quiet", a->quiet, "No progress lines on stderr");
   return [a] { return run_power(*a); };
 }
 

@@ -505,7 +505,8 @@ int run_topology(TopologyArgs& a) {
 }
 
 std::function<int()> setup(CLI::App& app) {
-  auto* cmd = app.add_subcommand("topology", "Activation-graph topology (seed 003): per residual boundary, Pearson correlation "
+  auto* cmd = app.add_subcommand("topology", "Activation-graph topology (\"Dynamics of the Transformer Residual Stream: Coupling Spectral Geometry to Network "
+                                             "Topology\"): per residual boundary, Pearson correlation "
                                              "graph, signed Leiden CPM communities, boundary nodes, and their coupling with "
                                              "the Jacobian gains (Spearman, BH across layers); --compare / --random-init for "
                                              "training vs architecture");
