@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/hub_cache.h"
 #include "model/gguf_config.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
@@ -132,7 +133,8 @@ int64_t Model::parameter_count() const {
   return n;
 }
 
-std::shared_ptr<const Model> load_model(const fs::path& path, const LoadOptions& options) {
+std::shared_ptr<const Model> load_model(const fs::path& spec, const LoadOptions& options) {
+  const fs::path path = resolve_checkpoint(spec.string());
   auto model = std::make_shared<Model>();
   model->path = path;
   if (!fs::exists(path)) fail("model '{}' does not exist", path.string());

@@ -28,7 +28,9 @@ struct Model {
   int64_t parameter_count() const;  // unique parameters (tied matrices counted once)
 };
 
-std::shared_ptr<const Model> load_model(const fs::path& path, const LoadOptions& options = {});
+// `spec`: a Hugging Face directory, a .gguf file, a llama2.c .bin, or a hub cache directory with an optional
+// @REVISION (io/hub_cache.h). Model::path is the resolved directory or file.
+std::shared_ptr<const Model> load_model(const fs::path& spec, const LoadOptions& options = {});
 
 // Builds the config of a llama2.c legacy checkpoint from its header (llama2.c semantics: RMSNorm eps 1e-5,
 // interleaved RoPE with theta 10000, SwiGLU, tied classifier when vocab_size > 0).

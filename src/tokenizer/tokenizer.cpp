@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chars.h"
+#include "io/hub_cache.h"
 #include "tokenizer/hf_json.h"
 #include "tokenizer/llama2c_tokenizer.h"
 #include "tokenizer/wordpiece.h"
@@ -109,7 +110,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& file) {
        file.string());
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer_for_model(const fs::path& model_path) {
+std::unique_ptr<Tokenizer> load_tokenizer_for_model(const fs::path& model_spec) {
+  const fs::path model_path = resolve_checkpoint(model_spec.string());
   std::error_code ec;
   if (fs::is_directory(model_path, ec)) {
     if (auto tok = load_from_directory(model_path)) return tok;

@@ -47,7 +47,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& file);
 
 // The tokenizer that belongs to a model: for a Hugging Face directory (or a file in one) tokenizer.json, else
 // vocab.json + merges.txt, else encoder.json + vocab.bpe, else vocab.txt, else a character vocab.json; for a
-// llama2.c .bin checkpoint, tokenizer.bin beside it, else the single tok*.bin there.
-std::unique_ptr<Tokenizer> load_tokenizer_for_model(const fs::path& model_path);
+// llama2.c .bin checkpoint, tokenizer.bin beside it, else the single tok*.bin there. A hub cache spec (DIR@REVISION)
+// is resolved to its snapshot first, as load_model does.
+std::unique_ptr<Tokenizer> load_tokenizer_for_model(const fs::path& model_spec);
 
 }  // namespace tdyn

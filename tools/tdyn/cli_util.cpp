@@ -63,7 +63,8 @@ int run_self(const std::vector<std::string>& argv) {
 void ModelArgs::add_to(CLI::App* cmd, bool headers_only) {
   cmd->add_option("MODEL", path,
                   "Hugging Face model directory (config.json + model.safetensors[.index.json]), "
-                  "a .gguf file, or a llama2.c .bin checkpoint")
+                  "a .gguf file, a llama2.c .bin checkpoint, or a hub cache directory models--ORG--NAME with an "
+                  "optional @REVISION (a ref such as main or step1000, or a commit; default main)")
       ->required();
   cmd->add_flag("--allow-unknown-config-keys", allow_unknown_config_keys,
                 "Warn about config.json keys tdyn does not know instead of refusing the model");

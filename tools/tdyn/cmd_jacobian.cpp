@@ -470,7 +470,10 @@ std::function<int()> setup(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"product-of-means", "both"}));
   cmd->add_flag("--save-per-sample", a->save_per_sample,
                 "Write every per-sample, per-position Jacobian to per_sample/sample{s}.pos{p}.blocks.{l}.jac_{attn,mlp}.npy");
-  cmd->add_option("--compare", a->compare, "Further checkpoints of the same architecture, run on the same samples");
+  cmd->add_option("--compare", a->compare,
+                  "Further checkpoints of the same architecture, run on the same samples (comma-separated or "
+                  "repeated; CACHE@REVISION for the steps of a training run)")
+      ->delimiter(',');
   cmd->add_flag("--surgery", a->surgery, "Schur surgery: J_alpha = Q(Lambda + alpha N)Q* and the random-N control");
   cmd->add_option("--alphas", a->alphas, "Surgery alpha values")->capture_default_str();
   cmd->add_option("--surgery-seed", a->surgery_seed, "Seed of the control's random N (sublayer k uses seed + k)")

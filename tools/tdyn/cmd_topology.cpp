@@ -515,7 +515,10 @@ std::function<int()> setup(CLI::App& app) {
   a->samples.add_to(cmd, 1000);
   a->pass.add_to(cmd);
   cmd->add_option("--out", a->out_dir, "Results directory")->required();
-  cmd->add_option("--compare", a->compare, "Further checkpoints analysed the same way on the same samples (DIR/compare/LABEL)");
+  cmd->add_option("--compare", a->compare,
+                  "Further checkpoints analysed the same way on the same samples (DIR/compare/LABEL; comma-separated "
+                  "or repeated; CACHE@REVISION for the steps of a training run)")
+      ->delimiter(',');
   cmd->add_flag("--random-init", a->random_init, "Also analyse a random initialisation of MODEL's architecture (the step-0 null model)");
   cmd->add_option("--init-seed", a->init_seed, "Seed of --random-init")->capture_default_str();
   cmd->add_option("--boundaries", a->boundaries, "layers: input of every layer + output of the last; sublayers: also the "
