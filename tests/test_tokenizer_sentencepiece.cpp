@@ -166,6 +166,12 @@ TEST_F(SentencePieceModels, FoundInModelDirectoriesWithTheirSpecialTokens) {
   fs::create_directories(llama);
   fs::copy_file(model("unigram"), llama / "tokenizer.model");
   EXPECT_EQ(load_tokenizer_for_model(llama)->encode(text), around({sp->bos_id()}, {}));
+  // The same through `tdyn tokenize`.
+  std::string out, err;
+  ASSERT_EQ(test::run_cli("tokenize " + llama.string() + " --text " + test::shell_quote(text), &out, &err), 0) << err;
+  std::string expected_line;
+  for (int32_t id : around({sp->bos_id()}, {})) expected_line += (expected_line.empty() ? "" : " ") + std::to_string(id);
+  EXPECT_EQ(out, expected_line + "\n");
   // tokenizer_config.json asking for EOS too and no BOS.
   write_file_atomic(llama / "tokenizer_config.json", R"({"add_bos_token": false, "add_eos_token": true})");
   EXPECT_EQ(load_tokenizer_for_model(llama)->encode(text), around({}, {sp->eos_id()}));

@@ -195,7 +195,7 @@ void TokenizerJsonReader::read_normalizer(const Json& n, const std::string& path
     if (!encoded.is_string()) fail("{}: 'precompiled_charsmap' must be a base64 string", w);
     auto charsmap = decode_base64(encoded.get<std::string>());
     if (!charsmap) fail("{}: 'precompiled_charsmap' is not valid base64", w);
-    out.push_back(make_precompiled_normalizer(*charsmap, w));
+    out.push_back(make_precompiled_normalizer(*charsmap, w + ": Precompiled charsmap"));
   } else {
     fail("{}: normalizer type '{}' is not supported", w, type);
   }
