@@ -32,6 +32,7 @@
 #include "tokenizer/hf_json.h"
 #include "tokenizer/json_files.h"
 #include "tokenizer/llama2c_tokenizer.h"
+#include "tokenizer/sentencepiece.h"
 #include "tokenizer/wordpiece.h"
 
 namespace tdyn::fuzz {
@@ -167,6 +168,9 @@ inline void tokenizer_json(std::string_view input) {
 }
 
 inline void tokenizer_llama2c(std::string_view input) { exercise(*Llama2cTokenizer::parse(input, "tokenizer.bin")); }
+
+// A SentencePiece .model (protobuf, its charsmaps checked before the library sees them).
+inline void sentencepiece_model(std::string_view input) { exercise(SentencePieceTokenizer(input, "tokenizer.model")); }
 
 // Part 0: vocab.txt; part 1 (optional): tokenizer_config.json.
 inline void vocab_txt(std::string_view input) {

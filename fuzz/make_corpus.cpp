@@ -7,6 +7,9 @@
 #include <functional>
 #include <map>
 
+#include <sentencepiece_trainer.h>
+
+#include "core/base64.h"
 #include "entry_points.h"
 #include "io/gguf_writer.h"
 #include "model/init.h"
@@ -25,7 +28,8 @@ const std::map<std::string, Entry> kEntries = {
     {"config", config},               {"npy", npy},
     {"tokenizer_json", tokenizer_json}, {"tokenizer_llama2c", tokenizer_llama2c},
     {"vocab_txt", vocab_txt},         {"gpt2_bpe", gpt2_bpe},
-    {"char_vocab", char_vocab},       {"model", model}};
+    {"char_vocab", char_vocab},       {"model", model},
+    {"sentencepiece_model", sentencepiece_model}};
 
 void seed(const std::string& target, const std::string& name, const std::string& bytes) {
   fs::create_directories(g_out / target);
@@ -314,6 +318,35 @@ void tokenizers() {
     "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": false,
               "vocab": [["<unk>", 0.0], ["</s>", 0.0], ["▁", -2.0], ["h", -3.0], ["e", -3.0], ["l", -3.0],
                         ["o", -3.0], ["▁hello", -1.0], ["ll", -2.5], ["▁he", -2.0], ["world", -1.5]]}})");
+  // SentencePiece .model files trained by the library on a few lines: a Unigram model with a small charsmap (three
+  // custom rules instead of nmt_nfkc's 240 kB), a byte-fallback BPE model without one; and the small charsmap as a
+  // tokenizer.json Precompiled normalizer.
+  std::string corpus;
+  for (int i = 0; i < 20; ++i)
+    corpus += "the quick brown fox jumps over the lazy dog\nhello world, this is a small corpus for a tiny model\n"
+              "caf\xC3\xA9 na\xC3\xAFve \xE4\xB8\xAD\xE6\x96\x87 numbers 123 456\n";
+  write_file_atomic(g_scratch / "spm.txt", corpus);
+  write_file_atomic(g_scratch / "rules.tsv", "FF21\t41\nFB01\t66 69\n3000\t20\n");  // Ａ -> A, ﬁ -> fi, ideographic space
+  auto train = [&](const std::string& name, const std::string& args) {
+    const auto status = sentencepiece::SentencePieceTrainer::Train(
+        fmt::format("--input={} --model_prefix={} --minloglevel=2 --hard_vocab_limit=false {}",
+                    (g_scratch / "spm.txt").string(), (g_scratch / name).string(), args));
+    if (!status.ok()) fail("training the SentencePiece seed '{}': {}", name, status.ToString());
+    return read_file(g_scratch / (name + ".model"));
+  };
+  const std::string unigram = train("unigram", "--model_type=unigram --vocab_size=60 --normalization_rule_tsv=" +
+                                                   (g_scratch / "rules.tsv").string());
+  seed("sentencepiece_model", "unigram_rules", unigram);
+  seed("sentencepiece_model", "bpe_byte_fallback",
+       train("bpe", "--model_type=bpe --vocab_size=320 --byte_fallback=true --normalization_rule_name=identity"));
+  const std::string charsmap = read_sentencepiece_model_info(unigram, "unigram").precompiled_charsmap;
+  seed("tokenizer_json", "precompiled", R"({
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Precompiled", "precompiled_charsmap": ")" +
+                                              encode_base64(charsmap) + R"("},
+                   {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+    "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["▁", -2.0], ["A", -3.0], ["f", -3.0],
+              ["i", -3.0], ["▁the", -1.0]]}})");
 }
 
 }  // namespace

@@ -8,11 +8,13 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
   libigraph-dev libarpack2-dev libglpk-dev libplfit-dev
   libicu-dev
+  libsentencepiece-dev  # SentencePiece .model files and the Precompiled normalizer; its trainer builds test models
   gnuplot-nox
   libopenmpi-dev openmpi-bin  # MPI ranks (mpirun -np N tdyn ...); the build leaves MPI out without them
   chromium  # the report's rendering test (tests/report_renders_in_chromium.py); skipped without it
   pybind11-dev python3-dev
   python3-numpy
+  python3-sentencepiece  # an independent binding the SentencePiece tests compare with (skipped without it)
 )
 # Reference implementations used only by benchmarks and by the scripts that regenerate test expectations.
 if [ "${1:-}" = "--bench" ]; then packages+=(python3-scipy python3-leidenalg python3-torch bc); fi

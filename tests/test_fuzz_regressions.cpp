@@ -17,7 +17,8 @@ const std::map<std::string, Entry> kEntries = {
     {"config", fuzz::config},                 {"npy", fuzz::npy},
     {"tokenizer_json", fuzz::tokenizer_json}, {"tokenizer_llama2c", fuzz::tokenizer_llama2c},
     {"vocab_txt", fuzz::vocab_txt},           {"gpt2_bpe", fuzz::gpt2_bpe},
-    {"char_vocab", fuzz::char_vocab},         {"model", fuzz::model}};
+    {"char_vocab", fuzz::char_vocab},         {"model", fuzz::model},
+    {"sentencepiece_model", fuzz::sentencepiece_model}};
 
 TEST(FuzzRegression, EveryFoundInputIsAnError) {
   const fs::path root = test::source_dir() / "tests/data/corrupt";

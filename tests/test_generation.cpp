@@ -10,11 +10,7 @@
 namespace tdyn {
 namespace {
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using test::shell_quote;
 
 class Llama2cGeneration : public ::testing::TestWithParam<std::string> {};
 

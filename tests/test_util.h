@@ -76,6 +76,13 @@ void expect_close(const std::vector<A>& a, const std::vector<B>& b, double rtol,
   EXPECT_TRUE(c.ok) << c.describe(what);
 }
 
+// `s` as one word for the shell that run_cli's command line goes through.
+inline std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 // Runs the tdyn CLI with the given arguments; returns its exit status, stdout in *out, stderr in *err.
 int run_cli(const std::string& args, std::string* out = nullptr, std::string* err = nullptr);
 

@@ -1,7 +1,9 @@
 #include "tokenizer/hf_json.h"
 
+#include "core/base64.h"
 #include "core/error.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/sentencepiece.h"
 #include "tokenizer/stages.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/unigram.h"
@@ -19,6 +21,7 @@ class TokenizerJsonReader {
   explicit TokenizerJsonReader(const std::string& name) : name_(name) {}
 
   PipelineParts read(const Json& root, const Json* config);
+  void read_post_processor(const Json& p, const std::string& path, PipelineParts& parts);
 
  private:
   std::string where(const std::string& path) const { return fmt::format("tokenizer '{}': {}", name_, path); }
@@ -28,7 +31,6 @@ class TokenizerJsonReader {
   std::unique_ptr<SubwordModel> read_model(const Json& model);
   void read_normalizer(const Json& n, const std::string& path, std::vector<TextNormalizer>& out);
   void read_pre_tokenizer(const Json& p, const std::string& path, std::vector<PreTokenizer>& out);
-  void read_post_processor(const Json& p, const std::string& path, PipelineParts& parts);
   void read_decoder(const Json& d, const std::string& path, TokenDecoder& out);
   std::optional<int32_t> special_token_id(const Json& value, const PipelineParts& parts) const;
 
@@ -186,6 +188,14 @@ void TokenizerJsonReader::read_normalizer(const Json& n, const std::string& path
     bool lowercase = json_bool(n, "lowercase", true, w);
     out.push_back(make_bert_normalizer(json_bool(n, "clean_text", true, w), json_bool(n, "handle_chinese_chars", true, w),
                                        json_bool(n, "strip_accents", lowercase, w), lowercase));
+  } else if (type == "Precompiled") {
+    // SentencePiece's compiled character map (ALBERT, T5, XLNet): base64 of the NormalizerSpec.precompiled_charsmap
+    // of the .model it was converted from, applied by the SentencePiece library.
+    const Json& encoded = member(n, "precompiled_charsmap", path);
+    if (!encoded.is_string()) fail("{}: 'precompiled_charsmap' must be a base64 string", w);
+    auto charsmap = decode_base64(encoded.get<std::string>());
+    if (!charsmap) fail("{}: 'precompiled_charsmap' is not valid base64", w);
+    out.push_back(make_precompiled_normalizer(*charsmap, w + ": Precompiled charsmap"));
   } else {
     fail("{}: normalizer type '{}' is not supported", w, type);
   }
@@ -408,6 +418,14 @@ PipelineParts TokenizerJsonReader::read(const Json& root, const Json* config) {
 
 std::unique_ptr<Tokenizer> tokenizer_from_json(const Json& root, const std::string& name, const Json* config) {
   return std::make_unique<PipelineTokenizer>(TokenizerJsonReader(name).read(root, config));
+}
+
+std::pair<std::vector<int32_t>, std::vector<int32_t>> tokenizer_json_special_template(const Json& root,
+                                                                                      const std::string& name) {
+  if (!root.is_object()) fail("tokenizer '{}': the top level must be a JSON object", name);
+  PipelineParts parts;
+  TokenizerJsonReader(name).read_post_processor(root.value("post_processor", Json()), "post_processor", parts);
+  return {std::move(parts.special_prefix), std::move(parts.special_suffix)};
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_json(const fs::path& path) {

@@ -3,7 +3,8 @@
 // Format (the parts tdyn reads; anything else that changes the result is rejected with an Error naming it):
 //   "added_tokens":   [{"id", "content", "special", "lstrip", "rstrip", ...}]  matched verbatim in the text first
 //   "normalizer":     null | {"type": Sequence | Lowercase | NFD | NFKD | NFC | NFKC | StripAccents |
-//                               Replace (String pattern, or Regex " {2,}") | Prepend | Strip | BertNormalizer}
+//                               Replace (String pattern, or Regex " {2,}") | Prepend | Strip | BertNormalizer |
+//                               Precompiled (base64 SentencePiece charsmap, see sentencepiece.h)}
 //   "pre_tokenizer":  null | {"type": Sequence | ByteLevel | Split (String pattern, or the GPT-2 / Llama 3 Regex) |
 //                               Metaspace | WhitespaceSplit | BertPreTokenizer}
 //   "model":          {"type": "BPE", "vocab": {piece: id}, "merges": ["a b", ...] or [["a", "b"], ...],
@@ -29,5 +30,9 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const fs::path& path);
 // `tokenizer_config` may be null.
 std::unique_ptr<Tokenizer> tokenizer_from_json(const Json& root, const std::string& name_for_errors,
                                                const Json* tokenizer_config);
+// The ids the post-processor puts before and after a single sequence (ALBERT: [CLS], [SEP]); used for a
+// SentencePiece .model that has a tokenizer.json beside it.
+std::pair<std::vector<int32_t>, std::vector<int32_t>> tokenizer_json_special_template(const Json& root,
+                                                                                      const std::string& name_for_errors);
 
 }  // namespace tdyn

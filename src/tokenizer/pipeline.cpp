@@ -141,6 +141,9 @@ void PipelineTokenizer::encode_plain(std::string_view text, bool at_text_start, 
   if (text.empty()) return;
   std::string normalized(text);
   for (const TextNormalizer& normalize : p_.normalizers) normalized = normalize(normalized);
+  // Text the normalizers empty (" " stripped) gives no token: `tokenizers` prepends a Metaspace / ByteLevel
+  // prefix only to a non-empty string, as SentencePiece adds its dummy prefix only to non-empty text.
+  if (normalized.empty()) return;
   std::vector<std::string> words{std::move(normalized)};
   for (const PreTokenizer& pre_tokenize : p_.pre_tokenizers) {
     std::vector<std::string> next;

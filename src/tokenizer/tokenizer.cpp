@@ -8,6 +8,7 @@
 #include "io/hub_cache.h"
 #include "tokenizer/hf_json.h"
 #include "tokenizer/llama2c_tokenizer.h"
+#include "tokenizer/sentencepiece.h"
 #include "tokenizer/wordpiece.h"
 
 namespace tdyn {
@@ -45,8 +46,27 @@ std::unique_ptr<Tokenizer> load_char_vocab(const fs::path& file) {
   return std::make_unique<CharTokenizer>(vocab, file.string());
 }
 
-// The tokenizer of a Hugging Face style directory, in order of preference; nullptr when there is none.
+// True when `tokenizer_json` declares an added token the SentencePiece vocabulary does not have (a fine-tune's new
+// chat tokens, say): then the .model is not the whole tokenizer and tokenizer.json is.
+bool adds_tokens_beyond(const fs::path& tokenizer_json, int64_t vocab_size) {
+  const Json root = read_json_file(tokenizer_json);
+  if (!root.is_object() || !root.contains("added_tokens") || !root["added_tokens"].is_array()) return false;
+  for (const Json& t : root["added_tokens"])
+    if (t.is_object() && t.contains("id") && t["id"].is_number_integer() && t["id"].get<int64_t>() >= vocab_size)
+      return true;
+  return false;
+}
+
+// The tokenizer of a Hugging Face style directory, in order of preference; nullptr when there is none. A
+// SentencePiece .model comes first: it is what the model was trained with, and tokenizer.json is a conversion of
+// it (whose post-processor still supplies the special tokens, see SentencePieceTokenizer::load).
 std::unique_ptr<Tokenizer> load_from_directory(const fs::path& dir) {
+  for (const char* name : {"tokenizer.model", "spiece.model"}) {
+    if (!is_file(dir / name)) continue;
+    auto sp = SentencePieceTokenizer::load(dir / name);
+    if (is_file(dir / "tokenizer.json") && adds_tokens_beyond(dir / "tokenizer.json", sp->vocab_size())) break;
+    return sp;
+  }
   if (is_file(dir / "tokenizer.json")) return load_tokenizer_json(dir / "tokenizer.json");
   if (is_file(dir / "vocab.json") && is_file(dir / "merges.txt")) return load_gpt2_bpe(dir / "vocab.json", dir / "merges.txt");
   if (is_file(dir / "encoder.json") && is_file(dir / "vocab.bpe")) return load_gpt2_bpe(dir / "encoder.json", dir / "vocab.bpe");
@@ -56,7 +76,8 @@ std::unique_ptr<Tokenizer> load_from_directory(const fs::path& dir) {
 }
 
 const char* const kDirectoryCandidates =
-    "tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe, vocab.txt, vocab.json (characters)";
+    "tokenizer.model, spiece.model, tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe, vocab.txt, "
+    "vocab.json (characters)";
 
 std::unique_ptr<Tokenizer> load_beside_llama2c_model(const fs::path& model_file) {
   fs::path dir = model_file.parent_path().empty() ? fs::path(".") : model_file.parent_path();
@@ -90,6 +111,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& file) {
   const fs::path dir = file.parent_path();
 
   if (ext == ".bin") return Llama2cTokenizer::load(file);
+  if (ext == ".model") return SentencePieceTokenizer::load(file);
   if (name == "tokenizer.json") return load_tokenizer_json(file);
   if (name == "merges.txt") return load_gpt2_pair(dir / "vocab.json", file);
   if (name == "vocab.bpe") return load_gpt2_pair(dir / "encoder.json", file);
@@ -105,8 +127,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& file) {
     if (is_file(dir / "merges.txt")) return load_gpt2_bpe(file, dir / "merges.txt");
     return load_char_vocab(file);
   }
-  fail("cannot tell the tokenizer format of '{}' (expected tokenizer.json, a llama2.c .bin, vocab.txt, vocab.json, "
-       "encoder.json, merges.txt or vocab.bpe)",
+  fail("cannot tell the tokenizer format of '{}' (expected tokenizer.json, a SentencePiece .model, a llama2.c .bin, "
+       "vocab.txt, vocab.json, encoder.json, merges.txt or vocab.bpe)",
        file.string());
 }
 

@@ -1,5 +1,6 @@
 // Text <-> token ids for every tokenizer a supported checkpoint ships: llama2.c tokenizer.bin, GPT-2 byte-level
-// BPE, BERT WordPiece, SentencePiece-style Unigram / BPE (tokenizer.json) and character vocabularies. See
+// BPE, BERT WordPiece, SentencePiece .model files, SentencePiece-style Unigram / BPE (tokenizer.json) and character
+// vocabularies. See
 // docs/tokenizers.md for what is covered and how a model's tokenizer is found.
 #pragma once
 
@@ -19,7 +20,7 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // "llama2c", "gpt2-bpe", "wordpiece", "unigram", "sp-bpe" or "chars".
+  // "llama2c", "gpt2-bpe", "wordpiece", "unigram", "sp-bpe", "chars" or "sentencepiece-{unigram,bpe,word,char}".
   virtual std::string kind() const = 0;
   virtual int64_t vocab_size() const = 0;
 
@@ -40,12 +41,13 @@ class Tokenizer {
   virtual std::string piece(int32_t id) const = 0;
 };
 
-// A tokenizer file named explicitly (--tokenizer): tokenizer.json, tokenizer.bin / tok*.bin, vocab.txt,
-// vocab.json (+ merges.txt beside it, or a character vocabulary), encoder.json (+ vocab.bpe), merges.txt /
-// vocab.bpe (+ the vocabulary beside it).
+// A tokenizer file named explicitly (--tokenizer): tokenizer.json, a SentencePiece *.model, tokenizer.bin /
+// tok*.bin, vocab.txt, vocab.json (+ merges.txt beside it, or a character vocabulary), encoder.json (+ vocab.bpe),
+// merges.txt / vocab.bpe (+ the vocabulary beside it).
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& file);
 
-// The tokenizer that belongs to a model: for a Hugging Face directory (or a file in one) tokenizer.json, else
+// The tokenizer that belongs to a model: for a Hugging Face directory (or a file in one) tokenizer.model or
+// spiece.model (unless tokenizer.json adds tokens the .model lacks), else tokenizer.json, else
 // vocab.json + merges.txt, else encoder.json + vocab.bpe, else vocab.txt, else a character vocab.json; for a
 // llama2.c .bin checkpoint, tokenizer.bin beside it, else the single tok*.bin there. A hub cache spec (DIR@REVISION)
 // is resolved to its snapshot first, as load_model does.
