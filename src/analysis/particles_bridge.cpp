@@ -12,15 +12,6 @@ namespace {
 
 using particles::Matrix;
 
-// sqrt(d) g: the map a unit token goes through in the pre-attention norm (module comment in the header).
-std::vector<double> norm_gain(const Model& model, const LayerWeights& w) {
-  const int64_t d = model.config.d_model;
-  std::vector<double> gain(d, std::sqrt(static_cast<double>(d)));
-  if (w.attn_norm.w)
-    for (int64_t i = 0; i < d; ++i) gain[i] *= w.attn_norm.w[i];
-  return gain;
-}
-
 // What the simulation leaves out of this layer, for the record: only the features the model has.
 nlohmann::json left_out(const Model& model, int64_t layer, bool whole_layer) {
   const ModelConfig& c = model.config;
@@ -59,7 +50,7 @@ particles::AttentionHead model_attention_head(const Model& model, const ModelHea
   const int64_t d = c.d_model, dh = lc.d_head, group = c.n_heads / c.n_kv_heads;
   TDYN_CHECK(w.q.out == c.n_heads * dh && w.q.in == d && w.k.out == c.n_kv_heads * dh && w.k.in == d);
   const double beta = lc.attn_scale;
-  const std::vector<double> gain = norm_gain(model, w);
+  const std::vector<double> gain = unit_token_gain(model, l);
 
   // Every query head stacked, each beside the key block of its KV head; a single head is one block of these.
   const int64_t width = c.n_heads * dh;
