@@ -58,7 +58,7 @@ Experiment build_from_model(const ParticlesArgs& a, const ExperimentSpec& spec, 
   const std::shared_ptr<const Model> model = load_model(a.from_model, load);
   const ModelConfig& c = model->config;
   if (spec.n < 1) fail("--n must be at least 1, got {}", spec.n);
-  const ModelHeadOptions options{a.layer, a.head, spec.n, spec.seed};
+  const ModelHeadOptions options{a.layer, a.head, spec.n};
   ModelParticles bridge;
   if (given(a, "--init")) {
     bridge.experiment.system.head = model_attention_head(*model, options, &bridge.record);
