@@ -390,6 +390,114 @@ TEST(ParticlesTheorems, MinusIdentityCollapsesToZeroWithUniformAttention) {
   }
 }
 
+// ---- Verdicts: each claim's rule can fail -----------------------------------------------------------------------
+
+// Runs `spec` to t_end and returns its verdict on `claim` ("clusters" or "boolean").
+ClaimVerdict verdict_of(ExperimentSpec spec, double t_end, const std::string& claim, DiagnosticOptions options = {}) {
+  spec.t_end = t_end;
+  Experiment e = build(spec);
+  Trajectory tr = simulate(e.system, e.x0, options_of(spec));
+  ParticleDiagnostics diag = diagnose(e.system, tr, options);
+  for (const ClaimVerdict& v : diag.verdicts)
+    if (v.claim == claim) return v;
+  ADD_FAILURE() << "no verdict on " << claim;
+  return {};
+}
+
+std::string describe(const ClaimVerdict& v) {
+  return fmt::format("{} ({}): {} = {} at T, {} at t = 0 -> {} [{}]", v.claim, v.theorem, v.measure, v.value, v.control, v.verdict,
+                     v.note);
+}
+
+// Every preset's clustering claim is its own theorem's, and says "differs" when the dynamics have had no time to
+// act (one Euler step) and "pass" at the preset's T. The same spec, so only the dynamics decide.
+TEST(ParticlesVerdicts, EachPresetIsJudgedByItsTheoremAndCanFail) {
+  struct Case {
+    std::string preset, theorem;
+    double t_pass;
+  };
+  for (const Case& c : {Case{"polytope", "polytope", 5}, Case{"polytope-x-subspace", "polytope", 5}, Case{"hyperplanes", "hyperplanes", 5},
+                        Case{"codim-k", "codim-k", 10}, Case{"lowrank", "hyperplanes", 20}, Case{"collapse", "collapse", 10}}) {
+    SCOPED_TRACE(c.preset);
+    const ExperimentSpec spec = preset(c.preset);
+    const ClaimVerdict early = verdict_of(spec, spec.dt, "clusters"), late = verdict_of(spec, c.t_pass, "clusters");
+    EXPECT_EQ(late.theorem, c.theorem);
+    EXPECT_EQ(early.verdict, "differs") << describe(early);
+    EXPECT_EQ(late.verdict, "pass") << describe(late);
+    EXPECT_EQ(late.control, early.control) << "the control is the measure at t = 0";
+  }
+}
+
+// high-dim's sparse symmetric V has positive and negative eigenvalues, all simple: every positive direction is
+// judged (lowrank's PSD V, above, only its top one).
+TEST(ParticlesVerdicts, HighDimensionalPresetIsJudgedPerPositiveDirection) {
+  ExperimentSpec spec = preset("high-dim");
+  spec.n = spec.d = 32;
+  const ClaimVerdict early = verdict_of(spec, spec.dt, "clusters"), late = verdict_of(spec, spec.t_end, "clusters");
+  EXPECT_EQ(late.theorem, "codim-k");
+  EXPECT_EQ(late.verdict, "pass") << describe(late);
+  EXPECT_EQ(early.verdict, "differs") << describe(early);
+}
+
+// On the sphere z = R(t)⁻¹x shrinks to 0 whatever the dynamics, so the verdict counts clusters of x even when
+// the diagnostics cluster z: V = I gathers the tokens (pass), V = −I spreads them (differs).
+TEST(ParticlesVerdicts, OnTheSphereTheTokensThemselvesAreCounted) {
+  ExperimentSpec spec = preset("polytope");
+  spec.d = 3;
+  spec.sphere = true;
+  spec.initial = "sphere";
+  DiagnosticOptions on_z;
+  on_z.cluster_on = StateVariable::z;
+  const ClaimVerdict gather = verdict_of(spec, 10, "clusters", on_z);
+  EXPECT_EQ(gather.theorem, "sphere");
+  EXPECT_EQ(gather.verdict, "pass") << describe(gather);
+  spec.value = "minus-identity";
+  const ClaimVerdict spread = verdict_of(spec, 10, "clusters", on_z);
+  EXPECT_EQ(spread.verdict, "differs") << describe(spread);
+  EXPECT_GT(spread.value, spec.n / 2.0);
+}
+
+// A prediction that already holds for the initial tokens is shown, not passed; with no theorem for V (a complex
+// top eigenvalue) or a feed-forward term, the count is shown.
+TEST(ParticlesVerdicts, NoTheoremOrNothingToExplainIsShown) {
+  ExperimentSpec few = preset("hyperplanes");
+  few.n = 3;  // three tokens always have at most 3 levels
+  const ClaimVerdict trivial = verdict_of(few, few.t_end, "clusters");
+  EXPECT_EQ(trivial.verdict, "shown") << describe(trivial);
+  ExperimentSpec rotation = preset("polytope");
+  const fs::path dir = test::scratch_dir("particles_verdict_rotation");
+  const double r[] = {0.0, -1.0, 1.0, 0.0};  // eigenvalues ±i: no real top eigenvalue
+  write_npy(dir / "rotation.npy", r, {2, 2});
+  rotation.value = (dir / "rotation.npy").string();
+  const ClaimVerdict none = verdict_of(rotation, 2, "clusters");
+  EXPECT_EQ(none.theorem, "none");
+  EXPECT_EQ(none.verdict, "shown");
+  ExperimentSpec ffn = preset("polytope");
+  ffn.ffn = "relu";
+  EXPECT_EQ(verdict_of(ffn, 1, "clusters").verdict, "shown");
+}
+
+// The one-dimensional theorem (d = 1, V > 0): P(t) → Boolean, its leaders are extreme tokens, its rank ≤ 3.
+// Started close together (U[−0.5, 0.5]) the tokens attend nearly uniformly, so after one step each claim must
+// differ, and at T = 12 pass (P(8) is still 0.07 from Boolean). V = −I shows the Boolean claim (the paper predicts P → 1/n there), and in d = 2 the
+// leaders and rank claims are shown, not judged.
+TEST(ParticlesVerdicts, BooleanLeadersAndRankCanFail) {
+  ExperimentSpec spec = preset("leaders");
+  spec.initial = "uniform:0.5";
+  for (const char* claim : {"boolean", "leaders", "rank"}) {
+    SCOPED_TRACE(claim);
+    const ClaimVerdict late = verdict_of(spec, 12, claim), early = verdict_of(spec, spec.dt, claim);
+    EXPECT_EQ(late.verdict, "pass") << describe(late);
+    EXPECT_EQ(early.verdict, "differs") << describe(early);
+  }
+  EXPECT_LT(verdict_of(spec, 12, "boolean").value, 0.05);
+  EXPECT_EQ(verdict_of(preset("collapse"), 10, "boolean").verdict, "shown");
+  ExperimentSpec plane = preset("leaders");
+  plane.d = 2;
+  EXPECT_EQ(verdict_of(plane, 5, "leaders").verdict, "shown");
+  EXPECT_EQ(verdict_of(plane, 5, "rank").verdict, "shown");
+}
+
 // ---- The CLI: reference implementation, outputs, user errors ------------------------------------------------
 
 fs::path python3() { return "/usr/bin/python3"; }
@@ -443,6 +551,14 @@ TEST(ParticlesCli, WritesResultsArraysAndFigures) {
   EXPECT_EQ(j["options"]["save_every"], 5);
   EXPECT_TRUE(j["results"]["final"].contains("polytope"));
   EXPECT_EQ(j["results"]["final"]["polytope"]["tokens_elsewhere"], 0);
+  const auto& verdicts = j["results"]["verdicts"];
+  ASSERT_EQ(verdicts.size(), 4u);
+  EXPECT_EQ(verdicts[0]["paper"], "004");
+  EXPECT_EQ(verdicts[0]["claim"], "clusters");
+  EXPECT_EQ(verdicts[0]["theorem"], "polytope");
+  EXPECT_EQ(verdicts[0]["value"], 0);
+  EXPECT_EQ(verdicts[0]["control"], j["results"]["final"]["polytope"]["tokens_elsewhere_initially"]);
+  for (const char* key : {"statement", "measure", "rule", "verdict", "note"}) EXPECT_TRUE(verdicts[0].contains(key)) << key;
   EXPECT_EQ(read_npy(dir / "x.npy").shape, (Shape{11, 8, 2}));  // t = 0, 0.5, ..., 5
   EXPECT_EQ(read_npy(dir / "z.npy").shape, (Shape{11, 8, 2}));
   EXPECT_EQ(read_npy(dir / "P.npy").shape, (Shape{2, 8, 8}));
@@ -481,8 +597,8 @@ TEST(ParticlesCli, TrajectoryFigureDrawsTheClusteredVariable) {
   struct Case {
     std::string name, flags, npy, cluster_on;
   };
-  for (const Case& c : {Case{"plain", "", "z.npy", "z"}, Case{"sphere", "--sphere", "x.npy", "z"},
-                        Case{"cluster_on_x", "--cluster-on x", "x.npy", "x"}}) {
+  for (const Case& c : {Case{"plain", "", "z.npy", "z"}, Case{"sphere", "--sphere", "x.npy", "x"},
+                        Case{"sphere_on_z", "--sphere --cluster-on z", "x.npy", "z"}, Case{"cluster_on_x", "--cluster-on x", "x.npy", "x"}}) {
     const fs::path run = dir / c.name;
     std::string out, err;
     ASSERT_EQ(test::run_cli(fmt::format("particles --preset hyperplanes --n 6 --T 2 {} --out {}", c.flags, run.string()), &out, &err), 0)

@@ -61,7 +61,7 @@ TEST_P(ParticlesBridgeLlama, HeadMatchesRawWeights) {
                               g = model->store.doubles(names.norm);
     for (int64_t h = 0; h < H; ++h) {
       nlohmann::json record;
-      const particles::AttentionHead head = model_attention_head(*model, {l, h, 32, 0}, &record);
+      const particles::AttentionHead head = model_attention_head(*model, {l, h, 32}, &record);
       const int64_t kv = h / group;
       EXPECT_EQ(record["kv_head"], kv);
       Matrix q(dh, d), k(dh, d), v(dh, d), o(d, dh);
@@ -83,7 +83,7 @@ TEST_P(ParticlesBridgeLlama, HeadMatchesRawWeights) {
 
   const std::vector<int32_t> ids = {1, 5, 9, 5, 200};
   nlohmann::json record;
-  const Matrix x0 = model_initial_tokens(*model, ids, {0, 0, 4, 0}, &record);
+  const Matrix x0 = model_initial_tokens(*model, ids, {0, 0, 4}, &record);
   EXPECT_EQ(record["tokens"], 4);
   EXPECT_EQ(record["token_ids"], (std::vector<int32_t>{1, 5, 9, 5}));
   const std::vector<double> embed = model->store.doubles(tensor_names(*model, 0).embed);
@@ -103,7 +103,7 @@ TEST_P(ParticlesBridgeLlama, WholeLayerIsTheLayerMatrixAndSummedScores) {
   const int64_t d = c.d_model;
   const int64_t l = c.n_layers - 1;
   nlohmann::json record;
-  const particles::AttentionHead layer = model_attention_head(*model, {l, -1, 32, 0}, &record);
+  const particles::AttentionHead layer = model_attention_head(*model, {l, -1, 32}, &record);
   EXPECT_EQ(record["head"], "all");
   EXPECT_EQ(layer.query.rows(), c.n_heads * c.d_head);
 
@@ -119,7 +119,7 @@ TEST_P(ParticlesBridgeLlama, WholeLayerIsTheLayerMatrixAndSummedScores) {
   for (int64_t i = 0; i < d; ++i) x[i] = normal(rng), y[i] = normal(rng);
   double summed = 0;
   for (int64_t h = 0; h < c.n_heads; ++h) {
-    const particles::AttentionHead head = model_attention_head(*model, {l, h, 32, 0}, nullptr);
+    const particles::AttentionHead head = model_attention_head(*model, {l, h, 32}, nullptr);
     summed += (head.query * x).dot(head.key * y);
     // Head h is block h of the stacked matrices, bit for bit.
     EXPECT_EQ(head.query, layer.query.middleRows(h * c.d_head, c.d_head)) << "head " << h;
@@ -139,7 +139,7 @@ TEST(ParticlesBridge, Gpt2WholeLayerIsTheLayerMatrix) {
   const int64_t d = model->config.d_model;
   for (int64_t l = 0; l < model->config.n_layers; ++l) {
     nlohmann::json record;
-    const particles::AttentionHead layer = model_attention_head(*model, {l, -1, 32, 0}, &record);
+    const particles::AttentionHead layer = model_attention_head(*model, {l, -1, 32}, &record);
     Matrix expected = layer_matrix(*model, l).f;
     for (int64_t i = 0; i < d; ++i) expected.col(i) *= std::sqrt(static_cast<double>(d)) * model->weights.layers[l].attn_norm.w[i];
     expect_matrix_close(layer.value_map(), expected, 1e-10, fmt::format("gpt2 layer {}: O V vs F_t G", l));
@@ -157,7 +157,7 @@ TEST(ParticlesBridge, GroupedQueryHeadsShareTheirKvHead) {
   ASSERT_EQ(model->config.n_heads, 4);
   ASSERT_EQ(model->config.n_kv_heads, 2);
   std::vector<particles::AttentionHead> heads;
-  for (int64_t h = 0; h < 4; ++h) heads.push_back(model_attention_head(*model, {1, h, 32, 0}, nullptr));
+  for (int64_t h = 0; h < 4; ++h) heads.push_back(model_attention_head(*model, {1, h, 32}, nullptr));
   EXPECT_EQ(heads[0].key, heads[1].key);
   EXPECT_EQ(heads[2].key, heads[3].key);
   EXPECT_EQ(heads[0].value, heads[1].value);
@@ -169,7 +169,7 @@ TEST(ParticlesBridge, GroupedQueryHeadsShareTheirKvHead) {
 TEST(ParticlesBridge, SystemIsOnTheSphere) {
   TDYN_REQUIRE_SHARED(kStories);
   auto model = load_model(test::shared_dir() / kStories);
-  const ModelParticles p = model_particles(*model, {1, 403, 407, 261}, {2, 3, 32, 0});
+  const ModelParticles p = model_particles(*model, {1, 403, 407, 261}, {2, 3, 32});
   EXPECT_TRUE(p.experiment.system.project_to_sphere);
   EXPECT_FALSE(p.experiment.system.ffn.has_value());
   EXPECT_EQ(p.experiment.x0.rows(), 4);  // fewer ids than tokens asked for
@@ -179,19 +179,36 @@ TEST(ParticlesBridge, SystemIsOnTheSphere) {
   EXPECT_TRUE(p.record["left_out"].dump().find("RoPE") != std::string::npos);
 }
 
-// ALBERT's embeddings (32 wide) do not fit d_model = 64: seeded random unit vectors instead.
-TEST(ParticlesBridge, NarrowEmbeddingsGiveSeededRandomUnitTokens) {
+// ALBERT's embeddings (32 wide) reach d_model = 64 through the embedding LayerNorm and
+// embedding_hidden_mapping_in, computed here in float64 from the raw tensors.
+TEST(ParticlesBridge, NarrowEmbeddingsGoThroughTheMappingIn) {
   TDYN_REQUIRE_SHARED("fixtures/albert");
   auto model = load_model(test::shared_dir() / "fixtures/albert");
+  const int64_t e = 32, d = model->config.d_model;
+  ASSERT_EQ(model->config.embed_dim(), e);
+  const std::vector<double> words = model->store.doubles("albert.embeddings.word_embeddings.weight"),
+                            gamma = model->store.doubles("albert.embeddings.LayerNorm.weight"),
+                            beta = model->store.doubles("albert.embeddings.LayerNorm.bias"),
+                            map = model->store.doubles("albert.encoder.embedding_hidden_mapping_in.weight"),
+                            map_bias = model->store.doubles("albert.encoder.embedding_hidden_mapping_in.bias");
+  const std::vector<int32_t> ids = {2, 3, 4, 3};
   nlohmann::json record;
-  const Matrix a = model_initial_tokens(*model, {2, 3, 4}, {0, -1, 32, 5}, &record);
-  const Matrix b = model_initial_tokens(*model, {2, 3, 4}, {0, -1, 32, 5}, nullptr);
-  const Matrix other = model_initial_tokens(*model, {2, 3, 4}, {0, -1, 32, 6}, nullptr);
-  EXPECT_EQ(a.cols(), model->config.d_model);
-  EXPECT_EQ(a, b);
-  EXPECT_NE(a, other);
-  for (int64_t t = 0; t < 3; ++t) EXPECT_NEAR(a.row(t).norm(), 1.0, 1e-14);
-  EXPECT_NE(record["initial_tokens"].get<std::string>().find("random unit vectors (seed 5)"), std::string::npos);
+  const Matrix x0 = model_initial_tokens(*model, ids, {0, -1, 32}, &record);
+  Matrix expected(4, d);
+  for (int64_t t = 0; t < 4; ++t) {
+    Vector row(e);
+    for (int64_t i = 0; i < e; ++i) row[i] = words[ids[t] * e + i];
+    const double mean = row.mean(), var = (row.array() - mean).square().mean();
+    for (int64_t i = 0; i < e; ++i) row[i] = (row[i] - mean) / std::sqrt(var + 1e-12) * gamma[i] + beta[i];
+    for (int64_t o = 0; o < d; ++o) {
+      expected(t, o) = map_bias[o];
+      for (int64_t i = 0; i < e; ++i) expected(t, o) += map[o * e + i] * row[i];
+    }
+    expected.row(t).normalize();
+  }
+  expect_matrix_close(x0, expected, 1e-5, "ALBERT initial tokens");
+  EXPECT_EQ(x0.row(1), x0.row(3));  // the same id, the same token
+  EXPECT_NE(record["initial_tokens"].get<std::string>().find("embedding_hidden_mapping_in"), std::string::npos);
 }
 
 TEST(ParticlesBridge, ErrorsNameTheLayerAndHead) {
@@ -205,9 +222,9 @@ TEST(ParticlesBridge, ErrorsNameTheLayerAndHead) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message({5, 0, 32, 0}).find("layer 5 is out of range: the model has 5 layers"), std::string::npos) << message({5, 0, 32, 0});
-  EXPECT_NE(message({-1, 0, 32, 0}).find("layer -1 is out of range"), std::string::npos);
-  EXPECT_NE(message({0, 8, 32, 0}).find("head 8 is out of range: layer 0 has 8 heads"), std::string::npos) << message({0, 8, 32, 0});
+  EXPECT_NE(message({5, 0, 32}).find("layer 5 is out of range: the model has 5 layers"), std::string::npos) << message({5, 0, 32});
+  EXPECT_NE(message({-1, 0, 32}).find("layer -1 is out of range"), std::string::npos);
+  EXPECT_NE(message({0, 8, 32}).find("head 8 is out of range: layer 0 has 8 heads"), std::string::npos) << message({0, 8, 32});
   EXPECT_THROW(model_initial_tokens(*model, {}, {}, nullptr), Error);
   EXPECT_THROW(model_initial_tokens(*model, {1, 512}, {}, nullptr), Error);  // the vocabulary has 512 ids
 }
@@ -220,7 +237,7 @@ TEST(ParticlesBridge, KvSharedLayerIsRefused) {
   for (int64_t l = 0; l < model->config.n_layers; ++l) {
     if (model->config.layer(l).kv_source == l) continue;
     try {
-      model_attention_head(*model, {l, 0, 32, 0}, nullptr);
+      model_attention_head(*model, {l, 0, 32}, nullptr);
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("KV sharing"), std::string::npos) << e.what();
       ++refused;

@@ -3,6 +3,7 @@
 // `tdyn power` command.
 #include <cmath>
 #include <fstream>
+#include <random>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -163,15 +164,23 @@ TEST(PowerDynamics, FullModeIsTheForwardPass) {
   }
 }
 
+// x ← (x + A(G x))/‖·‖ with G = diag(sqrt(d) g), g read from the checkpoint's raw input_layernorm tensor.
 TEST(PowerDynamics, L2ModeKeepsUnitTokensAndNoResidualDropsTheSkip) {
   TDYN_REQUIRE_SHARED("fixtures/llama");
-  Transformer model(load_model(fixture("llama")));
+  auto model_ptr = load_model(fixture("llama"));
+  Transformer model(model_ptr);
   const std::vector<int32_t> ids = {1, 2, 3, 4, 5};
+  const std::vector<double> g = model_ptr->store.doubles("model.layers.0.input_layernorm.weight");
+  const int64_t d = model.config().d_model;
+  ASSERT_EQ(static_cast<int64_t>(g.size()), d);
   for (bool residual : {true, false}) {
     TokenState s = initial_state(model, ids, {DynamicsMode::AttnOnlyL2, residual});
     TokenState before = s;
     apply_layer(model, 0, s, {DynamicsMode::AttnOnlyL2, residual});
-    Tensor expected = model.attention(0, before.x, 0, nullptr);  // A(x), then + x with the residual, then x/|x|
+    Tensor input = before.x;
+    for (int64_t i = 0; i < input.dim(0); ++i)
+      for (int64_t j = 0; j < d; ++j) input.row(i)[j] = static_cast<float>(input.row(i)[j] * std::sqrt(double(d)) * g[j]);
+    Tensor expected = model.attention(0, input, 0, nullptr);  // A(G x), then + x with the residual, then x/|x|
     if (residual) for (int64_t i = 0; i < expected.size(); ++i) expected.data[i] += before.x.data[i];
     normalize_rows(expected);
     for (int64_t i = 0; i < s.x.dim(0); ++i) {
@@ -208,9 +217,10 @@ TEST(PowerDynamics, TokenDynamicsStatistics) {
 // ---- Shared-weight iteration on constructed models ----------------------------------------------------------------
 
 // A one-layer Llama with d = 6, one head, W_Q = W_K = 0 (uniform causal attention), W_O = I and W_V = F, so
-// the attention output of token i is F times the mean of the states up to i: in attn-only-l2 the iteration is
-// the normalised power method on F (no residual) or on I + F (residual).
-std::shared_ptr<const Model> constructed_model(const Matrix& f, const std::string& name) {
+// the attention output of token i is F times the mean of the states up to i. The pre-attention norm weight is
+// 1/sqrt(d), so G = diag(sqrt(d) g) = I and in attn-only-l2 the iteration is the normalised power method on
+// F G = F (no residual) or on I + F (residual).
+std::shared_ptr<const Model> constructed_model(const Matrix& f, const std::string& name, double norm_weight = 1 / std::sqrt(6.0)) {
   const fs::path dir = test::scratch_dir("power_" + name);
   nlohmann::json config = {{"model_type", "llama"}, {"vocab_size", 16}, {"hidden_size", 6}, {"intermediate_size", 8},
                            {"num_hidden_layers", 1}, {"num_attention_heads", 1}, {"num_key_value_heads", 1},
@@ -232,6 +242,8 @@ std::shared_ptr<const Model> constructed_model(const Matrix& f, const std::strin
   tensors["model.layers.0.self_attn.k_proj.weight"] = f32_tensor({6, 6}, zero.data());
   tensors["model.layers.0.self_attn.v_proj.weight"] = f32_tensor({6, 6}, value.data());
   tensors["model.layers.0.self_attn.o_proj.weight"] = f32_tensor({6, 6}, identity.data());
+  std::vector<float> norm(6, static_cast<float>(norm_weight));
+  tensors["model.layers.0.input_layernorm.weight"] = f32_tensor({6}, norm.data());
   write_safetensors(dir / "model.safetensors", tensors);
   return load_model(dir);
 }
@@ -265,7 +277,7 @@ TEST(PowerIteration, StrictlyDominantRealEigenvalueGivesConsensus) {
   EXPECT_LE((layer_matrix(*model, 0).f - f).norm(), 1e-6);
   for (bool residual : {false, true}) {
     const IterationResult r = iterate(model, residual, 300);
-    EXPECT_EQ(r.step_matrix, residual ? "I + F" : "F");
+    EXPECT_EQ(r.step_matrix, residual ? "I + F G" : "F G");
     EXPECT_FALSE(r.step.complex_pair);
     EXPECT_NEAR(r.step.lambda1.real(), residual ? 3.0 : 2.0, 1e-6);
     EXPECT_EQ(r.regime.regime, Regime::Consensus) << r.regime.description;
@@ -277,6 +289,44 @@ TEST(PowerIteration, StrictlyDominantRealEigenvalueGivesConsensus) {
     EXPECT_EQ(r.bipartite.eigenvector, 0);
     EXPECT_TRUE(r.bipartite.left_perturbed) << r.bipartite.perturbed.description;
   }
+}
+
+// attn-only-l2 feeds G x to the attention, so the iteration is the power method on F G: with g = 2/sqrt(d),
+// G = 2I doubles λ1 (the tokens still reach consensus on v1, which G = cI does not move).
+TEST(PowerIteration, L2ModeStepMatrixIncludesTheNormGain) {
+  Matrix b = Matrix::Zero(6, 6);
+  b.diagonal() << 2.0, 0.9, -0.5, 0.3, 0.2, -0.1;
+  auto model = constructed_model(conjugated(b), "gain", 2 / std::sqrt(6.0));
+  const IterationResult r = iterate(model, false, 100);
+  EXPECT_EQ(r.step_matrix, "F G");
+  EXPECT_NEAR(r.step.lambda1.real(), 4.0, 1e-5);
+  EXPECT_EQ(r.regime.regime, Regime::Consensus) << r.regime.description;
+  EXPECT_EQ(r.regime.eigenvector, 0);
+}
+
+// Consensus is judged from the token-to-token spread too: every token on one ray that is no eigenvector (as the
+// full layer's nonlinear fixed points are) is consensus, not "not converged"; spread-out tokens are neither.
+TEST(PowerIteration, ConsensusOffTheEigenvectorsIsFoundFromTheSpread) {
+  const int64_t d = 6, n = 5;
+  ComplexVector lambda(d);
+  lambda << 3.0, 2.0, 1.0, 0.5, 0.25, 0.125;
+  const ComplexMatrix vectors = ComplexMatrix::Identity(d, d);  // v_k = e_k
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> noise(0.0, 1e-4);
+  Tensor together({n, d}), apart({n, d});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      together.row(i)[j] = static_cast<float>((j < 3 ? 1.0 : 0.0) + noise(rng));  // ≈ (1, 1, 1, 0, 0, 0): no eigenvector
+      apart.row(i)[j] = static_cast<float>(std::sin(1.7 * i + 0.9 * j * j + 0.3));
+    }
+  const RegimeEvidence one_ray = classify_regime(together, lambda, vectors, 0.99, 4);
+  EXPECT_EQ(one_ray.regime, Regime::Consensus) << one_ray.description;
+  EXPECT_EQ(one_ray.eigenvector, -1);
+  EXPECT_GT(one_ray.min_cosine_to_mean, 0.999);
+  EXPECT_LT(one_ray.min_alignment, 0.99);  // no eigenvector holds the tokens
+  const RegimeEvidence spread = classify_regime(apart, lambda, vectors, 0.99, 4);
+  EXPECT_EQ(spread.regime, Regime::NotConverged) << spread.description;
+  EXPECT_LT(spread.min_cosine_to_mean, 0.99);
 }
 
 TEST(PowerIteration, DominantComplexPairRotatesByItsArgument) {
@@ -382,6 +432,7 @@ TEST(PowerCli, Stories260KWritesResults) {
   const nlohmann::json j = nlohmann::json::parse(in);
   EXPECT_EQ(j["command"], "power");
   EXPECT_EQ(j["options"]["mode"], "full");
+  EXPECT_NE(j["options"]["attention_input"].get<std::string>().find("pre-attention norm"), std::string::npos);
   EXPECT_EQ(j["options"]["residual"], true);
   EXPECT_EQ(j["options"]["samples"]["samples"], 3);
   EXPECT_EQ(j["options"]["iteration"]["steps"], 40);

@@ -152,5 +152,34 @@ TEST(Report, SingleResultsDirectoryAndMissingKeys) {
   EXPECT_NO_THROW(render_html_report(dir));
 }
 
+// Seed 004's verdicts are decided by the particles analysis (results.verdicts); the report shows each as written,
+// "differs" included, and an older results.json without them as "not computed".
+TEST(Report, ParticlesVerdictsAreShownAsWritten) {
+  const fs::path dir = test::scratch_dir("report_particles_verdicts");
+  auto verdict = [](const char* claim, const char* outcome, double value) {
+    return json{{"paper", "004"}, {"claim", claim}, {"theorem", "hyperplanes"}, {"statement", std::string("statement of ") + claim},
+                {"measure", "levels"}, {"value", value}, {"control", 20}, {"rule", std::string("rule of ") + claim},
+                {"verdict", outcome}, {"note", ""}};
+  };
+  json results = {{"final", {{"time", 5}}},
+                  {"verdicts", {verdict("clusters", "pass", 2), verdict("boolean", "differs", 0.4), verdict("leaders", "shown", 0)}}};
+  write_part(dir, "particles", results, json{{"n", 20}}, {});
+  auto papers = summarize_claims(load_report_parts(dir));
+  ASSERT_EQ(papers.size(), 3u);
+  const auto& checks = papers[2].checks;
+  ASSERT_EQ(checks.size(), 4u);
+  EXPECT_EQ(checks[0].verdict, Verdict::kPass);
+  EXPECT_EQ(checks[0].claim, "statement of clusters");
+  EXPECT_EQ(checks[0].rule, "rule of clusters");
+  EXPECT_NE(checks[0].observed.find("levels = 2 at T = 5, 20 at t = 0"), std::string::npos) << checks[0].observed;
+  EXPECT_EQ(checks[1].verdict, Verdict::kDiffers);
+  EXPECT_EQ(checks[2].verdict, Verdict::kInfo);
+  EXPECT_EQ(checks[3].verdict, Verdict::kNotComputed);  // no "rank" verdict written
+
+  write_part(dir, "particles", json{{"final", {{"time", 5}, {"clusters", {{"count", 3}}}}}}, json{{"n", 20}}, {});
+  papers = summarize_claims(load_report_parts(dir));
+  for (const auto& c : papers[2].checks) EXPECT_EQ(c.verdict, Verdict::kNotComputed) << c.claim;
+}
+
 }  // namespace
 }  // namespace tdyn

@@ -1,5 +1,7 @@
 #include "analysis/layer_matrix.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace tdyn {
@@ -64,6 +66,15 @@ std::vector<LayerMatrix> layer_matrices(const Model& model) {
   std::vector<LayerMatrix> out;
   for (int64_t l = 0; l < model.config.n_layers; ++l) out.push_back(layer_matrix(model, l));
   return out;
+}
+
+std::vector<double> unit_token_gain(const Model& model, int64_t layer) {
+  const int64_t d = model.config.d_model;
+  const LayerWeights& w = model.weights.layers.at(layer);
+  std::vector<double> gain(d, std::sqrt(static_cast<double>(d)));
+  if (w.attn_norm.w)
+    for (int64_t i = 0; i < d; ++i) gain[i] *= w.attn_norm.w[i];
+  return gain;
 }
 
 }  // namespace tdyn

@@ -39,4 +39,11 @@ LayerMatrix layer_matrix(const Model& model, int64_t layer);
 // Every layer, in order.
 std::vector<LayerMatrix> layer_matrices(const Model& model);
 
+// G = diag(sqrt(d_model) g) [d_model]: what the layer's pre-attention norm does to a unit token x̂ (RMSNorm and
+// LayerNorm give g ⊙ sqrt(d) x̂ up to epsilon, mean and bias; g = 1 when the layer has no pre-attention norm, as
+// in post-LN BERT, whose attention reads LayerNorm outputs of norm ~sqrt(d) too). The idealisations that keep
+// tokens on the unit sphere (the particle bridge, power's attn-only-l2) feed G x̂ to the attention: with x̂
+// itself the scores are ~1/d of the model's and the attention is near uniform.
+std::vector<double> unit_token_gain(const Model& model, int64_t layer);
+
 }  // namespace tdyn

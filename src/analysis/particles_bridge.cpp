@@ -1,25 +1,16 @@
 #include "analysis/particles_bridge.h"
 
 #include <cmath>
-#include <random>
 #include <string>
 
 #include "analysis/layer_matrix.h"
 #include "core/error.h"
+#include "model/ops.h"
 
 namespace tdyn {
 namespace {
 
 using particles::Matrix;
-
-// sqrt(d) g: the map a unit token goes through in the pre-attention norm (module comment in the header).
-std::vector<double> norm_gain(const Model& model, const LayerWeights& w) {
-  const int64_t d = model.config.d_model;
-  std::vector<double> gain(d, std::sqrt(static_cast<double>(d)));
-  if (w.attn_norm.w)
-    for (int64_t i = 0; i < d; ++i) gain[i] *= w.attn_norm.w[i];
-  return gain;
-}
 
 // What the simulation leaves out of this layer, for the record: only the features the model has.
 nlohmann::json left_out(const Model& model, int64_t layer, bool whole_layer) {
@@ -59,7 +50,7 @@ particles::AttentionHead model_attention_head(const Model& model, const ModelHea
   const int64_t d = c.d_model, dh = lc.d_head, group = c.n_heads / c.n_kv_heads;
   TDYN_CHECK(w.q.out == c.n_heads * dh && w.q.in == d && w.k.out == c.n_kv_heads * dh && w.k.in == d);
   const double beta = lc.attn_scale;
-  const std::vector<double> gain = norm_gain(model, w);
+  const std::vector<double> gain = unit_token_gain(model, l);
 
   // Every query head stacked, each beside the key block of its KV head; a single head is one block of these.
   const int64_t width = c.n_heads * dh;
@@ -116,30 +107,36 @@ particles::AttentionHead model_attention_head(const Model& model, const ModelHea
 particles::Matrix model_initial_tokens(const Model& model, const std::vector<int32_t>& ids, const ModelHeadOptions& options,
                                        nlohmann::json* record) {
   const ModelConfig& c = model.config;
+  const ModelWeights& w = model.weights;
   if (ids.empty()) fail("no token ids to start the particles from");
   if (options.tokens < 1) fail("the number of tokens must be at least 1, got {}", options.tokens);
-  const int64_t n = std::min<int64_t>(options.tokens, ids.size()), d = c.d_model;
-  // ALBERT's factorised embeddings are narrower than d_model; there the particles start from random unit vectors.
-  const bool embeddings_fit = model.weights.embed && c.embed_dim() == d;
-  std::mt19937_64 rng(options.seed);
-  std::normal_distribution<double> gaussian;
+  const int64_t n = std::min<int64_t>(options.tokens, ids.size()), d = c.d_model, e = c.embed_dim();
+  // ALBERT's factorised embeddings (d_embed < d_model) reach the residual stream through the embedding LayerNorm
+  // and embedding_hidden_mapping_in, as in Transformer::embed (config.cpp admits no other narrow embedding).
+  const bool mapped = e != d;
+  TDYN_CHECK(w.embed && (!mapped || w.embed_map));
+  std::vector<float> row(e), mapped_row(d);
   Matrix x0(n, d);
-  std::vector<float> row(d);
   for (int64_t t = 0; t < n; ++t) {
     if (ids[t] < 0 || ids[t] >= c.d_vocab) fail("token id {} at position {} is outside the vocabulary [0, {})", ids[t], t, c.d_vocab);
-    if (embeddings_fit) model.weights.embed.row_floats(ids[t], 0, d, row.data());
-    for (int64_t i = 0; i < d; ++i) x0(t, i) = embeddings_fit ? row[i] : gaussian(rng);
+    w.embed.row_floats(ids[t], 0, e, row.data());
+    if (mapped) {
+      if (c.embed_norm) apply_norm(c.norm, row.data(), 1, e, w.embed_norm, c.norm_eps, row.data());
+      w.embed_map.apply(row.data(), 1, mapped_row.data());
+    }
+    const float* token = mapped ? mapped_row.data() : row.data();
+    for (int64_t i = 0; i < d; ++i) x0(t, i) = token[i];
     const double norm = x0.row(t).norm();
-    if (!(norm > 0)) fail("token {} (id {}) has a zero embedding row: it has no direction on the sphere", t, ids[t]);
+    if (!(norm > 0)) fail("token {} (id {}) has a zero embedding: it has no direction on the sphere", t, ids[t]);
     x0.row(t) /= norm;
   }
   if (record) {
     nlohmann::json& r = *record;
     r["tokens"] = n;
     r["token_ids"] = std::vector<int32_t>(ids.begin(), ids.begin() + n);
-    r["initial_tokens"] = embeddings_fit
-                              ? "unit-length token-embedding rows of the first tokens"
-                              : fmt::format("random unit vectors (seed {}): the embeddings are narrower than d_model", options.seed);
+    r["initial_tokens"] = mapped ? "token-embedding rows through the embedding LayerNorm and embedding_hidden_mapping_in "
+                                   "(positions and token types left out), scaled to unit length"
+                                 : "unit-length token-embedding rows of the first tokens";
   }
   return x0;
 }

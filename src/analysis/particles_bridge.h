@@ -24,8 +24,8 @@
 // the MLP, and the residual stream's own norm growth.
 //
 // Initial tokens: the unit-length token-embedding rows of the first n ids (whatever the layer: the particles
-// start from the embeddings, not from the layer's input), or random unit vectors (seeded) when the embeddings
-// are narrower than d_model (ALBERT's factorised embeddings).
+// start from the embeddings, not from the layer's input); ALBERT's factorised embeddings (narrower than
+// d_model) go through the embedding LayerNorm and embedding_hidden_mapping_in first, as in the model.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +42,6 @@ struct ModelHeadOptions {
   int64_t layer = 0;
   int64_t head = -1;    // -1: the whole layer as one head
   int64_t tokens = 32;  // n: the first n ids (fewer when the sample is shorter)
-  uint64_t seed = 0;    // random unit tokens when the embeddings do not fit d_model
 };
 
 struct ModelParticles {

@@ -8,6 +8,8 @@
 #include <limits>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace tdyn::particles {
@@ -102,6 +104,27 @@ const EigenDirection* top_direction(const std::vector<EigenDirection>& direction
 std::vector<double> levels_of(const Trajectory& tr, size_t k, const EigenDirection& e) {
   Vector values = tr.x[k] * e.left / tr.rescale_factor(e.eigenvalue, tr.times[k]);
   return std::vector<double>(values.data(), values.data() + values.size());
+}
+
+// Theorem 2.1's test on the tokens projected on the top eigenspace (n × k): cluster them into limits; a token
+// passes when its limit is a vertex of the hull of the limits, or 0.
+struct PolytopeTest {
+  Clusters limits;
+  HullVertices hull;
+  std::vector<bool> at_vertex, at_zero;
+  int elsewhere = 0;  // tokens neither at a vertex nor at 0
+};
+PolytopeTest polytope_test(const Matrix& projected, double cluster_tol, double hull_tol) {
+  PolytopeTest out;
+  out.limits = find_clusters(projected, cluster_tol);
+  out.hull = hull_vertices(out.limits.centres, hull_tol);
+  for (int c : out.limits.membership) {
+    const bool at_zero = out.limits.centres.row(c).norm() <= hull_tol;
+    out.at_vertex.push_back(out.hull.is_vertex[c]);
+    out.at_zero.push_back(at_zero);
+    if (!out.hull.is_vertex[c] && !at_zero) ++out.elsewhere;
+  }
+  return out;
 }
 
 }  // namespace
@@ -266,6 +289,222 @@ Assumptions check_assumptions(const AttentionHead& head) {
   return a;
 }
 
+namespace {
+
+// The pattern of every verdict: a prediction that fails at T differs; one that holds at T but already held for
+// the initial tokens says nothing about the dynamics and is only shown; otherwise it passes.
+void judge(ClaimVerdict& v, bool holds_at_end, bool holds_initially) {
+  if (!holds_at_end) {
+    v.verdict = "differs";
+  } else if (holds_initially) {
+    v.verdict = "shown";
+    v.note += std::string(v.note.empty() ? "" : "; ") + "the prediction already holds for the initial tokens, so it says "
+                                                        "nothing about the dynamics";
+  } else {
+    v.verdict = "pass";
+  }
+}
+
+void not_judged(ClaimVerdict& v, const std::string& why) {
+  v.rule = "shown, not judged" + (why.empty() ? "" : ": " + why);
+  v.verdict = "shown";
+}
+
+// Symmetric W with k ≥ 2 positive eigenvalues, all simple, at least one negative and none at 0 (the
+// codimension-k picture of §4). With no negative eigenvalue (a PSD W, the lowrank preset) only the top direction
+// is judged (Theorem 3.1): the small positive eigenvalues' levels merge on far longer time scales.
+bool codimension_k(const Assumptions& a, const std::vector<EigenDirection>& directions) {
+  if (!a.value_symmetric || a.value_eigenvalues.empty()) return false;
+  double scale = 1;
+  for (auto l : a.value_eigenvalues) scale = std::max(scale, std::abs(l));
+  const double separation = 1e-8 * scale;  // as simple_positive_directions
+  size_t positive = 0;
+  for (auto l : a.value_eigenvalues) {
+    if (std::abs(l.real()) <= separation) return false;
+    if (l.real() > 0) ++positive;
+  }
+  return positive >= 2 && positive < a.value_eigenvalues.size() && directions.size() == positive;
+}
+
+std::string qk_note(const Assumptions& a) {
+  return a.qk_symmetric && a.qk_min_eigenvalue > 0
+             ? ""
+             : "QᵀK is not symmetric positive definite, which the theorem assumes (the paper's experiments show the same "
+               "picture without it)";
+}
+
+ClaimVerdict clustering_verdict(const ParticleSystem& system, const Trajectory& tr, const ParticleDiagnostics& d,
+                                const DiagnosticOptions& o) {
+  const FinalDiagnostics& f = d.final;
+  const int64_t n = tr.x.front().rows();
+  ClaimVerdict v;
+  v.claim = "clusters";
+  const auto levels_at = [&](size_t k, const EigenDirection& e) {
+    const double tol = o.level_tol * std::max((tr.x.front() * e.left).cwiseAbs().maxCoeff(), 1e-300);
+    return find_levels(levels_of(tr, k, e), tol).count();
+  };
+  const EigenDirection* top = top_direction(f.directions);
+  if (system.ffn) {
+    v.theorem = "none";
+    v.statement = "With a feed-forward term no theorem of the paper applies (its experiments show clusters persisting).";
+    v.measure = "clusters of " + to_string(o.cluster_on);
+    v.value = f.clusters.count();
+    v.control = d.series.clusters.front();
+    not_judged(v, "");
+  } else if (system.project_to_sphere) {
+    // On the sphere z = R(t)⁻¹x only shrinks to 0 (or blows up), so the tokens themselves are counted, whatever
+    // --cluster-on says.
+    const double tol = o.cluster_tol * f.scale;
+    v.theorem = "sphere";
+    v.statement = "On the unit sphere (the LayerNorm idealisation) the tokens themselves gather into a few clusters.";
+    v.measure = "clusters of the tokens x (single linkage within cluster_tol · max‖x_i(0)‖)";
+    v.value = find_clusters(tr.x.back(), tol).count();
+    v.control = find_clusters(tr.x.front(), tol).count();
+    v.rule = "pass when x has at most n/2 clusters at T and more than n/2 at t = 0";
+    judge(v, 2 * v.value <= n, 2 * v.control <= n);
+  } else if (d.assumptions.value_is_minus_identity) {
+    v.theorem = "collapse";
+    v.statement = "V = −I: the tokens collapse to one point cluster at the origin and P tends to the uniform matrix 1/n.";
+    v.measure = "max‖x_i(T)‖ / max‖x_i(0)‖";
+    v.value = f.max_norm_x / f.scale;
+    v.control = 1;
+    v.note = fmt::format("max|P(T) − 1/n| = {:.3g}", f.uniform_distance);
+    v.rule = "pass when the largest token norm has fallen below 0.1 of its initial value and max|P(T) − 1/n| < 0.05";
+    judge(v, v.value <= 0.1 && f.uniform_distance < 0.05, false);
+  } else if (f.polytope_dim > 0) {
+    const bool whole = f.polytope_dim == tr.x.front().cols();
+    v.theorem = "polytope";
+    v.statement = whole ? "Theorem 2.1 (V = λI, QᵀK ≻ 0): every rescaled token z_i converges to a vertex of the convex polytope "
+                          "spanned by the limits, or to 0."
+                        : fmt::format("Theorem 2.1 in product form (top eigenvalue of V repeated {} times): the rescaled tokens "
+                                      "projected on its eigenspace converge to vertices of the polytope of their limits, or to 0.",
+                                      f.polytope_dim);
+    v.measure = "tokens whose limit is neither a vertex of the hull of the limits nor 0";
+    v.value = f.tokens_elsewhere;
+    v.control = f.tokens_elsewhere_initially;
+    v.rule = "pass when no token is elsewhere at T (results.final.polytope.tokens_elsewhere = 0) and some are at t = 0";
+    v.note = qk_note(d.assumptions);
+    judge(v, f.tokens_elsewhere == 0, f.tokens_elsewhere_initially == 0);
+  } else if (codimension_k(d.assumptions, f.directions)) {
+    v.theorem = "codim-k";
+    v.statement = fmt::format("V symmetric with {} simple positive eigenvalues and the rest negative: each positive direction φ_j "
+                              "has at most 3 levels of φ_j*(z), so the tokens end on intersections of hyperplanes of "
+                              "codimension {}.",
+                              f.directions.size(), f.directions.size());
+    v.measure = "the largest number of levels of φ_j*(z) over the positive directions";
+    v.value = v.control = 0;
+    for (size_t k = 0; k < f.directions.size(); ++k) {
+      v.value = std::max<double>(v.value, f.levels[k].count());
+      v.control = std::max<double>(v.control, levels_at(0, f.directions[k]));
+    }
+    v.rule = "pass when every positive direction has at most 3 levels at T (results.final.hyperplanes[j].level_count) and "
+             "some direction has more at t = 0";
+    v.note = qk_note(d.assumptions);
+    judge(v, v.value <= 3, v.control <= 3);
+  } else if (top) {
+    v.theorem = "hyperplanes";
+    v.statement = "Theorem 3.1 (simple positive top eigenvalue λ1 of V): φ1*(z) takes at most 3 values, so the tokens end on at "
+                  "most 3 parallel hyperplanes.";
+    v.measure = fmt::format("levels of φ1*(z) (λ1 = {:.4g})", top->eigenvalue);
+    v.value = f.levels[static_cast<size_t>(top - f.directions.data())].count();
+    v.control = levels_at(0, *top);
+    v.rule = "pass when the top direction has at most 3 levels at T (results.final.hyperplanes[is_top].level_count) and more "
+             "at t = 0";
+    v.note = qk_note(d.assumptions);
+    judge(v, v.value <= 3, v.control <= 3);
+  } else {
+    v.theorem = "none";
+    v.statement = "No theorem of the paper covers this V (no simple positive top eigenvalue, no repeated one of a symmetric V, "
+                  "not −I).";
+    v.measure = "clusters of " + to_string(o.cluster_on);
+    v.value = f.clusters.count();
+    v.control = d.series.clusters.front();
+    not_judged(v, "");
+  }
+  return v;
+}
+
+// P(t) → a 0/1 matrix with a few leaders: proved for d = 1 and V > 0, seen in the paper's experiments beyond.
+// A near-uniform P is also within 1/n of a 0/1 matrix (the zero matrix), so a leader is required too.
+ClaimVerdict boolean_verdict(const ParticleSystem& system, const ParticleDiagnostics& d, const BooleanFit& initial) {
+  const FinalDiagnostics& f = d.final;
+  ClaimVerdict v;
+  v.claim = "boolean";
+  v.theorem = "boolean";
+  v.statement = "The attention matrix P(t) becomes Boolean: 0/1 rows pointing at a few leaders.";
+  v.measure = "max|P − B| to the nearest 0/1 matrix B";
+  v.value = f.boolean.max_distance;
+  v.control = d.series.boolean_distance.front();
+  v.rule = "pass when max|P(T) − B| < 0.05 with at least one leader (results.final.attention.boolean_max_distance, boolean_rank), "
+           "and not already at t = 0";
+  v.note = fmt::format("{} leaders, rank P(T) = {}", f.boolean.leaders.size(), f.rank_P);
+  if (d.assumptions.value_is_minus_identity && !system.project_to_sphere) {
+    not_judged(v, "for V = −I the paper predicts P → 1/n instead (the clusters claim)");
+    return v;
+  }
+  judge(v, f.boolean.max_distance < 0.05 && !f.boolean.leaders.empty(), initial.max_distance < 0.05 && !initial.leaders.empty());
+  return v;
+}
+
+// The one-dimensional theorem (d = 1, V > 0, QᵀK > 0): P(t) tends to a Boolean matrix whose leaders (non-zero
+// columns) are extreme tokens of the sequence, argmin or argmax (the order on the line is kept), and whose rank is
+// at most 3. Outside it the two measures are shown, not judged.
+bool one_dimensional_theorem(const ParticleSystem& system, const Trajectory& tr) {
+  return tr.x.front().cols() == 1 && system.head.value_map()(0, 0) > 0 && !system.project_to_sphere && !system.ffn;
+}
+
+// Leaders of P(X) that are not argmin/argmax of X(0) (1-D only).
+int leaders_not_extreme(const BooleanFit& fit, const Matrix& x0) {
+  Eigen::Index lo, hi;
+  x0.col(0).minCoeff(&lo);
+  x0.col(0).maxCoeff(&hi);
+  int count = 0;
+  for (int j : fit.leaders) count += j != lo && j != hi;
+  return count;
+}
+
+ClaimVerdict leaders_verdict(const ParticleSystem& system, const Trajectory& tr, const ParticleDiagnostics& d,
+                             const BooleanFit& initial) {
+  const FinalDiagnostics& f = d.final;
+  ClaimVerdict v;
+  v.claim = "leaders";
+  v.theorem = "one-dimensional";
+  v.statement = "The leaders of the Boolean limit of P(t) are extreme tokens of the sequence (d = 1).";
+  v.measure = "leaders of P (tokens attended with weight > 1/2) that are neither argmin nor argmax of x(0)";
+  v.note = fmt::format("{} leaders at T, {} at t = 0", f.boolean.leaders.size(), initial.leaders.size());
+  if (tr.x.front().cols() == 1) {  // extreme tokens exist on a line only; elsewhere value and control stay NaN
+    v.value = leaders_not_extreme(f.boolean, tr.x.front());
+    v.control = leaders_not_extreme(initial, tr.x.front());
+  }
+  if (!one_dimensional_theorem(system, tr)) {
+    not_judged(v, "the theorem is for d = 1, V > 0");
+    return v;
+  }
+  v.rule = "pass when P(T) has at least one leader and every leader is an extreme token, and not already at t = 0";
+  judge(v, !f.boolean.leaders.empty() && v.value == 0, !initial.leaders.empty() && v.control == 0);
+  return v;
+}
+
+ClaimVerdict rank_verdict(const ParticleSystem& system, const Trajectory& tr, const ParticleDiagnostics& d,
+                          const Matrix& P0, const DiagnosticOptions& o) {
+  ClaimVerdict v;
+  v.claim = "rank";
+  v.theorem = "one-dimensional";
+  v.statement = "The attention matrix P(t) tends to low rank: at most 3 (d = 1).";
+  v.measure = "numerical rank of P (singular values above rank_tol · σ_max)";
+  v.value = d.final.rank_P;
+  v.control = numerical_rank(singular_values(P0), o.rank_tol);
+  if (!one_dimensional_theorem(system, tr)) {
+    not_judged(v, "the rank bound is proved for d = 1, V > 0");
+    return v;
+  }
+  v.rule = "pass when rank P(T) ≤ 3 and rank P(0) > 3";
+  judge(v, v.value <= 3, v.control <= 3);
+  return v;
+}
+
+}  // namespace
+
 ParticleDiagnostics diagnose(const ParticleSystem& system, const Trajectory& trajectory, const DiagnosticOptions& options) {
   TDYN_CHECK(!trajectory.times.empty());
   if (options.every < 1) fail("--diagnose-every must be at least 1, got {}", options.every);
@@ -328,17 +567,14 @@ ParticleDiagnostics diagnose(const ParticleSystem& system, const Trajectory& tra
     // Theorem 2.1: each z_i converges to 0 or to a vertex of the polytope spanned by the limits.
     const double top_eigenvalue = (basis.transpose() * W * basis).trace() / f.polytope_dim;
     const Matrix projected = x * basis / trajectory.rescale_factor(top_eigenvalue, f.time);  // Πz (n × k)
-    const double tol = options.hull_tol * scale;
-    const Clusters limits = find_clusters(projected, options.cluster_tol * scale);
-    f.polytope_limits = limits.centres;
-    f.hull = hull_vertices(limits.centres, tol);
-    for (int64_t i = 0; i < n; ++i) {
-      const int c = limits.membership[i];
-      const bool at_zero = limits.centres.row(c).norm() <= tol;
-      f.token_at_vertex.push_back(f.hull.is_vertex[c]);
-      f.token_at_zero.push_back(at_zero);
-      if (!f.hull.is_vertex[c] && !at_zero) ++f.tokens_elsewhere;
-    }
+    PolytopeTest test = polytope_test(projected, options.cluster_tol * scale, options.hull_tol * scale);
+    f.polytope_limits = std::move(test.limits.centres);
+    f.hull = std::move(test.hull);
+    f.token_at_vertex = std::move(test.at_vertex);
+    f.token_at_zero = std::move(test.at_zero);
+    f.tokens_elsewhere = test.elsewhere;
+    // The control: the same test on the initial tokens (z(0) = x(0)), most of which lie inside their hull.
+    f.tokens_elsewhere_initially = polytope_test(x0 * basis, options.cluster_tol * scale, options.hull_tol * scale).elsewhere;
     // On the top eigenspace d/dt Πz_i = λ1 Σ_j P_ij (Πz_j − Πz_i) points into the hull of the Πz_j, so that
     // hull only shrinks.
     const Matrix projected0 = x0 * basis;
@@ -352,6 +588,11 @@ ParticleDiagnostics diagnose(const ParticleSystem& system, const Trajectory& tra
     x.col(0).maxCoeff(&hi);
     f.extreme_tokens = {static_cast<int>(lo), static_cast<int>(hi)};
   }
+  // The controls of the attention claims: P at t = 0.
+  const Matrix P0 = attention_matrix(system.head, trajectory.x.front());
+  const BooleanFit initial = nearest_boolean(P0);
+  out.verdicts = {clustering_verdict(system, trajectory, out, options), boolean_verdict(system, out, initial),
+                  leaders_verdict(system, trajectory, out, initial), rank_verdict(system, trajectory, out, P0, options)};
   return out;
 }
 
@@ -409,10 +650,18 @@ nlohmann::json to_json(const ParticleDiagnostics& diag) {
                               {"token_at_vertex", f.token_at_vertex},
                               {"token_at_zero", f.token_at_zero},
                               {"tokens_elsewhere", f.tokens_elsewhere},
+                              {"tokens_elsewhere_initially", f.tokens_elsewhere_initially},
                               {"max_distance_to_initial_hull", f.max_distance_to_initial_hull}};
   }
   if (!f.extreme_tokens.empty()) final_json["extreme_tokens_argmin_argmax"] = f.extreme_tokens;
   out["final"] = final_json;
+  // The report reads these as they are (docs/report.md): the rule is decided here, beside the numbers.
+  json verdicts = json::array();
+  for (const auto& v : diag.verdicts)
+    verdicts.push_back({{"paper", "004"},     {"claim", v.claim}, {"theorem", v.theorem}, {"statement", v.statement},
+                        {"measure", v.measure}, {"value", v.value}, {"control", v.control}, {"rule", v.rule},
+                        {"verdict", v.verdict}, {"note", v.note}});
+  out["verdicts"] = verdicts;
   const auto& s = diag.series;
   out["series"] = {{"time", s.time},
                    {"clusters", s.clusters},

@@ -10,6 +10,7 @@
 // All tolerances are relative to the scale of the initial tokens so that they do not depend on units.
 #pragma once
 
+#include <cmath>
 #include <complex>
 #include <string>
 #include <vector>
@@ -117,6 +118,7 @@ struct FinalDiagnostics {
   HullVertices hull;
   std::vector<bool> token_at_vertex, token_at_zero;
   int tokens_elsewhere = 0;  // neither at a vertex nor at 0 (Theorem 2.1 predicts none)
+  int tokens_elsewhere_initially = 0;  // the same count for the initial tokens (the control)
   double max_distance_to_initial_hull = 0;  // the projected hull only shrinks: Πz_i(T) ∈ conv{Πx_j(0)}
   // d = 1 only: the extreme tokens (argmin, argmax of x(T)), the only possible leaders.
   std::vector<int> extreme_tokens;
@@ -133,10 +135,38 @@ struct Assumptions {
 };
 Assumptions check_assumptions(const AttentionHead& head);
 
+// One claim of the paper judged on this run. Which statement applies is read off the run the way the paper's
+// theorems are stated, first match wins:
+//   sphere       tokens kept on the unit sphere (the LayerNorm idealisation, §6): the tokens x themselves
+//                cluster (the rescaled z only shrink to 0 there, so counting their clusters proves nothing);
+//   collapse     W = −I (§6): x → 0, one point cluster at the origin, and P → 1/n;
+//   polytope     symmetric W whose top eigenvalue λ1 > 0 is repeated k ≥ 2 times or W = λ1 I (Theorem 2.1, and
+//                its product form polytope × subspace): every limit of Πz is a vertex of their hull, or 0;
+//   codim-k      symmetric W with 2 ≤ k < d positive eigenvalues, all simple, the others negative (§4): each
+//                positive direction φ_j has at most 3 levels of φ_j*(z), so the tokens end on intersections of
+//                hyperplanes of codimension k;
+//   hyperplanes  a simple, real, positive top eigenvalue (Theorem 3.1): at most 3 levels of φ1*(z);
+//   none         otherwise, and whenever a feed-forward term is added: no theorem of the paper applies.
+// The control is the same measure on the initial tokens: a prediction that already holds at t = 0 says nothing
+// about the dynamics, so it is "shown", never passed.
+struct ClaimVerdict {
+  std::string claim;      // stable id: "clusters" (the theorem for this V), "boolean" (P(t) → a 0/1 matrix),
+                          //   "leaders" (its leaders are extreme tokens, d = 1), "rank" (rank P(t) ≤ 3, d = 1)
+  std::string theorem;    // sphere, collapse, polytope, codim-k, hyperplanes, boolean, one-dimensional, none
+  std::string statement;  // the prediction for this run, in words
+  std::string measure;    // what value and control are
+  double value = NAN;     // the measure at T
+  double control = NAN;   // the same measure at t = 0
+  std::string rule;       // how the verdict follows from value (and control)
+  std::string verdict;    // "pass", "differs" or "shown"
+  std::string note;       // why "shown", or what else was measured
+};
+
 struct ParticleDiagnostics {
   DiagnosticSeries series;
   FinalDiagnostics final;
   Assumptions assumptions;
+  std::vector<ClaimVerdict> verdicts;  // clusters, boolean, leaders, rank
 };
 
 ParticleDiagnostics diagnose(const ParticleSystem& system, const Trajectory& trajectory, const DiagnosticOptions& options);

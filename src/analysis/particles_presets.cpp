@@ -107,7 +107,8 @@ const std::map<std::string, ExperimentSpec>& preset_table() {
         "φ1*(z_i) converge to at most 3 levels, so the tokens end on at most 3 parallel lines", 20, 2, 5.0,
         "identity", "same", "hyperplanes");
     add("codim-k", "Symmetric V with 2 simple positive and 1 negative eigenvalue: each positive direction has at most "
-        "3 levels, so the tokens end on intersections of hyperplanes (codimension 2: lines in ℝ³)", 20, 3, 5.0,
+        "3 levels, so the tokens end on intersections of hyperplanes (codimension 2: lines in ℝ³); T = 10 because the "
+        "direction of λ = 1.5 still has 4 levels at T = 5", 20, 3, 10.0,
         "identity", "same", "sym-mixed:2");
     add("polytope-x-subspace", "V = I except V[d−1, d−1] = −0.5: polytope vertices in the top eigenspace times a "
         "subspace in the last coordinate", 20, 3, 5.0, "identity", "same", "identity-last:-0.5");

@@ -297,7 +297,8 @@ const char* to_string(Regime regime) {
 
 nlohmann::json RegimeEvidence::to_json() const {
   return {{"regime", to_string(regime)}, {"eigenvector", eigenvector}, {"min_alignment", min_alignment},
-          {"positive", positive},        {"negative", negative},       {"description", description}};
+          {"min_cosine_to_mean", min_cosine_to_mean}, {"positive", positive}, {"negative", negative},
+          {"description", description}};
 }
 
 RegimeEvidence classify_regime(const Tensor& x, const ComplexVector& eigenvalues, const ComplexMatrix& eigenvectors,
@@ -311,6 +312,20 @@ RegimeEvidence classify_regime(const Tensor& x, const ComplexVector& eigenvalues
     return lowest;
   };
   RegimeEvidence e;
+  // Token-to-token spread, whatever the eigenvectors: the smallest cosine between a token and the tokens' mean
+  // direction. The full layer (norms, MLP, biases) can hold every token at one fixed point that is no eigenvector
+  // of the linear step matrix; that is consensus too.
+  Vector mean_direction = Vector::Zero(x.dim(1));
+  for (int64_t i = 0; i < n; ++i) {
+    const Vector xi = row_vector(x, i);
+    if (xi.norm() > 0) mean_direction += xi / xi.norm();
+  }
+  e.min_cosine_to_mean = mean_direction.norm() > 0 ? 1.0 : 0.0;
+  for (int64_t i = 0; i < n && mean_direction.norm() > 0; ++i) {
+    const Vector xi = row_vector(x, i);
+    e.min_cosine_to_mean =
+        std::min(e.min_cosine_to_mean, xi.norm() > 0 ? xi.dot(mean_direction) / (xi.norm() * mean_direction.norm()) : 0.0);
+  }
   // A single eigenvector v_k (or the dominant plane) holding every token.
   for (size_t g = 0; g < groups.size(); ++g) {
     const Matrix basis = invariant_basis(eigenvectors, {groups[g]});
@@ -331,6 +346,16 @@ RegimeEvidence classify_regime(const Tensor& x, const ComplexVector& eigenvalues
     e.regime = (e.positive == 0 || e.negative == 0) ? Regime::Consensus : Regime::Bipartite;
     e.description = fmt::format("every token on ±v{} (min alignment {:.6f}; {} on +v, {} on −v); lambda = {:.6g}",
                                 groups[g].start + 1, lowest, e.positive, e.negative, lambda.real());
+    return e;
+  }
+  if (e.min_cosine_to_mean >= threshold) {
+    e.regime = Regime::Consensus;
+    e.eigenvector = -1;
+    e.positive = n;
+    e.description = fmt::format("every token on one ray (min cosine with the tokens' mean direction {:.6f}) that is no "
+                                "eigenvector of the step matrix (min alignment with its dominant subspace {:.6f}): a "
+                                "consensus fixed point of the layer away from the eigenvectors",
+                                e.min_cosine_to_mean, e.min_alignment);
     return e;
   }
   if (groups.size() >= 2) {
@@ -385,12 +410,20 @@ IterationResult iterate_layer(const Transformer& model, const Sample& sample, co
   if (options.steps < 1) fail("the iteration needs at least one step, got {}", options.steps);
   const DynamicsOptions& dyn = options.dynamics;
 
-  // The step matrix: a residual step x + F x linearises to I + F, a plain one to F.
+  // The step matrix: a residual step x + F x linearises to I + F, a plain one to F. In attn-only-l2 the attention
+  // reads G x (power_dynamics.h), so F G takes F's place.
   IterationResult r;
   r.layer = layer;
   r.sample_index = sample.source_index;
-  r.step_matrix = dyn.residual ? "I + F" : "F";
-  const Matrix step_matrix = dyn.residual ? Matrix(matrix.f + Matrix::Identity(d, d)) : matrix.f;
+  const bool gain = dyn.mode == DynamicsMode::AttnOnlyL2;
+  Matrix linear = matrix.f;
+  if (gain) {
+    const std::vector<double> g = unit_token_gain(model.model(), layer);
+    linear = linear * Eigen::Map<const Vector>(g.data(), d).asDiagonal();
+  }
+  const std::string f_name = gain ? "F G" : "F";
+  r.step_matrix = dyn.residual ? "I + " + f_name : f_name;
+  const Matrix step_matrix = dyn.residual ? Matrix(linear + Matrix::Identity(d, d)) : linear;
   SpectrumOptions spectrum_options;
   spectrum_options.top_k = std::max<Index>(spectrum_options.top_k, options.eigenvectors + 2);
   const linalg::Eigendecomposition decomposition =
@@ -398,7 +431,7 @@ IterationResult iterate_layer(const Transformer& model, const Sample& sample, co
   r.step = dominant_spectrum(decomposition);
   r.expected_angle_per_step = std::arg(r.step.lambda1);
   const Matrix basis1 = dominant_basis(r.step);
-  const Matrix basis_f = dyn.residual ? dominant_basis(layer_spectrum(matrix, spectrum_options).f) : basis1;
+  const Matrix basis_f = dyn.residual || gain ? dominant_basis(layer_spectrum(matrix, spectrum_options).f) : basis1;
   const std::vector<EigenGroup> groups = eigen_groups(decomposition.eigenvalues);
   const Matrix basis12 = invariant_basis(decomposition.eigenvectors,
                                          {groups.begin(), groups.begin() + std::min<size_t>(2, groups.size())});

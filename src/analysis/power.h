@@ -138,7 +138,8 @@ TokenDynamics summarize_token_dynamics(TokenAlignments alignments, const std::ve
 
 // The regimes of the paper's shared-weight analysis, classified from the token states after the last step.
 enum class Regime {
-  Consensus,          // every token on the same ray ±v_k (v1 when λ1 is real and strictly dominant)
+  Consensus,          // every token on the same ray: ±v_k (v1 when λ1 is real and strictly dominant), or a ray that is
+                      //   no eigenvector (a fixed point of the full, nonlinear layer), found from the token spread
   Bipartite,          // every token on ±v_k, both signs present
   Rotation,           // every token in span{Re v1, Im v1} (complex dominant pair): a rotation by ≈ arg λ1 per step
   SlowConvergence,    // in span{v1, v2} but not yet on v1 (small gap |λ1| − |λ2|)
@@ -168,8 +169,10 @@ struct IterationCurves {
 
 struct RegimeEvidence {
   Regime regime = Regime::NotConverged;
-  int64_t eigenvector = 0;       // k (0-based, in modulus order) of v_k for Consensus / Bipartite
+  int64_t eigenvector = 0;       // k (0-based, in modulus order) of v_k for Consensus / Bipartite; -1 for a
+                                 //   consensus on a ray that is no eigenvector (found from the spread alone)
   double min_alignment = 0;      // min over tokens of the alignment that decided the regime
+  double min_cosine_to_mean = 0; // token-to-token spread: min over tokens of cos(x_i, Σ_j x_j/‖x_j‖); 1 = one ray
   int64_t positive = 0, negative = 0;  // sign pattern on v_k (Consensus / Bipartite)
   std::string description;
   nlohmann::json to_json() const;
@@ -188,7 +191,7 @@ struct BipartiteTest {
 struct IterationResult {
   int64_t layer = 0;
   int64_t sample_index = 0;       // source index of the sample whose tokens were iterated
-  std::string step_matrix;        // "I + F" (with the residual) or "F"
+  std::string step_matrix;        // "I + F" (with the residual) or "F"; "I + F G", "F G" in attn-only-l2
   DominantSpectrum step;          // of the step matrix
   IterationCurves curves;
   RegimeEvidence regime;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "analysis/layer_matrix.h"
 #include "core/error.h"
 #include "model/ops.h"
 
@@ -23,11 +24,24 @@ Tensor sublayer_without_residual(const Transformer& model, int64_t layer, bool a
   return f;
 }
 
+// The states as layer `layer` reads them in attn-only-l2: G x̂ with G = diag(sqrt(d) g) (unit_token_gain), the
+// pre-attention norm's output for a unit token. Feeding x̂ itself would make the scores ~1/d of the model's.
+Tensor unit_token_input(const Transformer& model, int64_t layer, const Tensor& x) {
+  const std::vector<double> gain = unit_token_gain(model.model(), layer);
+  const int64_t d = x.dim(1);
+  Tensor input = x;
+  for (int64_t r = 0; r < x.dim(0); ++r) {
+    float* row = input.row(r);
+    for (int64_t i = 0; i < d; ++i) row[i] = static_cast<float>(row[i] * gain[i]);
+  }
+  return input;
+}
+
 // Recomputes the keys/values a KV-shared layer reads, from the current states, with the source layer's
 // projections (and its own pre-norm where the family has one).
 void refresh_source_kv(const Transformer& model, int64_t source, TokenState& s, DynamicsMode mode) {
   const ModelConfig& c = model.config();
-  Tensor input = s.x;
+  Tensor input = mode == DynamicsMode::AttnOnlyL2 ? unit_token_input(model, source, s.x) : s.x;
   if (mode != DynamicsMode::AttnOnlyL2 && has_pre_norm(c.norm_placement))
     apply_norm(c.norm, s.x.ptr(), s.x.dim(0), c.d_model, model.model().weights.layers[source].attn_norm, c.norm_eps,
                input.ptr());
@@ -43,6 +57,13 @@ const char* to_string(DynamicsMode mode) {
     case DynamicsMode::AttnOnlyL2: return "attn-only-l2";
   }
   return "?";
+}
+
+const char* attention_input(DynamicsMode mode) {
+  if (mode == DynamicsMode::AttnOnlyL2)
+    return "G x for the unit state x, G = diag(sqrt(d_model) g) with g the layer's pre-attention norm weight (1 without "
+           "one): the norm's output for a unit token, so the scores have the model's scale";
+  return "the state as the model presents it: its pre-attention norm's output (pre-norm families), the state itself otherwise";
 }
 
 DynamicsMode parse_dynamics_mode(std::string_view text) {
@@ -109,7 +130,7 @@ void apply_layer(const Transformer& model, int64_t layer, TokenState& s, const D
       else s.x = sublayer_without_residual(model, layer, true, s.x, s);
       break;
     case DynamicsMode::AttnOnlyL2: {
-      Tensor a = model.attention(layer, s.x, 0, &s.kv);  // A_t(x) [pos, d_model], biases included
+      Tensor a = model.attention(layer, unit_token_input(model, layer, s.x), 0, &s.kv);  // A_t(G x) [pos, d_model], biases included
       if (options.residual) {
         for (int64_t i = 0; i < a.size(); ++i) s.x.data[i] += a.data[i];
       } else {

@@ -6,10 +6,13 @@
 //                 x + N2(f(N1(x)))), Gemma 4's per-layer-input branch and layer scalar included.
 //   attn-only     the attention sublayer alone, with the family's norms (the FFN removed).
 //   attn-only-l2  the paper's idealisation, the same for every family: every norm replaced by one L2
-//                 normalisation x ↦ x/‖x‖ after the update,  x^{t+1}_i = (x_i + A_t(x)_i) / ‖x_i + A_t(x)_i‖,
+//                 normalisation x ↦ x/‖x‖ after the update,  x^{t+1}_i = (x_i + A_t(G x)_i) / ‖x_i + A_t(G x)_i‖,
 //                 with A_t the attention sublayer (Q, K, V, O, biases, RoPE, QK-norm as the model has them)
-//                 applied to x itself; the initial states are the L2-normalised embeddings. This is the
-//                 normalised power step x ← F x/‖F x‖ when the attention pattern averages consensus tokens.
+//                 applied to G x, G = diag(sqrt(d_model) g) the pre-attention norm's output for a unit token
+//                 (unit_token_gain, as the particle bridge folds it in; without it the scores are ~1/d of the
+//                 model's and the attention near uniform); the initial states are the L2-normalised embeddings.
+//                 This is the normalised power step x ← F G x/‖F G x‖ when the attention pattern averages
+//                 consensus tokens.
 //
 // Without the residual the "x +" term of every sublayer is dropped (f(N(x)), N(f(x)), N2(f(N1(x))), and
 // A_t(x)/‖A_t(x)‖ in attn-only-l2); Gemma 4's per-layer-input branch, itself residual, is then left out.
@@ -26,6 +29,8 @@ namespace tdyn {
 enum class DynamicsMode { Full, AttnOnly, AttnOnlyL2 };
 const char* to_string(DynamicsMode mode);                // "full", "attn-only", "attn-only-l2"
 DynamicsMode parse_dynamics_mode(std::string_view text);  // throws Error listing the modes
+// What the attention sublayer reads in this mode, in words (results.json states it beside the mode).
+const char* attention_input(DynamicsMode mode);
 
 struct DynamicsOptions {
   DynamicsMode mode = DynamicsMode::Full;

@@ -58,7 +58,7 @@ Experiment build_from_model(const ParticlesArgs& a, const ExperimentSpec& spec, 
   const std::shared_ptr<const Model> model = load_model(a.from_model, load);
   const ModelConfig& c = model->config;
   if (spec.n < 1) fail("--n must be at least 1, got {}", spec.n);
-  const ModelHeadOptions options{a.layer, a.head, spec.n, spec.seed};
+  const ModelHeadOptions options{a.layer, a.head, spec.n};
   ModelParticles bridge;
   if (given(a, "--init")) {
     bridge.experiment.system.head = model_attention_head(*model, options, &bridge.record);
@@ -302,8 +302,9 @@ int run_particles(ParticlesArgs& a) {
   sim.integrator = parse_integrator(a.integrator);
   sim.variable = parse_state_variable(a.variable);
   DiagnosticOptions diag_options = a.diag;
-  // On the sphere the tokens themselves cluster; z = e^{-tW} x rescales the unnormalised system only.
-  diag_options.cluster_on = parse_state_variable(from_model && !given(a, "--cluster-on") ? "x" : a.cluster_on);
+  // On the sphere the tokens themselves cluster; z = e^{-tW} x rescales the unnormalised system only (on the
+  // sphere it shrinks to 0, and its cluster count falls whatever the dynamics do).
+  diag_options.cluster_on = parse_state_variable(spec.sphere && !given(a, "--cluster-on") ? "x" : a.cluster_on);
   step_count(sim.t_end, sim.dt);  // validates T and Δt before any work
 
   ResultsDir out(a.out_dir, "particles", invocation());
@@ -424,6 +425,8 @@ int run_particles(ParticlesArgs& a) {
   if (f.polytope_dim > 0)
     fmt::print("  polytope in the top eigenspace (dim {}): {} limits, {} tokens at a hull vertex or 0, {} elsewhere\n",
                f.polytope_dim, f.polytope_limits.rows(), n - f.tokens_elsewhere, f.tokens_elsewhere);
+  for (const auto& v : diagnostics.verdicts)
+    fmt::print("  {} ({}): {} = {:.4g} at T, {:.4g} at t = 0 -> {}\n", v.claim, v.theorem, v.measure, v.value, v.control, v.verdict);
   fmt::print("  max |x_i(T)| = {:.3g}; max |P - 1/n| = {:.3g}\n  results: {}\n", f.max_norm_x, f.uniform_distance,
              out.file("results.json").string());
   return 0;
@@ -491,7 +494,7 @@ std::function<int()> setup_particles(CLI::App& app) {
   cmd->add_option("--save-every", a->sim.save_every, "Keep every k-th step in x.npy/z.npy (the last one always)")->capture_default_str();
   cmd->add_option("--diagnose-every", a->diag.every, "Diagnose every k-th saved time (the last one always)")->capture_default_str();
   a->given["--cluster-on"] =
-      cmd->add_option("--cluster-on", a->cluster_on, "Cluster the rescaled tokens z (where the theorems' limits live) or x (default with --from-model: "
+      cmd->add_option("--cluster-on", a->cluster_on, "Cluster the rescaled tokens z (where the theorems' limits live) or x (default with --sphere and --from-model: "
                                                      "on the sphere the tokens themselves cluster)")
           ->capture_default_str();
   cmd->add_option("--cluster-tol", a->diag.cluster_tol, "Clustering distance, relative to max_i |x_i(0)| (single linkage)")->capture_default_str();

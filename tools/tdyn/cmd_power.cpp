@@ -369,6 +369,7 @@ int run_power(PowerArgs& a) {
   }
 
   out.options()["mode"] = to_string(dynamics.mode);
+  out.options()["attention_input"] = attention_input(dynamics.mode);
   out.options()["residual"] = dynamics.residual;
   out.options()["from_pass"] = a.from_pass.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.from_pass);
   out.options()["samples"] = a.samples.options.to_json();
