@@ -1,6 +1,7 @@
 // tdyn analyze end to end on the real stories260K checkpoint with a small S: every part runs, the report has every
 // section, and DIR/results.json satisfies docs/results.schema.json (checked by the small validator below, which
-// knows the keywords that schema uses: type, required, properties, items, additionalProperties, enum, const).
+// knows the keywords that schema uses: type (one or a list), required, properties, items, additionalProperties, enum,
+// const).
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -25,9 +26,12 @@ bool has_type(const json& v, const std::string& type) {
 
 // Appends one message per violation, naming the JSON path.
 void validate(const json& v, const json& schema, const std::string& path, std::vector<std::string>* errors) {
-  if (schema.contains("type") && !has_type(v, schema["type"])) {
-    errors->push_back(fmt::format("{}: expected {}, got {}", path, schema["type"].get<std::string>(), v.type_name()));
-    return;
+  if (schema.contains("type")) {
+    const json types = schema["type"].is_array() ? schema["type"] : json::array({schema["type"]});
+    if (std::none_of(types.begin(), types.end(), [&](const json& t) { return has_type(v, t.get<std::string>()); })) {
+      errors->push_back(fmt::format("{}: expected {}, got {}", path, types.dump(), v.type_name()));
+      return;
+    }
   }
   if (schema.contains("const") && v != schema["const"]) errors->push_back(fmt::format("{}: expected {}, got {}", path, schema["const"].dump(), v.dump()));
   if (schema.contains("enum") && std::find(schema["enum"].begin(), schema["enum"].end(), v) == schema["enum"].end())
@@ -51,6 +55,69 @@ TEST(Analyze, SchemaValidatorCatchesViolations) {
   std::vector<std::string> errors;
   validate(json{{"schema_version", "1"}, {"command", "power"}}, schema, "", &errors);
   EXPECT_GE(errors.size(), 3u);  // wrong type, wrong const, missing keys
+  // A verdict whose value is a string, and one whose verdict is not one of the four.
+  const json& verdict_schema = schema["properties"]["results"]["properties"]["verdicts"]["items"];
+  const json good = {{"paper", "003"}, {"claim", "bottleneck"}, {"verdict", "pass"}, {"value", nullptr},
+                     {"control", {{"value", 0.5}, {"what", "init"}}}, {"rule", "r"}};
+  errors.clear();
+  validate(good, verdict_schema, "", &errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  json bad = good;
+  bad["value"] = "0.5";
+  bad["verdict"] = "maybe";
+  validate(bad, verdict_schema, "", &errors);
+  EXPECT_EQ(errors.size(), 2u);
+}
+
+// analyze's bottleneck verdict against its random-init control, on a random initialisation of the llama fixture's
+// architecture (d = 64, 3 layers; std 0.02 as the control's, another seed) and 12 samples of token ids: its collapse
+// is the control's, so the verdict must be "differs", where the old rule (erank C_K < erank C_1) passed. The rule's
+// "pass" side is tested on hand-written numbers in test_report.cpp.
+std::string verdict_of(const json& results, const std::string& paper, const std::string& claim) {
+  for (const json& v : results["results"]["verdicts"])
+    if (v["paper"] == paper && v["claim"] == claim) return v["verdict"];
+  return "absent";
+}
+
+TEST(Analyze, BottleneckVerdictAgainstRandomInit) {
+  TDYN_REQUIRE_SHARED("fixtures/llama/config.json");
+  const fs::path dir = test::scratch_dir("analyze_bottleneck");
+  const fs::path fixture = test::shared_dir() / "fixtures/llama";
+  std::string ids;
+  for (int s = 0; s < 12; ++s) {
+    for (int i = 0; i < 16; ++i) ids += fmt::format("{} ", (37 * s + 11 * i + i * i) % 256);
+    ids += "\n";
+  }
+  write_file_atomic(dir / "samples.ids", ids);
+  std::string out, err;
+  auto analyze = [&](const fs::path& model, const std::string& name) {
+    const fs::path res = dir / name;
+    EXPECT_EQ(test::run_cli(fmt::format("--threads 1 --quiet analyze {} --data {} --samples 12 --max-len 16 --skip power,topology,particles "
+                                        "--out {}",
+                                        model.string(), (dir / "samples.ids").string(), res.string()),
+                            &out, &err),
+              0)
+        << err;
+    return json::parse(read_file(res / "results.json"));
+  };
+  ASSERT_EQ(test::run_cli(fmt::format("init {} --seed 7 --out {}", fixture.string(), (dir / "random").string()), &out, &err), 0) << err;
+  const json random = analyze(dir / "random", "random_res");
+  EXPECT_EQ(random["results"]["parts"]["init"]["status"], "ok") << random["results"]["parts"].dump(1);
+  EXPECT_EQ(verdict_of(random, "003", "bottleneck"), "differs") << random["results"]["verdicts"].dump(1);
+
+  for (const json& v : random["results"]["verdicts"])
+    if (v["claim"] == "bottleneck") EXPECT_LT(v["value"].get<double>(), 1.0) << "the rank falls, as the old rule wanted";
+
+  // Without the control there is no verdict.
+  EXPECT_EQ(test::run_cli(fmt::format("--threads 1 --quiet analyze {} --data {} --samples 12 --max-len 16 --skip power,topology,particles "
+                                      "--no-init-control --out {}",
+                                      (dir / "random").string(), (dir / "samples.ids").string(), (dir / "no_control").string()),
+                          &out, &err),
+            0)
+      << err;
+  const json none = json::parse(read_file(dir / "no_control/results.json"));
+  EXPECT_EQ(none["results"]["parts"]["init"]["status"], "skipped");
+  EXPECT_EQ(verdict_of(none, "003", "bottleneck"), "not computed");
 }
 
 TEST(Analyze, Stories260KEndToEnd) {
@@ -71,7 +138,7 @@ TEST(Analyze, Stories260KEndToEnd) {
   for (const auto& e : errors) ADD_FAILURE() << e;
 
   EXPECT_EQ(results["results"]["pass"]["samples"], 200);
-  for (const char* part : {"power", "jacobian", "topology", "particles"}) {
+  for (const char* part : {"power", "jacobian", "init", "topology", "particles"}) {
     EXPECT_EQ(results["results"]["parts"][part]["status"], "ok") << part << ": " << results["results"]["parts"][part].dump();
     EXPECT_TRUE(fs::exists(dir / part / "results.json")) << part;
   }
@@ -82,6 +149,14 @@ TEST(Analyze, Stories260KEndToEnd) {
                         "<img src=\"particles/trajectories.svg\""})
     EXPECT_NE(html.find(s), std::string::npos) << "missing " << s;
   EXPECT_EQ(html.find("failed:"), std::string::npos);
+  // The random-init control ran on the same token ids, so the bottleneck has a verdict.
+  EXPECT_TRUE(fs::exists(dir / "init/model/model.safetensors"));
+  const json init = json::parse(read_file(dir / "init/results.json"));
+  EXPECT_EQ(init["results"]["samples_used"], 200);
+  bool judged = false;
+  for (const json& v : results["results"]["verdicts"])
+    if (v["paper"] == "003" && v["claim"] == "bottleneck") judged = v["verdict"] == "pass" || v["verdict"] == "differs";
+  EXPECT_TRUE(judged) << results["results"]["verdicts"].dump(1);
 }
 
 }  // namespace

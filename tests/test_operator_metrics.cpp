@@ -168,6 +168,35 @@ TEST(OperatorMetricsFractions, ExpandingAndComplexModes) {
   EXPECT_NEAR(std::abs(m.eigenvalues[0]), 3.0, 1e-12);  // sorted by modulus
 }
 
+// A deep cumulative product is numerically of low rank: its small eigenvalues are round-off of size ε‖C‖ with
+// arbitrary phase. They are not complex pairs, and σ_d at round-off gives no condition number; a real rotation
+// inside the same matrix is still a complex pair.
+TEST(OperatorMetricsFractions, RoundOffEigenvaluesAreNotComplex) {
+  const Index d = 24;
+  const Matrix a = random_gaussian(d, 3, 31);
+  Matrix c = a * a.transpose();  // symmetric PSD of rank 3: real spectrum, 21 eigenvalues 0
+  const Matrix basis = random_gaussian(d, d, 32);
+  c = basis * c * basis.inverse();  // similar: the same spectrum, now computed through a non-normal matrix
+  const OperatorMetrics m = operator_metrics(c);
+  // The point of the test: relative to its own modulus, some round-off eigenvalue looks complex.
+  Index complex_relative_to_modulus = 0;
+  for (const Complex& lambda : m.eigenvalues) complex_relative_to_modulus += std::abs(lambda.imag()) > 1e-8 * std::abs(lambda);
+  ASSERT_GT(complex_relative_to_modulus, 0) << "the round-off eigenvalues came out real; the test shows nothing";
+  EXPECT_EQ(m.complex_fraction, 0.0);
+  EXPECT_TRUE(std::isinf(m.condition_number)) << m.condition_number;
+
+  // A rotation by 0.4 rad of modulus 2, two real modes and 20 zeros, in the same basis: one complex pair, counted.
+  Matrix with_pair = Matrix::Zero(d, d);
+  with_pair.topLeftCorner(2, 2) = 2 * rotation(0.4);
+  with_pair(2, 2) = 1, with_pair(3, 3) = 0.5;
+  const OperatorMetrics p = operator_metrics(basis * with_pair * basis.inverse());
+  EXPECT_NEAR(p.complex_fraction, 2.0 / static_cast<double>(d), 1e-15);
+  // Well conditioned: the condition number is reported.
+  const OperatorMetrics q = operator_metrics(Matrix::Identity(d, d) + 0.1 * random_gaussian(d, d, 33) / std::sqrt(double(d)));
+  EXPECT_TRUE(std::isfinite(q.condition_number));
+  EXPECT_NEAR(q.condition_number, q.singular_values[0] / q.singular_values[d - 1], 1e-12 * q.condition_number);
+}
+
 // The partial SVD (leading vectors only) against the full SVD with vectors, on matrices where vectors are
 // well defined and where they are not (repeated or zero singular values): every metric agrees.
 TEST(OperatorMetricsAlignment, PartialSvdAgreesWithFullSvd) {

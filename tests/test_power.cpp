@@ -3,6 +3,7 @@
 // `tdyn power` command.
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -212,6 +213,78 @@ TEST(PowerDynamics, TokenDynamicsStatistics) {
     EXPECT_NEAR(l.f.quantiles.front(), *std::min_element(d.after[l.layer].begin(), d.after[l.layer].end()), 1e-15);
     EXPECT_NEAR(l.mean_norm_after, 1.0, 1e-5);  // L2 mode
   }
+}
+
+// Repeated states: in a causal model, a token whose prefix an earlier sample had; in an encoder, only a token of
+// a sample that repeats an earlier one whole.
+TEST(PowerDynamics, RepeatedStatesAreMarked) {
+  const std::vector<Sample> samples = {{{1, 5, 9}, 0}, {{1, 5, 7, 2}, 1}, {{1, 6}, 2}, {{1, 5, 9}, 3}, {{5}, 4}};
+  TokenAlignments causal, encoder;
+  mark_repeated_states(samples, true, &causal);
+  mark_repeated_states(samples, false, &encoder);
+  EXPECT_EQ(causal.sample_of_token, (std::vector<int64_t>{0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 3, 4}));
+  EXPECT_EQ(causal.repeated, (std::vector<char>{0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 0}));
+  EXPECT_EQ(encoder.repeated, (std::vector<char>{0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0}));
+}
+
+// The sample-level test can fail where the pooled binomial test passes: one long sample whose tokens all move
+// toward v₁ and nine short ones whose tokens move away give a pooled ρ = 100/145 (binomial p ≈ 1e-6) but one
+// sample of ten with ρ_s > 1/2. A BOS token that moves toward v₁ in every sample counts once.
+TEST(PowerDynamics, RhoIsTestedOverSamplesWithoutRepeatedStates) {
+  auto alignments = [](const std::vector<Sample>& samples, const std::function<bool(size_t, size_t)>& increases) {
+    TokenAlignments a;
+    a.samples = static_cast<int64_t>(samples.size());
+    std::vector<double> before, after;
+    for (size_t s = 0; s < samples.size(); ++s)
+      for (size_t i = 0; i < samples[s].ids.size(); ++i) {
+        before.push_back(0.5);
+        after.push_back(increases(s, i) ? 0.6 : 0.4);
+      }
+    for (auto* v : {&a.before_f, &a.before_if}) v->assign(1, before);
+    for (auto* v : {&a.after_f, &a.after_if}) v->assign(1, after);
+    for (auto* v : {&a.norm_before, &a.norm_after}) v->assign(1, std::vector<double>(before.size(), 1.0));
+    mark_repeated_states(samples, true, &a);
+    return a;
+  };
+  LayerSpectrum spectrum;
+  spectrum.f.lambda1 = spectrum.identity_plus_f.lambda1 = 1;
+  spectrum.f.eigenvector_real = spectrum.identity_plus_f.eigenvector_real = Vector::Unit(8, 0);
+  const std::vector<LayerSpectrum> spectra = {spectrum};
+
+  std::vector<Sample> samples;
+  samples.push_back({std::vector<int32_t>(100, 0), 0});
+  for (int s = 1; s < 10; ++s) samples.push_back({std::vector<int32_t>(5, s), s});
+  for (size_t s = 1; s < samples.size(); ++s) samples[s].ids[0] = 100 + static_cast<int32_t>(s);  // no shared prefix
+  samples[0].ids[0] = 99;
+  const AlignmentStats one_long = summarize_token_dynamics(alignments(samples, [](size_t s, size_t) { return s == 0; }), spectra, 8, {})
+                                      .layers[0].f;
+  EXPECT_NEAR(one_long.rho, 100.0 / 145, 1e-15);
+  EXPECT_LT(one_long.p_value, 1e-5);  // pooled: significant
+  EXPECT_EQ(one_long.samples_above, 1);
+  EXPECT_EQ(one_long.samples_below, 9);
+  EXPECT_NEAR(one_long.p_value_samples, binomial_upper_tail(1, 10), 1e-15);
+  EXPECT_GT(one_long.p_value_samples, 0.05);
+
+  // 12 samples "BOS x y" whose x, y move away from v₁ and whose BOS moves toward it, plus "BOS": pooled, BOS
+  // makes 13 of 37 increases; counted once, 1 of 25.
+  std::vector<Sample> bos;
+  for (int s = 0; s < 12; ++s) bos.push_back({{1, 10 + s, 30 + s}, s});
+  bos.push_back({{1}, 12});
+  const AlignmentStats with_bos = summarize_token_dynamics(alignments(bos, [](size_t, size_t i) { return i == 0; }), spectra, 8, {})
+                                      .layers[0].f;
+  EXPECT_EQ(with_bos.tokens, 37);
+  EXPECT_EQ(with_bos.increases, 13);
+  EXPECT_EQ(with_bos.unique_tokens, 25);
+  EXPECT_NEAR(with_bos.rho_unique, 1.0 / 25, 1e-15);
+
+  // Every sample mostly toward v₁: significant over samples too.
+  std::vector<Sample> many;
+  for (int s = 0; s < 12; ++s) many.push_back({{200 + s, 2, 3, 4}, s});
+  const AlignmentStats toward = summarize_token_dynamics(alignments(many, [](size_t, size_t i) { return i != 3; }), spectra, 8, {})
+                                    .layers[0].f;
+  EXPECT_EQ(toward.samples_above, 12);
+  EXPECT_NEAR(toward.p_value_samples, std::pow(0.5, 12), 1e-18);
+  EXPECT_NEAR(toward.rho_unique, 0.75, 1e-15);
 }
 
 // ---- Shared-weight iteration on constructed models ----------------------------------------------------------------

@@ -1,11 +1,14 @@
 // The HTML report: built from a synthetic analyze directory (hand-written results.json files and tiny SVGs), then
 // checked structurally — sections, captions, verdicts, escaping of hostile strings, relative figure paths that
 // exist, "not computed" for missing keys. Rendering in a browser is tests/report_renders_in_chromium.py's job.
+#include <array>
 #include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/jacobian_analysis.h"
+#include "random_matrix.h"
 #include "report/html_report.h"
 #include "test_util.h"
 
@@ -35,42 +38,49 @@ void write_part(const fs::path& dir, const std::string& command, json results, j
   write_file_atomic(dir / "results.json", j.dump(2));
 }
 
-json power_results() {
+// Four layers with γ_t = gamma against its controls (before the layer, isotropic 0.1), and ρ over new states with
+// its sample-level p-value; the pooled token test is always significant.
+json power_results(double gamma = 0.4, double gamma_before = 0.2, double rho_unique = 0.7, double p_samples = 0.001) {
   json layers = json::array();
   for (int t = 0; t < 4; ++t)
     layers.push_back({{"layer", t},
                       {"F", {{"complex_pair", t == 1}, {"modulus_ratio", 0.5}}},
-                      {"dynamics_F", {{"gamma", 0.4}, {"baseline", 0.1}, {"rho", 0.7}, {"p_value", 0.001}}}});
+                      {"dynamics_F", {{"gamma", gamma}, {"gamma_before", gamma_before}, {"baseline", 0.1}, {"rho", 0.7},
+                                      {"p_value", 1e-9}, {"rho_unique", rho_unique}, {"p_value_samples", p_samples}}}});
   return {{"layers", layers}};
 }
 
-json jacobian_results() {
+// Cumulative effective ranks rank[k] at depths 1..4; surgery at α = 0 and 1 with the random-N control at α = 1.
+json jacobian_results(std::array<double, 4> rank = {60, 30, 12, 5}, double control_at_1 = 6) {
   json depths = json::array();
-  const double rank[] = {60, 30, 12, 5};
   for (int k = 0; k < 4; ++k)
     depths.push_back({{"depth", k + 1},
                       {"mean", {{"henrici_departure", {{"schur_normalized", 0.4 - 0.1 * k}}}, {"symmetry_index", 0.8 - 0.2 * k},
                                 {"complex_fraction", 0.5}}},
                       {"cumulative", {{"effective_rank", {{"roy_vetterli", rank[k]}}}}}});
   json surgery = json::array({{{"alpha", 0.0}, {"full_depth_surgery", {{"roy_vetterli", 40}}}, {"full_depth_control", {{"roy_vetterli", 6}}}},
-                              {{"alpha", 1.0}, {"full_depth_surgery", {{"roy_vetterli", 5}}}, {"full_depth_control", {{"roy_vetterli", 5}}}}});
+                              {{"alpha", 1.0}, {"full_depth_surgery", {{"roy_vetterli", rank[3]}}},
+                               {"full_depth_control", {{"roy_vetterli", control_at_1}}}}});
   return {{"models", json::array({{{"depths", depths}, {"surgery", surgery}}})}};
 }
 
-// An analyze directory: power and jacobian complete, topology with its coupling key missing, particles skipped.
+// An analyze directory: power, jacobian and the random-init control complete, topology with its coupling key missing,
+// particles skipped.
 fs::path synthetic_analyze_dir(const std::string& name) {
   const fs::path dir = test::scratch_dir(name);
   write_part(dir / "power", "power", power_results(), {{"mode", "full"}}, {"eigenvalues", "gamma_rho"},
              json{"tdyn", "power", "model.bin", "--prompt", "<script>alert(1)</script>", "--out", (dir / "power").string()});
   write_part(dir / "jacobian", "jacobian", jacobian_results(), {{"surgery", true}, {"note", "<img src=x onerror=alert(2)>"}},
              {"cumulative_effective_rank", "surgery", "metric_henrici_normalized", "eigenvalues_depth1", "mystery_plot"});
+  write_part(dir / "init", "jacobian", jacobian_results({64, 63, 62, 60}), {{"surgery", false}}, {"cumulative_effective_rank"});
   write_part(dir / "topology", "topology", {{"boundaries", json::array({{{"communities", 3}}, {{"communities", 5}}})}}, json::object(),
              {"communities_vs_depth"});
   json top = {{"schema_version", 1}, {"command", "analyze"}, {"argv", {"tdyn", "analyze", "model.bin", "--out", dir.string()}},
               {"model", {{"path", "model.bin"}}}, {"options", {{"samples", 20}}}, {"timings", {{"total", 9.0}}}, {"files", json::object()},
-              {"results", {{"order", {"power", "jacobian", "topology", "particles"}},
+              {"results", {{"order", {"power", "jacobian", "init", "topology", "particles"}},
                            {"parts", {{"power", {{"dir", "power"}, {"status", "ok"}, {"seconds", 1.0}}},
                                       {"jacobian", {{"dir", "jacobian"}, {"status", "ok"}, {"seconds", 2.0}}},
+                                      {"init", {{"dir", "init"}, {"status", "ok"}, {"seconds", 2.0}}},
                                       {"topology", {{"dir", "topology"}, {"status", "ok"}, {"seconds", 3.0}}},
                                       {"particles", {{"dir", "particles"}, {"status", "skipped"}}}}}}}};
   write_file_atomic(dir / "results.json", top.dump(2));
@@ -103,7 +113,8 @@ TEST(Report, SyntheticAnalyzeDirectory) {
 
   // Sections: the summary, one per paper, one per part (the skipped one says so).
   for (const char* s : {"id=\"summary\"", "Seed 000", "Seed 003", "Seed 004", "id=\"part-power\"", "id=\"part-jacobian\"",
-                        "id=\"part-topology\"", "id=\"part-particles\"", "skipped (--skip)", "<details>"})
+                        "id=\"part-init\"", "Random initialisation", "id=\"part-topology\"", "id=\"part-particles\"",
+                        "skipped (--skip)", "<details>", "<th style=\"width:18%\">control</th>"})
     EXPECT_NE(html.find(s), std::string::npos) << "missing " << s;
 
   // Verdicts from the synthetic numbers: every seed 000/003 rule passes except the missing coupling.
@@ -131,12 +142,162 @@ TEST(Report, SyntheticAnalyzeDirectory) {
     EXPECT_TRUE(fs::exists(dir / src)) << src;
     sources.insert(src);
   }
-  EXPECT_EQ(sources.size(), 8u);
+  EXPECT_EQ(sources.size(), 9u);
   EXPECT_TRUE(sources.count("jacobian/surgery.svg"));
   EXPECT_NE(html.find("bottleneck"), std::string::npos);
   EXPECT_NE(html.find("random baseline"), std::string::npos);
   EXPECT_EQ(html.find("http://"), std::string::npos);  // self-contained: no network references
   EXPECT_EQ(html.find("https://"), std::string::npos);
+}
+
+const ClaimCheck& check(const std::vector<PaperSummary>& papers, const std::string& seed, const std::string& id) {
+  for (const auto& p : papers)
+    for (const auto& c : p.checks)
+      if (p.seed == seed && c.id == id) return c;
+  ADD_FAILURE() << "no check " << seed << "/" << id;
+  static const ClaimCheck none;
+  return none;
+}
+
+// The bottleneck is judged against the random initialisation's ratio r = erank(C_K)/erank(C_1), and the surgery
+// against the random-N control at α = 1: each rule passes when the model beats its control by the margin, differs
+// when it only matches it, and is not computed without the control.
+TEST(Report, VerdictsAgainstTheirControls) {
+  const fs::path dir = test::scratch_dir("report_controls");
+  auto summarize = [&](json trained, json init) {
+    fs::remove_all(dir);
+    write_part(dir / "jacobian", "jacobian", std::move(trained), json::object(), {});
+    if (!init.is_null()) write_part(dir / "init", "jacobian", std::move(init), json::object(), {});
+    return summarize_claims(load_report_parts(dir));
+  };
+  // r = 5/60 against an init that keeps its rank (r0 = 60/64): pass.
+  auto papers = summarize(jacobian_results({60, 30, 12, 5}), jacobian_results({64, 63, 62, 60}));
+  EXPECT_EQ(check(papers, "003", "bottleneck").verdict, Verdict::kPass);
+  EXPECT_NEAR(check(papers, "003", "bottleneck").value, 5.0 / 60, 1e-15);
+  EXPECT_NEAR(check(papers, "003", "bottleneck").control_value, 60.0 / 64, 1e-15);
+  // The init collapses as much (r0 = 6/64 against r = 5/60: not below r0/2): differs. A rank falling with depth is
+  // not by itself the paper's learned bottleneck.
+  papers = summarize(jacobian_results({60, 30, 12, 5}), jacobian_results({64, 30, 12, 6}));
+  EXPECT_EQ(check(papers, "003", "bottleneck").verdict, Verdict::kDiffers);
+  // r0/2 exactly: not below, differs; just below: pass.
+  papers = summarize(jacobian_results({60, 30, 12, 5}), jacobian_results({60, 30, 12, 10}));
+  EXPECT_EQ(check(papers, "003", "bottleneck").verdict, Verdict::kDiffers);
+  papers = summarize(jacobian_results({60, 30, 12, 4.99}), jacobian_results({60, 30, 12, 10}));
+  EXPECT_EQ(check(papers, "003", "bottleneck").verdict, Verdict::kPass);
+  // No init part: not computed, the model's own numbers still shown.
+  papers = summarize(jacobian_results(), nullptr);
+  EXPECT_EQ(check(papers, "003", "bottleneck").verdict, Verdict::kNotComputed);
+  EXPECT_NE(check(papers, "003", "bottleneck").observed.find("60 at depth 1"), std::string::npos);
+  EXPECT_NE(check(papers, "003", "bottleneck").observed.find("--no-init-control"), std::string::npos);
+
+  // Surgery: α = 0 gives 40, the real N at α = 1 gives 5. A random N of the same norm gives 6 (real 5 < 0.9 × 6):
+  // pass; gives 5.5 (5 > 0.9 × 5.5 = 4.95): differs; gives 4 (the random N collapses more): differs.
+  for (auto [control, verdict] : {std::pair{6.0, Verdict::kPass}, {5.5, Verdict::kDiffers}, {4.0, Verdict::kDiffers}}) {
+    papers = summarize(jacobian_results({60, 30, 12, 5}, control), nullptr);
+    EXPECT_EQ(check(papers, "003", "surgery").verdict, verdict) << "control " << control;
+    EXPECT_EQ(check(papers, "003", "surgery").value, 5);
+    EXPECT_EQ(check(papers, "003", "surgery").control_value, control);
+  }
+  // Surgery that does not raise the rank at α = 0 differs whatever the control.
+  json flat = jacobian_results({60, 30, 12, 5}, 100);
+  flat["models"][0]["surgery"][0]["full_depth_surgery"]["roy_vetterli"] = 5;
+  papers = summarize(flat, nullptr);
+  EXPECT_EQ(check(papers, "003", "surgery").verdict, Verdict::kDiffers);
+  // Without α = 1 there is no control: not computed.
+  json only0 = jacobian_results();
+  only0["models"][0]["surgery"].erase(1);
+  papers = summarize(only0, nullptr);
+  EXPECT_EQ(check(papers, "003", "surgery").verdict, Verdict::kNotComputed);
+}
+
+// The surgery verdict on constructed mean Jacobians, through the sweep the jacobian command runs (K = 6 depths,
+// d = 16, one orthogonal basis Q): J_k = Q (Λ + N) Qᵀ with Λ = diag(0.9 … 1.1).
+//   normal layers (N = 0): dropping N changes nothing, so "differs";
+//   one planted N = 20 e₁e₁₆ᵀ at every depth: the depths compound it into one dominant direction, while random N
+//   of the same norm (a new one per depth) do not add up: the real N makes the deeper bottleneck, so "pass".
+TEST(Report, SurgeryVerdictOnConstructedLayers) {
+  const linalg::Index d = 16;
+  Eigen::HouseholderQR<linalg::Matrix> qr(test::random_gaussian(d, d, 41));
+  const linalg::Matrix q = qr.householderQ();
+  linalg::Matrix lambda = linalg::Matrix::Zero(d, d);
+  for (linalg::Index i = 0; i < d; ++i) lambda(i, i) = 0.9 + 0.2 * static_cast<double>(i) / (d - 1);
+  auto verdict = [&](const linalg::Matrix& n) {
+    SurgeryOptions options;
+    options.alphas = {0, 1};
+    SurgerySweep sweep(options);
+    for (int k = 0; k < 6; ++k) sweep.add(q * (lambda + n) * q.transpose());
+    json surgery = json::array();
+    for (const auto& p : sweep.points()) surgery.push_back(p.to_json());
+    json results = jacobian_results();
+    results["models"][0]["surgery"] = surgery;
+    const fs::path dir = test::scratch_dir("report_surgery_constructed");
+    write_part(dir / "jacobian", "jacobian", results, json::object(), {});
+    return check(summarize_claims(load_report_parts(dir)), "003", "surgery");
+  };
+  const ClaimCheck normal = verdict(linalg::Matrix::Zero(d, d));
+  EXPECT_EQ(normal.verdict, Verdict::kDiffers) << normal.observed;
+  EXPECT_NEAR(normal.value, normal.control_value, 1e-9 * normal.value);  // a random N of norm 0 is N
+  linalg::Matrix planted = linalg::Matrix::Zero(d, d);
+  planted(0, d - 1) = 20;
+  const ClaimCheck learned = verdict(planted);
+  EXPECT_EQ(learned.verdict, Verdict::kPass) << learned.observed;
+  EXPECT_GT(learned.control_value, 1.5 * learned.value) << learned.observed;  // 1.84 against 3.37
+}
+
+// γ_t against the same tokens before the layer, ρ_t over new states tested over samples.
+TEST(Report, PowerVerdictsAgainstTheirControls) {
+  const fs::path dir = test::scratch_dir("report_power_controls");
+  auto summarize = [&](json results) {
+    fs::remove_all(dir);
+    write_part(dir / "power", "power", std::move(results), json::object(), {});
+    return summarize_claims(load_report_parts(dir));
+  };
+  auto papers = summarize(power_results());
+  EXPECT_EQ(check(papers, "000", "gamma").verdict, Verdict::kPass);
+  EXPECT_EQ(check(papers, "000", "rho").verdict, Verdict::kPass);
+  EXPECT_NEAR(check(papers, "000", "gamma").control_value, 0.2, 1e-15);
+  // Far above the isotropic baseline, but no more aligned than before the layer: an anisotropic stream, not the
+  // layer, makes the alignment. Differs.
+  papers = summarize(power_results(0.4, 0.45));
+  EXPECT_EQ(check(papers, "000", "gamma").verdict, Verdict::kDiffers);
+  // The pooled token test is significant (p = 1e-9) but over samples it is not: differs. And ρ ≤ 1/2 over new states.
+  papers = summarize(power_results(0.4, 0.2, 0.7, 0.2));
+  EXPECT_EQ(check(papers, "000", "rho").verdict, Verdict::kDiffers);
+  papers = summarize(power_results(0.4, 0.2, 0.5, 0.001));
+  EXPECT_EQ(check(papers, "000", "rho").verdict, Verdict::kDiffers);
+  // A power part from before the sample-level test: not computed rather than judged by the pooled test.
+  json old = power_results();
+  for (json& l : old["layers"]) l["dynamics_F"].erase("p_value_samples");
+  papers = summarize(old);
+  EXPECT_EQ(check(papers, "000", "rho").verdict, Verdict::kNotComputed);
+}
+
+// results.json's "verdicts": one object per check with a stable id, NaN as null, and the control named.
+TEST(Report, VerdictsJson) {
+  const fs::path dir = synthetic_analyze_dir("report_verdicts_json");
+  const json v = verdicts_json(summarize_claims(load_report_parts(dir)));
+  ASSERT_TRUE(v.is_array());
+  std::set<std::string> ids;
+  for (const json& c : v) {
+    for (const char* key : {"paper", "claim", "verdict", "value", "control", "rule"}) EXPECT_TRUE(c.contains(key)) << key << " in " << c.dump();
+    EXPECT_TRUE(c["value"].is_number() || c["value"].is_null()) << c.dump();
+    EXPECT_TRUE(c["control"]["value"].is_number() || c["control"]["value"].is_null()) << c.dump();
+    EXPECT_FALSE(c["claim"].get<std::string>().empty()) << c.dump();
+    EXPECT_TRUE(ids.insert(c["paper"].get<std::string>() + "/" + c["claim"].get<std::string>()).second) << "duplicate " << c.dump();
+    const std::string verdict = c["verdict"];
+    EXPECT_TRUE(verdict == "pass" || verdict == "differs" || verdict == "shown" || verdict == "not computed") << verdict;
+  }
+  for (const char* id : {"000/gamma", "000/rho", "003/bottleneck", "003/surgery", "003/normality", "003/coupling", "004/clusters"})
+    EXPECT_TRUE(ids.count(id)) << id;
+  for (const json& c : v) {
+    if (c["claim"] == "bottleneck") {
+      EXPECT_EQ(c["verdict"], "pass");
+      EXPECT_NEAR(c["value"].get<double>(), 5.0 / 60, 1e-15);
+      EXPECT_NEAR(c["control"]["value"].get<double>(), 60.0 / 64, 1e-15);
+      EXPECT_NE(c["control"]["what"].get<std::string>().find("random initialisation"), std::string::npos);
+    }
+    if (c["claim"] == "coupling") EXPECT_TRUE(c["value"].is_null());  // not computed in this directory
+  }
 }
 
 TEST(Report, SingleResultsDirectoryAndMissingKeys) {

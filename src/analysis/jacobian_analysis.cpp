@@ -10,6 +10,8 @@
 
 #include <omp.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "core/text.h"
 #include "linalg/gemm.h"
@@ -149,6 +151,19 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
 
 double henrici_departure(const ComplexMatrix& a, const linalg::ComplexVector& eigenvalues) {
   return std::sqrt(std::max(0.0, a.squaredNorm() - eigenvalues.squaredNorm()));
+}
+
+nlohmann::json SurgeryPoint::to_json() const {
+  auto ranks = [](const std::vector<EffectiveRanks>& per_depth) {
+    if (per_depth.empty()) return nlohmann::json(nullptr);
+    const EffectiveRanks& e = per_depth.back();
+    return nlohmann::json{{"roy_vetterli", e.roy_vetterli}, {"participation_ratio", e.participation_ratio},
+                          {"stable_rank", e.stable_rank}, {"energy_rank", e.energy_rank}};
+  };
+  double worst = 0;
+  for (double ratio : departure_ratio) worst = std::max(worst, std::abs(ratio - std::abs(alpha)));
+  return {{"alpha", alpha}, {"full_depth_surgery", ranks(surgery)}, {"full_depth_control", ranks(control)},
+          {"max_abs_departure_ratio_minus_alpha", worst}, {"max_imaginary_fraction", max_imaginary_fraction}};
 }
 
 SurgerySweep::SurgerySweep(const SurgeryOptions& options) : options_(options) {

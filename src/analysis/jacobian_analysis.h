@@ -64,6 +64,10 @@ struct SurgeryPoint {
   // dep(J_α,k)/dep(J̄_k) per sublayer (identity form on the complex J_α); equals |α| up to round-off.
   std::vector<double> departure_ratio;
   double max_imaginary_fraction = 0;  // max over k of ‖Im J_α,k‖_F/‖J_α,k‖_F
+
+  // The full-depth summary of results.models[i].surgery[·]: alpha, full_depth_surgery and full_depth_control (the
+  // four effective ranks of the last depth), max_abs_departure_ratio_minus_alpha, max_imaginary_fraction.
+  nlohmann::json to_json() const;
 };
 
 // The sweep over depths one J̄_k at a time, in order: memory holds two running products per α (the surgery's

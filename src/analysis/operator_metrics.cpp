@@ -109,7 +109,8 @@ OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const Operat
   const auto normalised = [&](double x) { return m.frobenius_norm > 0 ? x / m.frobenius_norm : 0.0; };
 
   const double sigma_min = m.singular_values[d - 1];
-  m.condition_number = sigma_min > 0 ? m.singular_values[0] / sigma_min : std::numeric_limits<double>::infinity();
+  const double round_off = static_cast<double>(d) * std::numeric_limits<double>::epsilon() * m.singular_values[0];
+  m.condition_number = sigma_min > round_off ? m.singular_values[0] / sigma_min : std::numeric_limits<double>::infinity();
 
   m.departure.schur = schur.strictly_upper_norm();
   m.departure.identity = std::sqrt(std::max(0.0, frobenius_squared - eigenvalues.squaredNorm()));
@@ -125,7 +126,7 @@ OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const Operat
   Index expanding = 0, complex_count = 0;
   for (const Complex& lambda : eigenvalues) {
     if (std::abs(lambda) > 1) ++expanding;
-    if (std::abs(lambda.imag()) > options.complex_tolerance * std::abs(lambda)) ++complex_count;
+    if (std::abs(lambda.imag()) > options.complex_tolerance * m.singular_values[0]) ++complex_count;
   }
   m.expanding_fraction = static_cast<double>(expanding) / static_cast<double>(d);
   m.complex_fraction = static_cast<double>(complex_count) / static_cast<double>(d);

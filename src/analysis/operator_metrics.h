@@ -3,15 +3,21 @@
 // linear algebra on float64 matrices; nothing here knows about models.
 //
 // Definitions (σ_1 ≥ … ≥ σ_d the singular values, λ_i the eigenvalues, J = Q(Λ + N)Q* the complex Schur form):
-//   condition number       σ_1/σ_d (+∞ when σ_d = 0; written as null in JSON)
+//   condition number       σ_1/σ_d, only where σ_d is above round-off: +∞ (null in JSON) when σ_d ≤ d ε σ_1, the
+//                          accuracy of a computed σ_d (backward stable SVD), so that a deep product C_k whose
+//                          small singular values are round-off is reported as numerically singular, not as 1e17
+//                          or 1e19 depending on the noise
 //   Henrici departure      dep(J) = ‖N‖_F (Schur form) = sqrt(‖J‖_F² − Σ|λ_i|²) (identity form); both are
 //                          reported because the identity form loses accuracy to cancellation when J is nearly
 //                          normal, and their agreement is a check on the decomposition. Normalised: dep/‖J‖_F.
 //   self-alignment         ‖U_kᵀ V_k‖_F²/k for the top-k left (U) and right (V) singular vectors: 1 when the
 //                          input and output directions coincide (symmetric PSD J), near k/d for unrelated ones.
 //   expanding fraction     #{|λ_i| > 1}/d
-//   complex fraction       #{|Im λ_i| > τ|λ_i|}/d, τ = complex_tolerance (default 1e-8 ≈ sqrt(machine ε): a
-//                          defective real double eigenvalue perturbed by round-off splits by O(sqrt(ε)))
+//   complex fraction       #{|Im λ_i| > τ σ_1}/d, τ = complex_tolerance (default 1e-8 ≈ sqrt(machine ε): a
+//                          defective real double eigenvalue perturbed by round-off splits by O(sqrt(ε) ‖J‖)).
+//                          Relative to ‖J‖₂ = σ_1, not to |λ_i|: the eigenvalues of a deep C_k near 0 are
+//                          round-off of size ε‖J‖ with arbitrary phase, and relative to their own modulus they
+//                          would count as complex pairs
 //   symmetry index         ‖J − Jᵀ‖_F/‖J‖_F (0 symmetric, 2 antisymmetric)
 //   effective ranks        (p_i = σ_i/Σσ)
 //     Roy–Vetterli         exp(−Σ p_i log p_i)                (Roy & Vetterli 2007)
@@ -82,7 +88,7 @@ struct OperatorMetrics {
   ComplexVector eigenvalues;  // (d), by modulus, largest first (linalg::order_by_modulus)
   Vector singular_values;     // (d), descending
   double frobenius_norm = 0;
-  double condition_number = 0;  // σ_1/σ_d, +∞ when σ_d = 0
+  double condition_number = 0;  // σ_1/σ_d, +∞ when σ_d is round-off (≤ d ε σ_1)
   HenriciDeparture departure;
   std::vector<SubspaceAlignment> self_alignment;
   double expanding_fraction = 0;

@@ -5,6 +5,9 @@
 #include <numeric>
 #include <random>
 
+#include <map>
+#include <set>
+
 #include <boost/math/distributions/binomial.hpp>
 #include <nlohmann/json.hpp>
 
@@ -61,8 +64,11 @@ double quantile_of_sorted(const std::vector<double>& sorted, double level) {
   return sorted[below] + (position - below) * (sorted[above] - sorted[below]);
 }
 
-AlignmentStats alignment_stats(const std::vector<double>& before, const std::vector<double>& after, double baseline) {
+// `sample` and `repeated` as in TokenAlignments (both empty when unknown: every token new, one sample each).
+AlignmentStats alignment_stats(const std::vector<double>& before, const std::vector<double>& after, double baseline,
+                               const std::vector<int64_t>& sample, const std::vector<char>& repeated) {
   TDYN_CHECK(before.size() == after.size());
+  TDYN_CHECK(sample.size() == repeated.size() && (sample.empty() || sample.size() == after.size()));
   AlignmentStats s;
   s.tokens = static_cast<int64_t>(after.size());
   s.baseline = baseline;
@@ -76,6 +82,24 @@ AlignmentStats alignment_stats(const std::vector<double>& before, const std::vec
   s.gamma_before /= s.tokens;
   s.rho = static_cast<double>(s.increases) / s.tokens;
   s.p_value = binomial_upper_tail(s.increases, s.tokens);
+
+  // New states only, and the sign of ρ_s − 1/2 per sample.
+  std::map<int64_t, std::pair<int64_t, int64_t>> per_sample;  // sample → (new tokens, increases among them)
+  int64_t unique_increases = 0;
+  for (size_t i = 0; i < after.size(); ++i) {
+    if (!repeated.empty() && repeated[i]) continue;
+    auto& [n, up] = per_sample[sample.empty() ? static_cast<int64_t>(i) : sample[i]];
+    ++n, ++s.unique_tokens;
+    const bool increase = after[i] > before[i];
+    up += increase, unique_increases += increase;
+  }
+  s.rho_unique = s.unique_tokens ? static_cast<double>(unique_increases) / s.unique_tokens : 0;
+  for (const auto& [index, counts] : per_sample) {
+    s.samples_above += 2 * counts.second > counts.first;
+    s.samples_below += 2 * counts.second < counts.first;
+  }
+  s.p_value_samples = binomial_upper_tail(s.samples_above, s.samples_above + s.samples_below);
+
   std::vector<double> sorted = after;
   std::sort(sorted.begin(), sorted.end());
   for (double level : kQuantileLevels) s.quantiles.push_back(quantile_of_sorted(sorted, level));
@@ -217,7 +241,9 @@ nlohmann::json AlignmentStats::to_json() const {
   for (size_t i = 0; i < quantiles.size(); ++i) q[fmt::format("{:g}", kQuantileLevels[i])] = quantiles[i];
   return {{"tokens", tokens},   {"gamma", gamma},         {"gamma_before", gamma_before},
           {"baseline", baseline}, {"rho", rho},           {"increases", increases},
-          {"p_value", p_value}, {"quantiles", q},         {"histogram", histogram}};
+          {"p_value", p_value}, {"quantiles", q},         {"histogram", histogram},
+          {"unique_tokens", unique_tokens}, {"rho_unique", rho_unique}, {"samples_above", samples_above},
+          {"samples_below", samples_below}, {"p_value_samples", p_value_samples}};
 }
 
 TokenDynamics token_dynamics(const Transformer& model, const std::vector<Sample>& samples,
@@ -253,7 +279,31 @@ TokenDynamics token_dynamics(const Transformer& model, const std::vector<Sample>
     }
     report_progress(progress, static_cast<int64_t>(si) + 1, a.samples, "token dynamics, samples");
   }
+  mark_repeated_states(samples, model.config().causal, &a);
   return summarize_token_dynamics(std::move(a), spectra, model.config().d_model, options);
+}
+
+void mark_repeated_states(const std::vector<Sample>& samples, bool causal, TokenAlignments* a) {
+  a->sample_of_token.clear();
+  a->repeated.clear();
+  // A trie of the prefixes seen so far: (node, token id) → child node; node 0 is the empty prefix.
+  std::map<std::pair<int64_t, int32_t>, int64_t> children;
+  std::set<std::vector<int32_t>> sequences;
+  for (size_t si = 0; si < samples.size(); ++si) {
+    const auto& ids = samples[si].ids;
+    const bool seen_sequence = !causal && !sequences.insert(ids).second;
+    int64_t node = 0;
+    for (int32_t id : ids) {
+      bool seen = seen_sequence;
+      if (causal) {
+        auto [it, inserted] = children.try_emplace({node, id}, static_cast<int64_t>(children.size()) + 1);
+        seen = !inserted;
+        node = it->second;
+      }
+      a->sample_of_token.push_back(static_cast<int64_t>(si));
+      a->repeated.push_back(seen);
+    }
+  }
 }
 
 TokenDynamics summarize_token_dynamics(TokenAlignments a, const std::vector<LayerSpectrum>& spectra, int64_t d,
@@ -268,8 +318,10 @@ TokenDynamics summarize_token_dynamics(TokenAlignments a, const std::vector<Laye
     const auto& s = spectra[t];
     LayerDynamics l;
     l.layer = t;
-    l.f = alignment_stats(a.before_f[t], a.after_f[t], random_alignment_baseline(d, dominant_basis(s.f).cols()));
-    l.identity_plus_f = alignment_stats(a.before_if[t], a.after_if[t], random_alignment_baseline(d, dominant_basis(s.identity_plus_f).cols()));
+    l.f = alignment_stats(a.before_f[t], a.after_f[t], random_alignment_baseline(d, dominant_basis(s.f).cols()), a.sample_of_token,
+                          a.repeated);
+    l.identity_plus_f = alignment_stats(a.before_if[t], a.after_if[t], random_alignment_baseline(d, dominant_basis(s.identity_plus_f).cols()),
+                                        a.sample_of_token, a.repeated);
     double before = 0, after = 0;  // summed in token order
     for (double v : a.norm_before[t]) before += v;
     for (double v : a.norm_after[t]) after += v;

@@ -12,6 +12,14 @@
 //   baseline    E a(x; B) for x uniform on the sphere and B a fixed k-dimensional subspace:
 //               Γ((k+1)/2) Γ(d/2) / (Γ(k/2) Γ((d+1)/2)), which is ≈ sqrt(2/(π d)) for k = 1.
 //   test        one-sided exact binomial test of ρ_t > 1/2: p = P(X ≥ #increases), X ~ Binomial(tokens, 1/2).
+//               It counts every pooled token as independent, which they are not: tokens of one passage share
+//               its context, and a state seen before (a BOS token, or any shared prefix of a causal model,
+//               whose state depends on the prefix alone) enters once per sample. Hence also:
+//   ρ_t unique  ρ_t over the tokens whose state is new: repeated states (same prefix in a causal model, same
+//               whole sample in an encoder) counted once, at their first occurrence.
+//   sample test the sign-flip test over samples: per sample s, ρ_s over its new tokens; under the null a
+//               sample is as likely to have ρ_s < 1/2 as > 1/2, so p = P(X ≥ #{ρ_s > 1/2}), X ~
+//               Binomial(#{ρ_s ≠ 1/2}, 1/2), the exact distribution of the sign-flip permutation count.
 // The same quantities are reported for the dominant eigenvector of I + F_t (same eigenvectors, eigenvalues
 // shifted by 1), the matrix a residual layer x + F x applies.
 #pragma once
@@ -95,6 +103,11 @@ struct AlignmentStats {
   double rho = 0;            // fraction of increases
   int64_t increases = 0;
   double p_value = 1;        // one-sided binomial test of ρ > 1/2
+  // Repeated states dropped, and the test at the level of samples (see the definitions above).
+  int64_t unique_tokens = 0;
+  double rho_unique = 0;
+  int64_t samples_above = 0, samples_below = 0;  // samples with ρ_s > 1/2, < 1/2
+  double p_value_samples = 1;
   std::vector<double> quantiles;   // of a(x^{t+1}; v1) at kQuantileLevels
   std::vector<int64_t> histogram;  // kHistogramBins equal bins over [0, 1]
   nlohmann::json to_json() const;
@@ -129,7 +142,13 @@ struct TokenAlignments {
   int64_t samples = 0;
   std::vector<std::vector<double>> before_f, after_f, before_if, after_if;  // [layer][token]
   std::vector<std::vector<double>> norm_before, norm_after;                // [layer][token]
+  std::vector<int64_t> sample_of_token;  // [token] index of its sample
+  std::vector<char> repeated;            // [token] its state was seen in an earlier sample
 };
+// sample_of_token and repeated for the samples' tokens in order. A causal model's state at position p depends on
+// ids[0..p] alone, so it repeats when an earlier sample has the same prefix; an encoder's only when an earlier
+// sample is the same sequence.
+void mark_repeated_states(const std::vector<Sample>& samples, bool causal, TokenAlignments* alignments);
 // γ_t, ρ_t, their tests and mean norms from the per-token measurements (what token_dynamics does after the loop).
 TokenDynamics summarize_token_dynamics(TokenAlignments alignments, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
                                        const DynamicsOptions& options);

@@ -24,8 +24,8 @@ std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& 
   return probes;
 }
 
-TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
-                                       const DynamicsOptions& options) {
+TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<Sample>& samples, bool causal,
+                                       const std::vector<LayerSpectrum>& spectra, int64_t d_model, const DynamicsOptions& options) {
   if (options.mode != DynamicsMode::Full || !options.residual)
     fail("token dynamics from a shared pass need the full mode with the residual (mode {} was asked for{})",
          to_string(options.mode), options.residual ? "" : ", without the residual");
@@ -37,6 +37,9 @@ TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<L
     a.before_f.push_back(values(0)), a.before_if.push_back(values(1)), a.norm_before.push_back(values(2));
     a.after_f.push_back(values(3)), a.after_if.push_back(values(4)), a.norm_after.push_back(values(5));
   }
+  mark_repeated_states(samples, causal, &a);
+  if (!a.before_f.empty() && a.before_f[0].size() != a.repeated.size())
+    fail("token dynamics from a shared pass: the pass has {} tokens, the samples {}", a.before_f[0].size(), a.repeated.size());
   return summarize_token_dynamics(std::move(a), spectra, d_model, options);
 }
 

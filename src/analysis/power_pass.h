@@ -18,7 +18,8 @@ std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& 
 
 // TokenDynamics from the probe values of a pass that holds the probes token_dynamics_probes gives. Equals
 // token_dynamics() in the full mode with the residual; throws Error for the other modes.
-TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<LayerSpectrum>& spectra, int64_t d_model,
-                                       const DynamicsOptions& options);
+// `samples` are the pass's samples, in its order, and `causal` the model's: they say which tokens repeat a state.
+TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<Sample>& samples, bool causal,
+                                       const std::vector<LayerSpectrum>& spectra, int64_t d_model, const DynamicsOptions& options);
 
 }  // namespace tdyn

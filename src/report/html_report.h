@@ -9,6 +9,7 @@
 // Everything read from files is HTML-escaped. Keys the analyses did not write show as "not computed".
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,12 +30,18 @@ struct ReportPart {
 
 enum class Verdict { kPass, kDiffers, kNotComputed, kInfo };
 
-// One row of a paper's summary table.
+// One row of a paper's summary table. `value` and `control_value` are the two numbers the rule compares (NaN when
+// the rule has no single number, or the number is missing); `control` says what the control is. A check without a
+// control says why in `control` ("none: ...").
 struct ClaimCheck {
   std::string claim;     // what the paper says
   std::string observed;  // what this model shows ("not computed" when the numbers are absent)
   Verdict verdict = Verdict::kNotComputed;
   std::string rule;      // how the verdict follows from results.json
+  std::string id;        // stable short name of the claim ("bottleneck", "surgery", "gamma", ...)
+  double value = NAN;    // the number judged
+  double control_value = NAN;
+  std::string control;   // what the number is judged against
 };
 
 struct PaperSummary {
@@ -48,6 +55,10 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir);
 
 // The three papers' summary tables, computed from the parts by the rules in html_report.cpp (docs/report.md).
 std::vector<PaperSummary> summarize_claims(const std::vector<ReportPart>& parts);
+
+// The verdicts as analyze writes them to results.json ("verdicts"): one object per check, {paper, claim (the id),
+// verdict ("pass", "differs", "shown", "not computed"), value, control {value, what}, rule}; NaN is written as null.
+nlohmann::json verdicts_json(const std::vector<PaperSummary>& papers);
 
 // The full page for `dir`.
 std::string render_html_report(const fs::path& dir);

@@ -1,11 +1,14 @@
 // tdyn analyze MODEL --out DIR: every analysis of the three papers on one model, then the report.
 //   DIR/power      seed 000: layer matrices, spectra, token alignment (tdyn power)
 //   DIR/jacobian   seed 003: mean Jacobians, cumulative products, metrics, Schur surgery (tdyn jacobian --surgery)
+//   DIR/init       seed 003's control: the same architecture's random initialisation (tdyn init, in DIR/init/model) through
+//                  tdyn jacobian on the same token ids (DIR/init/samples.ids); off with --no-init-control
 //   DIR/topology   seed 003: correlation graphs, signed Leiden, coupling with the Jacobian gains (tdyn topology)
 //   DIR/particles  seed 004: one attention head of the model simulated as interacting particles (tdyn particles
 //                  --from-model)
 //   DIR/pass       the forward pass over the samples that power, jacobian and topology share (pass.tdynpass)
-//   DIR/index.html the report; DIR/results.json which parts ran, their command lines, status and timings.
+//   DIR/index.html the report; DIR/results.json which parts ran, their command lines, status and timings, and the
+//                  report's verdicts ("verdicts").
 //
 // The shared pass runs here, in this process, so that it can be split across MPI ranks and resumed; it is
 // the loop over samples that the parts have in common. Each part then runs as a child process
@@ -40,7 +43,9 @@
 namespace tdyn::cli {
 namespace {
 
-const std::vector<std::string> kParts = {"power", "jacobian", "topology", "particles"};
+const std::vector<std::string> kParts = {"power", "jacobian", "init", "topology", "particles"};
+const std::vector<std::string> kSkippable = {"power", "jacobian", "topology", "particles"};  // init: --no-init-control
+constexpr uint64_t kInitSeed = 0;
 
 struct AnalyzeArgs {
   ModelArgs model;
@@ -49,19 +54,22 @@ struct AnalyzeArgs {
   int64_t samples = 200, max_len = 128;
   int64_t head_layer = 0, head = 0, particles_tokens = 32;
   double particles_t = 20;  // a real head on the sphere clusters between T = 10 and 15 on stories260K; 5 is too short
+  bool no_init_control = false;
 };
+
+// The samples as one line of token ids each, so that the random initialisation (which has no tokenizer of its own
+// when the source is not a Hugging Face checkpoint) runs on exactly the trained model's tokens.
+void write_ids_file(const std::vector<Sample>& samples, const fs::path& file) {
+  std::string text;
+  for (const Sample& s : samples) text += fmt::format("{}\n", fmt::join(s.ids, " "));
+  write_file_atomic(file, text);
+}
 
 // The forward pass shared by power, jacobian and topology: every sample runs once here (under MPI, split across the
 // ranks; resumable with --resume) and the sums go to DIR/pass/pass.tdynpass, which the parts read with
 // --from-pass. A resumed analysis whose pass had finished reuses the file.
-fs::path shared_pass(const AnalyzeArgs& a, const std::shared_ptr<const Model>& model, const fs::path& dir,
-                     const std::set<std::string>& skip, nlohmann::json* record) {
-  SampleArgs samples_args;
-  samples_args.options.data = a.data;
-  samples_args.options.samples = a.samples;
-  samples_args.options.max_len = a.max_len;
-  const std::vector<Sample> samples = samples_args.load(a.model.path, model->config.d_vocab);
-  if (samples.empty()) fail("no samples to analyse in {} (check --data)", a.data);
+fs::path shared_pass(const AnalyzeArgs& a, const std::shared_ptr<const Model>& model, const std::vector<Sample>& samples,
+                     const fs::path& dir, const std::set<std::string>& skip, nlohmann::json* record) {
   PassSpec spec;
   spec.boundaries = residual_boundaries(model->config.n_layers, BoundarySet::Sublayers);
   spec.correlations = !skip.count("topology");
@@ -95,8 +103,8 @@ int run_analyze(AnalyzeArgs& a) {
   std::set<std::string> skip;
   for (const std::string& part : split_list(a.skip)) {
     if (part.empty()) continue;  // "" (nothing skipped) or a trailing comma
-    if (std::find(kParts.begin(), kParts.end(), part) == kParts.end())
-      throw CLI::ValidationError("--skip", fmt::format("unknown part '{}' (parts: {})", part, fmt::join(kParts, ", ")));
+    if (std::find(kSkippable.begin(), kSkippable.end(), part) == kSkippable.end())
+      throw CLI::ValidationError("--skip", fmt::format("unknown part '{}' (parts: {})", part, fmt::join(kSkippable, ", ")));
     skip.insert(part);
   }
   // An absolute corpus path, so every part's command line reproduces from any directory.
@@ -110,6 +118,9 @@ int run_analyze(AnalyzeArgs& a) {
                  {"n_layers", model->config.n_layers}};
   out.options() = {{"data", a.data}, {"samples", a.samples}, {"max_len", a.max_len}, {"skip", std::vector<std::string>(skip.begin(), skip.end())},
                    {"jacobian", "--surgery (alphas and positions: the jacobian command's defaults)"},
+                   {"init_control", a.no_init_control ? nlohmann::json(false)
+                                                      : nlohmann::json{{"seed", kInitSeed}, {"rule", "tdyn init's (the family's published init rule)"},
+                                                                       {"jacobian", "the jacobian command's defaults, no --surgery"}}},
                    {"topology", "the topology command's defaults (coupling on)"},
                    {"particles", {{"layer", a.head_layer}, {"head", a.head}, {"tokens", a.particles_tokens}, {"T", a.particles_t},
                                   {"sphere", true}, {"cluster_on", "x"}}},
@@ -128,10 +139,17 @@ int run_analyze(AnalyzeArgs& a) {
   if (a.model.no_check_weights) loading.push_back("--no-check-weights");
   common.insert(common.end(), loading.begin(), loading.end());
   fs::path pass_file;
+  std::vector<Sample> samples;
   if (!skip.count("power") || !skip.count("jacobian") || !skip.count("topology")) {
     PhaseTimer timer(out, "forward_pass");
+    SampleArgs samples_args;
+    samples_args.options.data = a.data;
+    samples_args.options.samples = a.samples;
+    samples_args.options.max_len = a.max_len;
+    samples = samples_args.load(a.model.path, model->config.d_vocab);
+    if (samples.empty()) fail("no samples to analyse in {} (check --data)", a.data);
     nlohmann::json record;
-    pass_file = shared_pass(a, model, out_dir / "pass", skip, &record);
+    pass_file = shared_pass(a, model, samples, out_dir / "pass", skip, &record);
     out.results()["pass"] = record;
     out.record_file("pass/pass.tdynpass", "the shared forward pass: Jacobian and correlation sums over the samples (tdyn pass file)");
   }
@@ -141,18 +159,38 @@ int run_analyze(AnalyzeArgs& a) {
     const fs::path dir = out_dir / name;
     nlohmann::json& record = parts[name];
     record["dir"] = name;
-    if (skip.count(name)) {
+    // The init control is judged against the jacobian part; without it there is nothing to control.
+    if (skip.count(name) || (name == "init" && (a.no_init_control || skip.count("jacobian")))) {
       record["status"] = "skipped";
       progress.advance();
       continue;
     }
     // The parts run with this run's thread count: BLAS results depend on it at the round-off level.
-    std::vector<std::string> argv = {self, name, "--threads", std::to_string(omp_get_max_threads())};
+    std::vector<std::string> argv = {self, name == "init" ? "jacobian" : name, "--threads", std::to_string(omp_get_max_threads())};
     if (progress_quiet()) argv.push_back("--quiet");
     if (name == "particles") {
       // One head of the model as interacting particles, from the first tokens of the first passage.
       argv.insert(argv.end(), {"--from-model", a.model.path, "--layer", std::to_string(a.head_layer), "--head", std::to_string(a.head),
                                "--data", a.data, "--n", std::to_string(a.particles_tokens), "--T", fmt::format("{}", a.particles_t)});
+      argv.insert(argv.end(), loading.begin(), loading.end());
+    } else if (name == "init") {
+      // The random initialisation, then its Jacobians on the shared samples' token ids.
+      const fs::path checkpoint = dir / "model", ids = dir / "samples.ids";
+      std::vector<std::string> init_argv = {self, "init", a.model.path, "--seed", std::to_string(kInitSeed), "--out", checkpoint.string()};
+      init_argv.insert(init_argv.end(), loading.begin(), loading.end());
+      record["init_argv"] = init_argv;
+      const int code = run_self(init_argv);
+      if (code != 0) {
+        record["exit_code"] = code;
+        record["status"] = "failed";
+        record["error"] = fmt::format("tdyn init: exit code {} (its messages are on stderr above)", code);
+        out.write();
+        progress.advance();
+        continue;
+      }
+      write_ids_file(samples, ids);
+      argv.insert(argv.end(), {checkpoint.string(), "--data", ids.string(), "--samples", std::to_string(samples.size()), "--max-len",
+                               std::to_string(a.max_len), "--min-len", "1"});
       argv.insert(argv.end(), loading.begin(), loading.end());
     } else {
       argv.push_back(a.model.path);
@@ -177,6 +215,8 @@ int run_analyze(AnalyzeArgs& a) {
   {
     PhaseTimer timer(out, "report");
     out.record_file("index.html", "the report");
+    out.write();  // the report reads the parts from this results.json
+    out.results()["verdicts"] = verdicts_json(summarize_claims(load_report_parts(out_dir)));
     out.write();
     write_html_report(out_dir);
   }
@@ -199,6 +239,9 @@ std::function<int()> setup(CLI::App& app) {
   cmd->add_option("--max-len", a->max_len, "Tokens per sample")->capture_default_str()->check(CLI::PositiveNumber);
   a->pass.add_to(cmd, false);
   cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,jacobian,topology,particles");
+  cmd->add_flag("--no-init-control", a->no_init_control,
+               "Do not run the random initialisation (tdyn init, seed 0) through jacobian on the same samples; the "
+               "bottleneck verdict then has no control and says not computed");
   cmd->add_option("--particles-layer", a->head_layer, "Layer whose attention head is simulated as particles")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--particles-head", a->head, "That head's index")->capture_default_str()->check(CLI::NonNegativeNumber);

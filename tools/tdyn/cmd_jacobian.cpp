@@ -417,18 +417,7 @@ int run(const JacobianArgs& a) {
       if (opts.mean_of_products) row["mean_of_products"] = r.product_mean_metrics[k].to_json();
       mj["depths"].push_back(row);
     }
-    for (const auto& p : r.surgery) {
-      const EffectiveRanks &s = p.surgery.back(), &ctl = p.control.back();
-      auto ranks = [](const EffectiveRanks& e) {
-        return nlohmann::json{{"roy_vetterli", e.roy_vetterli}, {"participation_ratio", e.participation_ratio},
-                              {"stable_rank", e.stable_rank}, {"energy_rank", e.energy_rank}};
-      };
-      double worst = 0;
-      for (double ratio : p.departure_ratio) worst = std::max(worst, std::abs(ratio - std::abs(p.alpha)));
-      mj["surgery"].push_back({{"alpha", p.alpha}, {"full_depth_surgery", ranks(s)}, {"full_depth_control", ranks(ctl)},
-                               {"max_abs_departure_ratio_minus_alpha", worst},
-                               {"max_imaginary_fraction", p.max_imaginary_fraction}});
-    }
+    for (const auto& p : r.surgery) mj["surgery"].push_back(p.to_json());
     out.results()["models"].push_back(mj);
     out.write();  // partial results survive a later failure
   }

@@ -259,7 +259,7 @@ int run_power(PowerArgs& a) {
       spec.correlations = spec.jacobians = false;
       spec.probes = token_dynamics_probes(spectra);
       dyn = token_dynamics_from_pass(obtain_pass(pass, transformer, nullptr, samples, spec, pass_model_identity(a.model.path, *model), {}, false, ""),
-                                     spectra, d, dynamics);
+                                     samples, c.causal, spectra, d, dynamics);
     }
   }
   {
@@ -381,7 +381,9 @@ int run_power(PowerArgs& a) {
                                {"method", spectra[0].full ? "dgeev (all eigenvalues)" : "Spectra (top-k Arnoldi)"}};
   out.options()["save_matrices"] = a.save_matrices;
   out.options()["alignment"] = "a(x; v) = |<x, v>| / |x|; complex pair: |projection onto span{Re v1, Im v1}| / |x|";
-  out.options()["p_value"] = "one-sided exact binomial test of rho_t > 1/2";
+  out.options()["p_value"] = "one-sided exact binomial test of rho_t > 1/2 over every pooled token";
+  out.options()["p_value_samples"] = "one-sided sign-flip test over samples of rho_s > 1/2, rho_s over the sample's tokens whose "
+                                     "state is new (rho_unique); states repeated from an earlier sample (a shared prefix) counted once";
   out.results()["notes"] = notes;
   out.write();
   if (progress) progress("wrote " + out.file("results.json").string());
