@@ -6,7 +6,6 @@
 #include <cmath>
 #include <ctime>
 #include <optional>
-#include <tuple>
 
 #include <fmt/format.h>
 
@@ -347,21 +346,22 @@ PaperSummary particles_summary(const ReportPart* part) {
   const std::string r3 = "the rule written by the particles analysis (results.verdicts, claim leaders)";
   const std::string c4 = "The attention matrix P(t) tends to low rank (at most 3 for d = 1).";
   const std::string r4 = "the rule written by the particles analysis (results.verdicts, claim rank)";
-  const std::tuple<const char*, std::string, std::string> claims[] = {
-      {"clusters", c1, r1}, {"boolean", c2, r2}, {"leaders", c3, r3}, {"rank", c4, r4}};
+  const std::string control = "the same measure at t = 0, before the dynamics";
+  const Claim claims[] = {{"clusters", c1, r1, control}, {"boolean", c2, r2, control}, {"leaders", c3, r3, control},
+                          {"rank", c4, r4, control}};
   if (!part) {
-    for (const auto& [id, c, r] : claims) s.checks.push_back(not_computed(c, r, "particles did not run"));
+    for (const Claim& claim : claims) s.checks.push_back(claim.missing("particles did not run"));
     return s;
   }
   const json& j = part->json;
   const std::string source = text_at(j, "/model/source");
   const std::string where = source.empty() || source == "synthetic" ? "" : " (" + source + ")";
-  for (const auto& [id, c, r] : claims) {
+  for (const Claim& claim : claims) {
     const json* found = nullptr;
     for (const json& v : array_at(j, "/results/verdicts"))
-      if (text_at(v, "/claim") == id) found = &v;
+      if (text_at(v, "/claim") == claim.id) found = &v;
     if (!found) {
-      s.checks.push_back(not_computed(c, r, "results.json has no verdicts: written before they were added; rerun particles"));
+      s.checks.push_back(claim.missing("results.json has no verdicts: written before they were added; rerun particles"));
       continue;
     }
     const json& v = *found;
@@ -375,7 +375,9 @@ PaperSummary particles_summary(const ReportPart* part) {
         value.empty() ? "not measured for this run"
                       : fmt::format("{} = {} at T = {}, {} at t = 0 (the control)", text_at(v, "/measure"), value,
                                     text_at(j, "/results/final/time"), text_at(v, "/control"));
-    s.checks.push_back({text_at(v, "/statement"), observed + (note.empty() ? "" : "; " + note) + where, outcome, text_at(v, "/rule")});
+    s.checks.push_back({text_at(v, "/statement"), observed + (note.empty() ? "" : "; " + note) + where, outcome,
+                        text_at(v, "/rule"), claim.id, number(v, "/value").value_or(NAN), number(v, "/control").value_or(NAN),
+                        control});
   }
   return s;
 }
@@ -771,10 +773,6 @@ std::vector<PaperSummary> summarize_claims(const std::vector<ReportPart>& parts)
   std::vector<PaperSummary> papers = {power_summary(part_for(parts, "power")),
                                       residual_summary(part_for(parts, "jacobian"), init_part(parts), part_for(parts, "topology")),
                                       particles_summary(part_for(parts, "particles"))};
-  // Seed 004's checks in the order particles_summary makes them, where it has not named them itself.
-  const char* particle_ids[] = {"clusters", "hyperplanes", "boolean"};
-  for (size_t i = 0; i < papers[2].checks.size() && i < std::size(particle_ids); ++i)
-    if (papers[2].checks[i].id.empty()) papers[2].checks[i].id = particle_ids[i];
   return papers;
 }
 
