@@ -2,6 +2,7 @@
 // checked structurally — sections, captions, verdicts, escaping of hostile strings, relative figure paths that
 // exist, "not computed" for missing keys. Rendering in a browser is tests/report_renders_in_chromium.py's job.
 #include <array>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -298,6 +299,54 @@ TEST(Report, VerdictsJson) {
     }
     if (c["claim"] == "coupling") EXPECT_TRUE(c["value"].is_null());  // not computed in this directory
   }
+}
+
+// Coupling: judged against the init part's topology (init/topology), and the sign rule by its own rank test.
+TEST(Report, CouplingJudgedAgainstTheInitialisation) {
+  auto coupling = [](int coupled, double sign_rho, double sign_p) {
+    json layers = json::array();
+    for (int i = 0; i < 6; ++i) layers.push_back({{"boundary", i}});
+    return json{{"boundaries", json::array({{{"communities", 3}}})},
+                {"coupling", {{"significant_layers", coupled + 1}, {"coupled_layers", coupled}, {"fdr_q", 0.05}, {"min_effect", 0.1},
+                              {"layers", layers},
+                              {"sign_rule", {{"rho", sign_rho}, {"layers", 6}, {"p_permutation", sign_p}}}}}};
+  };
+  auto verdicts = [&](int trained, int init, double sign_rho, double sign_p, bool with_init) {
+    const fs::path dir = test::scratch_dir("report_coupling");
+    fs::remove_all(dir);
+    write_part(dir / "topology", "topology", coupling(trained, sign_rho, sign_p), json::object(), {});
+    if (with_init) {
+      write_part(dir / "init", "jacobian", jacobian_results({64, 63, 62, 60}), json::object(), {});
+      write_part(dir / "init" / "topology", "topology", coupling(init, 0.0, 1.0), json::object(), {});
+    }
+    json top = {{"schema_version", 1}, {"command", "analyze"}, {"argv", {"tdyn", "analyze"}}, {"files", json::object()},
+                {"results", {{"order", {"init", "topology"}},
+                             {"parts", {{"init", {{"dir", "init"}, {"status", "ok"}}}, {"topology", {{"dir", "topology"}, {"status", "ok"}}}}}}}};
+    write_file_atomic(dir / "results.json", top.dump());
+    std::map<std::string, ClaimCheck> by_id;
+    const std::vector<PaperSummary> papers = summarize_claims(load_report_parts(dir));
+    for (const auto& c : papers[1].checks) by_id[c.id] = c;
+    return by_id;
+  };
+  auto v = verdicts(3, 0, -0.8, 0.01, true);
+  EXPECT_EQ(v["coupling"].verdict, Verdict::kPass) << v["coupling"].observed;
+  EXPECT_EQ(v["coupling"].value, 3);
+  EXPECT_EQ(v["coupling"].control_value, 0);
+  EXPECT_EQ(v["coupling_sign"].verdict, Verdict::kPass) << v["coupling_sign"].observed;
+  // As many coupled maps as the initialisation: the coupling is architectural, not learned.
+  v = verdicts(2, 2, 0.5, 0.2, true);
+  EXPECT_EQ(v["coupling"].verdict, Verdict::kDiffers) << v["coupling"].observed;
+  EXPECT_EQ(v["coupling_sign"].verdict, Verdict::kDiffers);
+  // None coupled beats an initialisation with none only in count: at least one is required. A negative ρ that the
+  // permutation null reaches often is no evidence.
+  v = verdicts(0, 0, -0.6, 0.3, true);
+  EXPECT_EQ(v["coupling"].verdict, Verdict::kDiffers);
+  EXPECT_EQ(v["coupling_sign"].verdict, Verdict::kDiffers);
+  // Without the init part there is no control: not computed, with the trained count still reported.
+  v = verdicts(3, 0, -0.8, 0.01, false);
+  EXPECT_EQ(v["coupling"].verdict, Verdict::kNotComputed);
+  EXPECT_EQ(v["coupling"].value, 3);
+  EXPECT_NE(v["coupling"].observed.find("3 of 6 maps coupled"), std::string::npos) << v["coupling"].observed;
 }
 
 TEST(Report, SingleResultsDirectoryAndMissingKeys) {

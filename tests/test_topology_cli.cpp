@@ -164,6 +164,14 @@ TEST(TopologyAnalysis, CouplingHandCase) {
   EXPECT_NEAR(c.layers[0].normalized_departure, 0, 1e-12);
   EXPECT_GT(c.layers[1].symmetry_index, 0.5);
   EXPECT_GT(c.layers[1].normalized_departure, 0.05);
+  // Both significant layers have |ρ| = 1 ≥ the effect size: coupled. The sign rule over the three layers: ρ falls
+  // where the departure from normality rises (the non-normal layer has ρ = −1).
+  EXPECT_TRUE(c.layers[0].column.coupled && c.layers[1].column.coupled && !c.layers[2].column.coupled);
+  EXPECT_EQ(c.n_coupled_column, 2);
+  EXPECT_EQ(c.sign_rule.n, 3);
+  EXPECT_LT(c.sign_rule.rho, 0);
+  EXPECT_DOUBLE_EQ(c.sign_rule.rho, c.rho_vs_departure);
+  EXPECT_TRUE(c.sign_rule.p_permutation > 0 && c.sign_rule.p_permutation <= 1);
 
   options.permutations = 0;
   const CouplingResult parametric = topology_dynamics_coupling(scores, {rising, falling, unrelated}, options);
@@ -179,6 +187,29 @@ TEST(TopologyAnalysis, CouplingHandCase) {
   const CouplingResult flat = topology_dynamics_coupling({constant_scores}, {rising}, options);
   EXPECT_TRUE(std::isnan(flat.layers[0].column.test.rho));  // nothing to rank: no evidence, not an error
   EXPECT_FALSE(flat.layers[0].column.significant);
+}
+
+// A significant layer counts as coupled only with |ρ| ≥ min_effect; the sign rule needs 3 layers.
+TEST(TopologyAnalysis, CouplingNeedsAnEffectSize) {
+  const int d = 8;
+  const std::vector<double> score = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8};
+  Matrix exact = Matrix::Zero(d, d), one_swap = Matrix::Zero(d, d);
+  for (int i = 0; i < d; ++i) exact(i, i) = 1 + i, one_swap(i, i) = 1 + i;
+  std::swap(one_swap(3, 3), one_swap(4, 4));  // ρ = 1 − 6·2/(8·63) = 0.976
+  CouplingOptions options;
+  options.permutations = 4000;
+  options.min_effect = 0.99;
+  const CouplingResult c = topology_dynamics_coupling({score, score}, {exact, one_swap}, options);
+  EXPECT_NEAR(c.layers[1].column.test.rho, 1 - 12.0 / 504, 1e-15);
+  EXPECT_TRUE(c.layers[0].column.significant && c.layers[1].column.significant);
+  EXPECT_TRUE(c.layers[0].column.coupled);
+  EXPECT_FALSE(c.layers[1].column.coupled);
+  EXPECT_EQ(c.n_significant_column, 2);
+  EXPECT_EQ(c.n_coupled_column, 1);
+  EXPECT_EQ(c.sign_rule.n, 2);
+  EXPECT_TRUE(std::isnan(c.sign_rule.rho) && std::isnan(c.sign_rule.p_permutation));
+  options.min_effect = 1.5;
+  EXPECT_THROW(topology_dynamics_coupling({score}, {exact}, options), Error);
 }
 
 TEST(TopologyAnalysis, LayoutIsDeterministic) {
@@ -210,7 +241,7 @@ TEST(TopologyCli, Stories260KWithRandomInit) {
   EXPECT_EQ(j["command"], "topology");
   EXPECT_EQ(j["model"]["d_model"], 64);
   const nlohmann::json& o = j["options"];
-  EXPECT_EQ(o["boundaries"], "layers");
+  EXPECT_EQ(o["boundaries"], "sublayers");  // attention and MLP maps both coupled
   EXPECT_EQ(o["graph"]["method"], "top_k");
   EXPECT_EQ(o["graph"]["k"], 10);
   EXPECT_DOUBLE_EQ(o["leiden"]["gamma"].get<double>(), 0.05);
@@ -225,14 +256,19 @@ TEST(TopologyCli, Stories260KWithRandomInit) {
   const int64_t n_layers = j["model"]["n_layers"];
   const nlohmann::json& r = j["results"];
   EXPECT_EQ(r["samples"], 6);
-  ASSERT_EQ(r["boundaries"].size(), static_cast<size_t>(n_layers + 1));
+  ASSERT_EQ(r["boundaries"].size(), static_cast<size_t>(2 * n_layers + 1));
   for (const auto& b : r["boundaries"]) {
     EXPECT_GE(b["communities"].get<int64_t>(), 1);
     EXPECT_GE(b["edges"].get<int64_t>(), 64 * 10 / 2);
     EXPECT_EQ(b["gamma_scan"].size(), 2u);
   }
-  EXPECT_EQ(r["boundaries"][n_layers]["hook"], fmt::format("blocks.{}.hook_resid_post", n_layers - 1));
-  ASSERT_EQ(r["coupling"]["layers"].size(), static_cast<size_t>(n_layers));
+  EXPECT_EQ(r["boundaries"][1]["hook"], "blocks.0.hook_resid_mid");
+  EXPECT_EQ(r["boundaries"][2 * n_layers]["hook"], fmt::format("blocks.{}.hook_resid_post", n_layers - 1));
+  ASSERT_EQ(r["coupling"]["layers"].size(), static_cast<size_t>(2 * n_layers));
+  EXPECT_EQ(r["coupling"]["layers"][1]["map"], "blocks.0.jac_mlp");
+  EXPECT_LE(r["coupling"]["coupled_layers"].get<int64_t>(), r["coupling"]["significant_layers"].get<int64_t>());
+  EXPECT_EQ(r["coupling"]["sign_rule"]["layers"], 2 * n_layers);
+  EXPECT_TRUE(r["coupling"]["sign_rule"]["p_permutation"].is_number());
   EXPECT_EQ(r["coupling"]["decision_p"], "permutation");
   EXPECT_EQ(r["coupling"]["jacobian_pairs"], 6);
   for (const auto& l : r["coupling"]["layers"]) {
@@ -251,8 +287,8 @@ TEST(TopologyCli, Stories260KWithRandomInit) {
     EXPECT_TRUE(fs::exists(out / f)) << f;
   EXPECT_TRUE(j["files"].contains("membership.npy"));
   const NpyArray membership = read_npy(out / "membership.npy");
-  EXPECT_EQ(membership.shape, (Shape{n_layers + 1, 64}));
-  EXPECT_EQ(read_npy(out / "mean_jacobians.npy").shape, (Shape{n_layers, 64, 64}));
+  EXPECT_EQ(membership.shape, (Shape{2 * n_layers + 1, 64}));
+  EXPECT_EQ(read_npy(out / "mean_jacobians.npy").shape, (Shape{2 * n_layers, 64, 64}));
   const std::vector<double> r0 = read_npy(out / "correlation_blocks.0.hook_resid_pre.npy").as_double();
   ASSERT_EQ(r0.size(), 64u * 64u);
   EXPECT_NEAR(r0[5 * 64 + 5], 1.0, 1e-12);

@@ -82,6 +82,21 @@ double rank_correlation_or_nan(const std::vector<double>& x, const std::vector<d
   return topology::spearman_correlation(a, b);
 }
 
+// Spearman over layers of ρ with the departure from normality, layers with a NaN left out; its permutations
+// use seed − 1 so that they never share a stream with a layer's (seed + i).
+topology::SpearmanTest sign_rule_test(const std::vector<double>& rho, const std::vector<double>& departure, const CouplingOptions& options) {
+  std::vector<double> a, b;
+  for (size_t i = 0; i < rho.size(); ++i)
+    if (std::isfinite(rho[i]) && std::isfinite(departure[i])) a.push_back(rho[i]), b.push_back(departure[i]);
+  topology::SpearmanTest t;
+  t.n = static_cast<int64_t>(a.size());
+  if (a.size() < 3) {
+    t.rho = t.p_parametric = t.p_permutation = std::numeric_limits<double>::quiet_NaN();
+    return t;
+  }
+  return topology::spearman_test(a, b, options.permutations, options.seed - 1);
+}
+
 }  // namespace
 
 CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
@@ -94,6 +109,7 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
 CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
                                           const std::function<Matrix(size_t)>& mean_jacobian, const CouplingOptions& options) {
   if (options.permutations < 0) fail("coupling: permutations must be ≥ 0, got {}", options.permutations);
+  if (!(options.min_effect >= 0 && options.min_effect < 1)) fail("coupling: min_effect must be in [0, 1), got {}", options.min_effect);
   const bool permutation = options.permutations > 0;
   CouplingResult result;
   result.decision_p = permutation ? "permutation" : "parametric";
@@ -138,6 +154,9 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
     c.column.significant = result.column_fdr.rejected[layer];
     c.row.p_adjusted = result.row_fdr.adjusted_p_values[layer];
     c.row.significant = result.row_fdr.rejected[layer];
+    c.column.coupled = c.column.significant && std::abs(c.column.test.rho) >= options.min_effect;
+    c.row.coupled = c.row.significant && std::abs(c.row.test.rho) >= options.min_effect;
+    result.n_coupled_column += c.column.coupled;
     rho.push_back(c.column.test.rho);
     departure.push_back(c.normalized_departure);
     symmetry.push_back(c.symmetry_index);
@@ -146,6 +165,7 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
   result.n_significant_row = result.row_fdr.n_rejected;
   result.rho_vs_departure = rank_correlation_or_nan(rho, departure);
   result.rho_vs_symmetry = rank_correlation_or_nan(rho, symmetry);
+  result.sign_rule = sign_rule_test(rho, departure, options);
   return result;
 }
 

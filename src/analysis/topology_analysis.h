@@ -87,6 +87,9 @@ struct CouplingOptions {
   int64_t permutations = 10000;  // per test; 0: parametric p only
   uint64_t seed = 0;             // layer i's permutations use seed + i
   double fdr_q = 0.05;           // Benjamini–Hochberg level across layers (SPEC)
+  // A significant layer counts as coupled only when |ρ| reaches this too: with thousands of units, ρ of a few
+  // hundredths are significant and mean nothing (0.1 is the conventional lower edge of a "small" correlation).
+  double min_effect = 0.1;
 };
 
 // One gain variant (column or row norms) tested at one layer.
@@ -94,6 +97,7 @@ struct GainTest {
   topology::SpearmanTest test;
   double p_adjusted = 0;  // BH-adjusted p of the p-value used for decisions (see CouplingResult::decision_p)
   bool significant = false;
+  bool coupled = false;   // significant and |ρ| ≥ CouplingOptions::min_effect
   int sign() const { return test.rho > 0 ? 1 : (test.rho < 0 ? -1 : 0); }
 };
 
@@ -114,8 +118,13 @@ struct CouplingResult {
   std::string decision_p;            // "permutation" (permutations > 0) or "parametric"
   topology::FdrResult column_fdr, row_fdr;
   int64_t n_significant_column = 0, n_significant_row = 0;
+  int64_t n_coupled_column = 0;  // layers whose column coupling is significant with |ρ| ≥ min_effect
   // Across layers: Spearman of the column coupling ρ with each operator-type measure (NaN with < 3 layers).
   double rho_vs_departure = 0, rho_vs_symmetry = 0;
+  // The paper's sign rule (near-symmetric layers amplify, ρ > 0; non-normal ones attenuate, ρ < 0) as a test
+  // of its own: Spearman over layers of ρ with the normalised departure, with a permutation p-value over the
+  // layers (CouplingOptions::permutations, seed − 1; NaN with < 3 layers). The rule predicts a negative ρ.
+  topology::SpearmanTest sign_rule;
 };
 
 // boundary_scores[i] (d values, NaN = leave the node out) against the gains of mean_jacobians[i] (d × d, rows

@@ -2,7 +2,8 @@
 //   DIR/power      seed 000: layer matrices, spectra, token alignment (tdyn power)
 //   DIR/jacobian   seed 003: mean Jacobians, cumulative products, metrics, Schur surgery (tdyn jacobian --surgery)
 //   DIR/init       seed 003's control: the same architecture's random initialisation (tdyn init, in DIR/init/model) through
-//                  tdyn jacobian on the same token ids (DIR/init/samples.ids); off with --no-init-control
+//                  tdyn jacobian and tdyn topology (DIR/init/topology) on the same token ids (DIR/init/samples.ids); off
+//                  with --no-init-control
 //   DIR/topology   seed 003: correlation graphs, signed Leiden, coupling with the Jacobian gains (tdyn topology)
 //   DIR/particles  seed 004: one attention head of the model simulated as interacting particles (tdyn particles
 //                  --from-model)
@@ -120,7 +121,9 @@ int run_analyze(AnalyzeArgs& a) {
                    {"jacobian", "--surgery (alphas and positions: the jacobian command's defaults)"},
                    {"init_control", a.no_init_control ? nlohmann::json(false)
                                                       : nlohmann::json{{"seed", kInitSeed}, {"rule", "tdyn init's (the family's published init rule)"},
-                                                                       {"jacobian", "the jacobian command's defaults, no --surgery"}}},
+                                                                       {"jacobian", "the jacobian command's defaults, no --surgery"},
+                                                                       {"topology", "the topology command's defaults, in DIR/init/topology "
+                                                                                    "(the coupling's control)"}}},
                    {"topology", "the topology command's defaults (coupling on)"},
                    {"particles", {{"layer", a.head_layer}, {"head", a.head}, {"tokens", a.particles_tokens}, {"T", a.particles_t},
                                   {"sphere", true}, {"cluster_on", "x"}}},
@@ -201,7 +204,15 @@ int run_analyze(AnalyzeArgs& a) {
     argv.insert(argv.end(), {"--out", dir.string()});
     record["argv"] = argv;
     const auto start = std::chrono::steady_clock::now();
-    const int code = run_self(argv);
+    int code = run_self(argv);
+    if (code == 0 && name == "init" && !skip.count("topology")) {
+      // The coupling's control: topology of the same initialisation on the same token ids, in DIR/init/topology.
+      std::vector<std::string> topology_argv = argv;
+      topology_argv[1] = "topology";
+      topology_argv.back() = (dir / "topology").string();
+      record["topology_argv"] = topology_argv;
+      code = run_self(topology_argv);
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     record["exit_code"] = code;
     record["seconds"] = seconds;
@@ -240,8 +251,8 @@ std::function<int()> setup(CLI::App& app) {
   a->pass.add_to(cmd, false);
   cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,jacobian,topology,particles");
   cmd->add_flag("--no-init-control", a->no_init_control,
-               "Do not run the random initialisation (tdyn init, seed 0) through jacobian on the same samples; the "
-               "bottleneck verdict then has no control and says not computed");
+               "Do not run the random initialisation (tdyn init, seed 0) through jacobian and topology on the same samples; "
+               "the bottleneck and coupling verdicts then have no control and say not computed");
   cmd->add_option("--particles-layer", a->head_layer, "Layer whose attention head is simulated as particles")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--particles-head", a->head, "That head's index")->capture_default_str()->check(CLI::NonNegativeNumber);

@@ -34,7 +34,7 @@ struct TopologyArgs {
   std::vector<std::string> compare;
   bool random_init = false;
   uint64_t init_seed = 0;
-  std::string boundaries = "layers";
+  std::string boundaries = "sublayers";  // every sublayer map, the MLPs included, is coupled
   GraphOptions graph;
   std::string gamma_scan;
   bool no_coupling = false;
@@ -81,7 +81,7 @@ double quantile(std::vector<double> values, double q) {
 nlohmann::json test_json(const GainTest& g) {
   auto number = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
   return {{"rho", number(g.test.rho)}, {"sign", g.sign()}, {"p_parametric", number(g.test.p_parametric)},
-          {"p_permutation", number(g.test.p_permutation)}, {"p_adjusted", g.p_adjusted}, {"significant", g.significant}};
+          {"p_permutation", number(g.test.p_permutation)}, {"p_adjusted", g.p_adjusted}, {"significant", g.significant}, {"coupled", g.coupled}};
 }
 
 // What one checkpoint's analysis leaves for the comparison.
@@ -90,7 +90,7 @@ struct CheckpointSummary {
   std::vector<double> depth;
   std::vector<int64_t> n_communities;
   std::vector<double> coupling_depth, coupling_rho;
-  std::vector<bool> coupling_significant;
+  std::vector<bool> coupling_significant, coupling_coupled;
   nlohmann::json json;
 };
 
@@ -213,6 +213,11 @@ nlohmann::json options_json(const TopologyArgs& a, const std::vector<ResidualBou
                                         {"permutation_seed_rule", "layer i uses permutation_seed + i"},
                                         {"fdr", "Benjamini-Hochberg across layers"},
                                         {"fdr_q", a.coupling.fdr_q},
+                                        {"min_effect", a.coupling.min_effect},
+                                        {"coupled_rule", "BH-significant and |rho| >= min_effect"},
+                                        {"sign_rule", "Spearman over layers of rho with the normalized departure; the paper predicts < 0 "
+                                                      "(near-symmetric layers amplify, non-normal ones attenuate); permutation seed "
+                                                      "permutation_seed - 1"},
                                         {"decision_p", a.coupling.permutations > 0 ? "permutation" : "parametric"}}},
       {"compare", a.compare},
       {"random_init", a.random_init ? nlohmann::json{{"seed", a.init_seed}, {"rule", "Hugging Face _init_weights: N(0, 0.02), norms 1"}}
@@ -383,7 +388,7 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
   out.results()["boundaries"] = per_boundary;
   nlohmann::json coupling_json = nullptr;
   if (jacobians) {
-    nlohmann::json layers = nlohmann::json::array(), significant = nlohmann::json::array();
+    nlohmann::json layers = nlohmann::json::array(), significant = nlohmann::json::array(), coupled_hooks = nlohmann::json::array();
     for (size_t i = 0; i < coupling.layers.size(); ++i) {
       const auto& l = coupling.layers[i];
       const auto& bnd = boundaries[coupled[i]];
@@ -392,14 +397,20 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
                         {"operator", {{"normalized_departure", l.normalized_departure}, {"symmetry_index", l.symmetry_index},
                                       {"complex_fraction", l.complex_fraction}}}});
       if (l.column.significant) significant.push_back(bnd.hook);
+      if (l.column.coupled) coupled_hooks.push_back(bnd.hook);
       summary.coupling_depth.push_back(depth_of(bnd));
       summary.coupling_rho.push_back(l.column.test.rho);
       summary.coupling_significant.push_back(l.column.significant);
+      summary.coupling_coupled.push_back(l.column.coupled);
     }
     auto number = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
     coupling_json = {{"jacobian_pairs", pass->n_pairs()}, {"decision_p", coupling.decision_p}, {"fdr_q", a.coupling.fdr_q},
                      {"significant_layers", coupling.n_significant_column}, {"significant_hooks", significant},
                      {"significant_layers_row_gain", coupling.n_significant_row},
+                     {"coupled_layers", coupling.n_coupled_column}, {"coupled_hooks", coupled_hooks}, {"min_effect", a.coupling.min_effect},
+                     {"sign_rule", {{"rho", number(coupling.sign_rule.rho)}, {"layers", coupling.sign_rule.n},
+                                    {"p_parametric", number(coupling.sign_rule.p_parametric)},
+                                    {"p_permutation", number(coupling.sign_rule.p_permutation)}, {"predicted", "negative"}}},
                      {"rho_vs_normalized_departure", number(coupling.rho_vs_departure)},
                      {"rho_vs_symmetry_index", number(coupling.rho_vs_symmetry)}, {"layers", layers}};
   }
@@ -419,6 +430,7 @@ CheckpointSummary analyse_checkpoint(const TopologyArgs& a, const std::shared_pt
   summary.json = {{"label", label}, {"path", model_path}, {"results_dir", out.path().string()},
                   {"communities", summary.n_communities}, {"coupling", coupling_json.is_null() ? nlohmann::json(nullptr) : nlohmann::json{
                       {"significant_layers", coupling.n_significant_column}, {"significant_layers_row_gain", coupling.n_significant_row},
+                      {"coupled_layers", coupling.n_coupled_column},
                       {"rho", summary.coupling_rho}}}};
   return summary;
 }
@@ -431,16 +443,18 @@ void comparison(ResultsDir& out, const std::vector<CheckpointSummary>& summaries
   for (size_t i = 0; i < summaries.size(); ++i) {
     const auto& s = summaries[i];
     list.push_back(s.json);
-    const int64_t significant = std::count(s.coupling_significant.begin(), s.coupling_significant.end(), true);
+    const int64_t significant = std::count(s.coupling_significant.begin(), s.coupling_significant.end(), true),
+                  coupled = std::count(s.coupling_coupled.begin(), s.coupling_coupled.end(), true);
     double mean_communities = 0;
     for (int64_t n : s.n_communities) mean_communities += static_cast<double>(n) / static_cast<double>(s.n_communities.size());
     rows.push_back({static_cast<double>(i), static_cast<double>(s.n_communities.size()), mean_communities,
-                    static_cast<double>(s.coupling_rho.size()), static_cast<double>(significant)});
+                    static_cast<double>(s.coupling_rho.size()), static_cast<double>(significant), static_cast<double>(coupled)});
   }
   out.results()["checkpoints"] = list;
   if (summaries.size() < 2) return;
-  out.csv("checkpoints.csv", {"checkpoint", "boundaries", "mean_communities", "coupled_layers", "significant_layers"}, rows,
-          "per checkpoint (labels in results.json 'checkpoints', same order): communities and significant coupling layers");
+  out.csv("checkpoints.csv", {"checkpoint", "boundaries", "mean_communities", "tested_layers", "significant_layers", "coupled_layers"}, rows,
+          "per checkpoint (labels in results.json 'checkpoints', same order): communities, and layers tested, BH-significant "
+          "and coupled (significant with |rho| >= min_effect)");
   Figure communities{"compare_communities", "communities per boundary, per checkpoint", "depth", "communities", {"set key below"}, {}, 760, 480};
   Figure coupling{"compare_coupling", "coupling rho per layer, per checkpoint (filled: BH-significant)", "depth", "Spearman rho",
                   {"set yrange [-1:1]", "set key below"}, {}, 760, 480};
@@ -537,6 +551,9 @@ std::function<int()> setup(CLI::App& app) {
   cmd->add_option("--permutations", a->coupling.permutations, "Permutations of each Spearman permutation test (0: parametric p only)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--permutation-seed", a->coupling.seed, "Seed of the permutation tests (layer i: seed + i)")->capture_default_str();
+  cmd->add_option("--min-effect", a->coupling.min_effect,
+                  "|rho| a BH-significant layer must also reach to count as coupled (with thousands of units tiny rho are significant)")
+      ->capture_default_str()->check(CLI::Range(0.0, 0.999));
   cmd->add_option("--fdr-q", a->coupling.fdr_q, "Benjamini-Hochberg level across layers")->capture_default_str()->check(CLI::Range(1e-12, 1.0 - 1e-12));
   cmd->add_flag("--save-correlations", a->save_correlations, "Write every correlation matrix as correlation_HOOK.npy [d, d]");
   cmd->add_flag("--save-jacobians", a->save_jacobians, "Write the mean Jacobians used by the coupling as mean_jacobians.npy");
