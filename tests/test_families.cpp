@@ -9,6 +9,7 @@
 #include "fixture_check.h"
 #include "io/safetensors.h"
 #include "model/families.h"
+#include "model/init.h"
 #include "model/ops.h"
 
 namespace tdyn {
@@ -291,6 +292,32 @@ TEST(FamilyConfig, ParsesEveryFamilyWithItsFeatures) {
   ModelConfig gemma_text = parse_hf_config(fixture_config("gemma4/text_only"), "gemma4_text");
   EXPECT_EQ(gemma_text.n_layers, gemma.n_layers);
   EXPECT_EQ(gemma_text.layer(4).kv_source, 2);
+}
+
+// tdyn init follows each family's published rule: GPT-2's residual-writing projections get 0.02/√(2L).
+TEST(FamilyInit, Gpt2ScalesTheResidualProjections) {
+  TDYN_REQUIRE_SHARED("fixtures/gpt2");
+  const nlohmann::json config = fixture_config("gpt2");
+  const fs::path dir = test::scratch_dir("init_gpt2");
+  write_random_init(config, dir, 5);
+  TensorStore store;
+  read_safetensors(dir / "model.safetensors", store);
+  auto std_of = [&](const std::string& name) {
+    const FloatBuffer v = store.floats(name);
+    double sum = 0, squares = 0;
+    for (size_t i = 0; i < v.size(); ++i) sum += v.data()[i], squares += double(v.data()[i]) * v.data()[i];
+    const double n = static_cast<double>(v.size()), mean = sum / n;
+    return std::sqrt(squares / n - mean * mean);
+  };
+  const double range = config.value("initializer_range", 0.02), layers = config["n_layer"].get<double>();
+  // 4096 draws or more: the sample std is within 3 % of the true one with overwhelming probability.
+  for (const char* name : {"transformer.h.0.attn.c_proj.weight", "transformer.h.2.mlp.c_proj.weight"})
+    EXPECT_NEAR(std_of(name), range / std::sqrt(2 * layers), 0.03 * range / std::sqrt(2 * layers)) << name;
+  for (const char* name : {"transformer.h.0.attn.c_attn.weight", "transformer.h.1.mlp.c_fc.weight", "transformer.wte.weight"})
+    EXPECT_NEAR(std_of(name), range, 0.03 * range) << name;
+  const FloatBuffer ln = store.floats("transformer.h.0.ln_1.weight"), bias = store.floats("transformer.h.0.attn.c_proj.bias");
+  for (size_t i = 0; i < ln.size(); ++i) EXPECT_EQ(ln.data()[i], 1.0f);
+  for (size_t i = 0; i < bias.size(); ++i) EXPECT_EQ(bias.data()[i], 0.0f);
 }
 
 TEST(FamilyConfig, UnsupportedFeaturesAreErrors) {

@@ -1,5 +1,6 @@
 #include "model/init.h"
 
+#include <cmath>
 #include <random>
 
 #include "core/error.h"
@@ -42,6 +43,19 @@ nlohmann::json llama_hf_config_json(const ModelConfig& c) {
   return j;
 }
 
+namespace {
+
+// The standard deviation of a matrix relative to initializer_range, by each family's published init. GPT-2's
+// (GPT2PreTrainedModel._init_weights, after the GPT-2 paper) scales the two projections that write into the
+// residual stream, attn.c_proj and mlp.c_proj, by 1/√(2L) so that the stream's variance does not grow with depth;
+// the other families draw every matrix and embedding from N(0, initializer_range).
+double init_scale(const ModelConfig& c, const std::string& tensor) {
+  if (c.family == "gpt2" && tensor.ends_with("c_proj.weight")) return 1 / std::sqrt(2.0 * static_cast<double>(c.n_layers));
+  return 1;
+}
+
+}  // namespace
+
 void write_random_init(const nlohmann::json& hf_config, const fs::path& dir, uint64_t seed) {
   ModelConfig reparsed = parse_hf_config(hf_config, "generated config.json");
   const double initializer_range = hf_config.value("initializer_range", 0.02);
@@ -61,7 +75,8 @@ void write_random_init(const nlohmann::json& hf_config, const fs::path& dir, uin
       Shape shape = spec.shape(reparsed, l);
       std::vector<float> values(numel(shape));
       if (spec.layout != Layout::Vector) {
-        for (float& v : values) v = normal(rng);
+        const float scale = static_cast<float>(init_scale(reparsed, name));
+        for (float& v : values) v = scale * normal(rng);
       } else if (spec.part == Part::Weight) {
         std::fill(values.begin(), values.end(), 1.0f);  // norm scales start at 1, biases at 0
       }

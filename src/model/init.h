@@ -16,8 +16,9 @@ namespace tdyn {
 // config.json for `config` (Llama family), in Hugging Face's keys.
 nlohmann::json llama_hf_config_json(const ModelConfig& config);
 
-// Writes DIR/config.json (`hf_config`) and DIR/model.safetensors with weights drawn with
-// std = hf_config["initializer_range"] (default 0.02) from a std::mt19937_64 seeded with `seed`.
+// Writes DIR/config.json (`hf_config`) and DIR/model.safetensors with the family's published init: matrices and
+// embeddings from N(0, hf_config["initializer_range"] (default 0.02)), GPT-2's attn.c_proj and mlp.c_proj with that
+// std over √(2L), norm scales 1 and biases 0; drawn from a std::mt19937_64 seeded with `seed`.
 void write_random_init(const nlohmann::json& hf_config, const fs::path& dir, uint64_t seed);
 
 }  // namespace tdyn
