@@ -14,7 +14,10 @@ if [[ ! -f $BUILD/build.ninja ]]; then
   CC=clang CXX=clang++ cmake -S . -B $BUILD -G Ninja -DTDYN_FUZZ=ON -DTDYN_FUZZ_OPT="${TDYN_FUZZ_OPT:--O0}" -DTDYN_BUILD_TESTS=OFF -DTDYN_BUILD_BENCH=OFF >/dev/null
 fi
 TARGETS=$(cd fuzz && ls fuzz_*.cpp | sed 's/\.cpp$//')
-ninja -C $BUILD -j"${JOBS:-2}" $TARGETS >/dev/null
+# The compile lines would drown the log; a failed build shows its end.
+if ! ninja -C $BUILD -j"${JOBS:-2}" $TARGETS >$BUILD/fuzz-build.log 2>&1; then
+  echo "fuzz build failed ($BUILD/fuzz-build.log):"; tail -n 60 $BUILD/fuzz-build.log; exit 1
+fi
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=print_stacktrace=1
 start=$SECONDS
 for t in $TARGETS; do

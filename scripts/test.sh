@@ -6,18 +6,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# Each phase says how long it took, so that a slow CI run shows where its time went.
+phase_start=$SECONDS
+phase_done() { echo "== $1: $((SECONDS - phase_start)) s"; phase_start=$SECONDS; }
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build
+phase_done "release build"
 (cd build && ctest --output-on-failure -j "$jobs")
+phase_done "release tests"
 
 # -O0 with line tables: it compiles several times faster than an optimised build, and the tests run on small
 # models, so the whole suite still takes only minutes under the sanitizers.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DTDYN_SANITIZE=ON \
   -DTDYN_BUILD_BENCH=OFF -DTDYN_PYTHON=OFF >/dev/null
 cmake --build build-asan --target tdyn tdyn_tests
+phase_done "sanitizer build"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j "$jobs" --timeout 900 -E '^report_renders_in_chromium$')
 # (The browser test renders a report in Chromium: its C++ side is the analyze run that Analyze.* tests already
 # cover under the sanitizers, so it runs once, in the Release suite above.)
+phase_done "sanitizer tests"
 
 scripts/fuzz-smoke.sh 2000
+phase_done "fuzz build and smoke run"
