@@ -145,6 +145,32 @@ TEST(PowerStatistics, AlignmentWithAComplexPlane) {
 
 // full + residual is the model itself: every layer's output equals forward()'s hook_resid_post, and attn-only +
 // residual equals hook_resid_mid (for every norm placement: pre, post-LN, post-sublayer, sandwich, KV sharing).
+// γ's control on the tokens' own distribution: directions drawn from their covariance.
+TEST(PowerStatistics, DirectionsDrawnFromTheTokens) {
+  const Index d = 6;
+  // Tokens on one ray: every draw is that ray, so every token aligns fully, whatever the seed.
+  Matrix ray(4, d);
+  for (Index i = 0; i < 4; ++i) ray.row(i) = (i % 2 ? -1.0 : 2.0 + i) * Vector::Unit(d, 2).transpose();
+  for (double a : token_covariance_alignments(ray, 1, token_covariance_seed(0, 0))) EXPECT_NEAR(a, 1.0, 1e-14);
+  // One ray spans one dimension: two directions cannot be drawn from it.
+  for (double a : token_covariance_alignments(ray, 2, 7)) EXPECT_TRUE(std::isnan(a));
+  // Orthogonal unit tokens e_0..e_3: the centred tokens span 3 dimensions of span{e_0..e_3}, U two of them, and the
+  // alignments' squares sum to that dimension (Σ_i ‖Pᵀe_i‖² = ‖P‖_F² = 2 for P inside span{e_0..e_3}).
+  Matrix basis_tokens = Matrix::Identity(4, d);
+  const std::vector<double> a = token_covariance_alignments(basis_tokens, 2, 11);
+  double squares = 0;
+  for (double v : a) {
+    EXPECT_TRUE(v >= 0 && v <= 1 + 1e-15) << v;
+    squares += v * v;
+  }
+  EXPECT_NEAR(squares, 2.0, 1e-12);
+  // Deterministic in the seed, different across seeds; the seeds of neighbouring layers and samples differ.
+  EXPECT_EQ(token_covariance_alignments(basis_tokens, 1, 3), token_covariance_alignments(basis_tokens, 1, 3));
+  EXPECT_NE(token_covariance_alignments(basis_tokens, 1, 3), token_covariance_alignments(basis_tokens, 1, 4));
+  EXPECT_NE(token_covariance_seed(0, 1), token_covariance_seed(1, 0));
+  EXPECT_NE(token_covariance_seed(2, 5), token_covariance_seed(2, 6));
+}
+
 TEST(PowerDynamics, FullModeIsTheForwardPass) {
   TDYN_REQUIRE_SHARED("fixtures/gpt2");
   for (const char* family : {"gpt2", "bert", "olmo3", "gemma4", "llama"}) {
@@ -212,6 +238,8 @@ TEST(PowerDynamics, TokenDynamicsStatistics) {
     EXPECT_EQ(counted, 13);
     EXPECT_NEAR(l.f.quantiles.front(), *std::min_element(d.after[l.layer].begin(), d.after[l.layer].end()), 1e-15);
     EXPECT_NEAR(l.mean_norm_after, 1.0, 1e-5);  // L2 mode
+    EXPECT_TRUE(l.f.gamma_covariance >= 0 && l.f.gamma_covariance <= 1) << l.f.gamma_covariance;
+    EXPECT_TRUE(std::isnan(l.identity_plus_f.gamma_covariance));  // F's control only
   }
 }
 

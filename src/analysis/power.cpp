@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -221,6 +222,32 @@ double alignment(const Eigen::Ref<const Vector>& x, const Matrix& basis) {
   return norm > 0 ? (basis.transpose() * x).norm() / norm : 0.0;
 }
 
+std::vector<double> token_covariance_alignments(const Matrix& tokens, Index k, uint64_t seed) {
+  TDYN_CHECK(k >= 1 && k <= tokens.cols());
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  Matrix g(tokens.rows(), k);
+  for (Index j = 0; j < k; ++j)
+    for (Index i = 0; i < tokens.rows(); ++i) g(i, j) = normal(rng);  // column by column: k = 1 and 2 share the first
+  const Matrix centred = tokens.rowwise() - tokens.colwise().mean();
+  const Matrix u = centred.transpose() * g;
+  const Eigen::ColPivHouseholderQR<Matrix> qr(u);
+  std::vector<double> out(tokens.rows(), std::numeric_limits<double>::quiet_NaN());
+  // Rank by the QR's own threshold, relative to the largest column: directions of round-off size are no directions.
+  if (tokens.rows() == 0 || qr.rank() < k) return out;
+  const Matrix basis = qr.householderQ() * Matrix::Identity(tokens.cols(), k);
+  for (Index i = 0; i < tokens.rows(); ++i) out[i] = alignment(tokens.row(i).transpose(), basis);
+  return out;
+}
+
+uint64_t token_covariance_seed(int64_t layer, int64_t sample) {
+  // splitmix64 of (layer, sample): neighbouring layers and samples get unrelated streams.
+  uint64_t z = (static_cast<uint64_t>(layer) << 40) ^ static_cast<uint64_t>(sample) ^ 0x6a09e667f3bcc909ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 double random_alignment_baseline(Index d, Index k) {
   TDYN_CHECK(d >= 1 && k >= 1 && k <= d);
   const double dd = static_cast<double>(d), kk = static_cast<double>(k);
@@ -240,7 +267,9 @@ nlohmann::json AlignmentStats::to_json() const {
   nlohmann::json q = nlohmann::json::object();
   for (size_t i = 0; i < quantiles.size(); ++i) q[fmt::format("{:g}", kQuantileLevels[i])] = quantiles[i];
   return {{"tokens", tokens},   {"gamma", gamma},         {"gamma_before", gamma_before},
-          {"baseline", baseline}, {"rho", rho},           {"increases", increases},
+          {"baseline", baseline},
+          {"gamma_covariance", std::isnan(gamma_covariance) ? nlohmann::json(nullptr) : nlohmann::json(gamma_covariance)},
+          {"rho", rho},           {"increases", increases},
           {"p_value", p_value}, {"quantiles", q},         {"histogram", histogram},
           {"unique_tokens", unique_tokens}, {"rho_unique", rho_unique}, {"samples_above", samples_above},
           {"samples_below", samples_below}, {"p_value_samples", p_value_samples}};
@@ -258,7 +287,8 @@ TokenDynamics token_dynamics(const Transformer& model, const std::vector<Sample>
   }
   TokenAlignments a;
   a.samples = static_cast<int64_t>(samples.size());
-  for (auto* v : {&a.before_f, &a.after_f, &a.before_if, &a.after_if, &a.norm_before, &a.norm_after}) v->assign(n_layers, {});
+  for (auto* v : {&a.before_f, &a.after_f, &a.before_if, &a.after_if, &a.norm_before, &a.norm_after, &a.after_covariance})
+    v->assign(n_layers, {});
   for (size_t si = 0; si < samples.size(); ++si) {
     TokenState state = initial_state(model, samples[si].ids, options);
     const int64_t n = state.x.dim(0);
@@ -270,12 +300,16 @@ TokenDynamics token_dynamics(const Transformer& model, const std::vector<Sample>
         a.norm_before[t].push_back(x.norm());
       }
       apply_layer(model, t, state, options);
+      Matrix after(n, state.x.dim(1));
       for (int64_t i = 0; i < n; ++i) {
         const Vector x = row_vector(state.x, i);
+        after.row(i) = x.transpose();
         a.after_f[t].push_back(alignment(x, basis_f[t]));
         a.after_if[t].push_back(alignment(x, basis_if[t]));
         a.norm_after[t].push_back(x.norm());
       }
+      const std::vector<double> covariance = token_covariance_alignments(after, basis_f[t].cols(), token_covariance_seed(t, si));
+      a.after_covariance[t].insert(a.after_covariance[t].end(), covariance.begin(), covariance.end());
     }
     report_progress(progress, static_cast<int64_t>(si) + 1, a.samples, "token dynamics, samples");
   }
@@ -320,6 +354,13 @@ TokenDynamics summarize_token_dynamics(TokenAlignments a, const std::vector<Laye
     l.layer = t;
     l.f = alignment_stats(a.before_f[t], a.after_f[t], random_alignment_baseline(d, dominant_basis(s.f).cols()), a.sample_of_token,
                           a.repeated);
+    if (!a.after_covariance.empty()) {
+      double sum = 0;
+      int64_t counted = 0;
+      for (double v : a.after_covariance[t])
+        if (!std::isnan(v)) sum += v, ++counted;
+      l.f.gamma_covariance = counted ? sum / counted : std::numeric_limits<double>::quiet_NaN();
+    }
     l.identity_plus_f = alignment_stats(a.before_if[t], a.after_if[t], random_alignment_baseline(d, dominant_basis(s.identity_plus_f).cols()),
                                         a.sample_of_token, a.repeated);
     double before = 0, after = 0;  // summed in token order

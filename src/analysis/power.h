@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,6 +91,14 @@ double alignment(const Eigen::Ref<const Vector>& x, const Matrix& basis);
 
 // E a(x; B) for x uniform on the unit sphere of ℝ^d and a fixed k-dimensional subspace B (exact).
 double random_alignment_baseline(Index d, Index k);
+// γ's control on the tokens' own distribution: k random directions drawn from the covariance of one sample's token
+// states X (T × d), U = (X − x̄)ᵀ G with G a T × k standard normal matrix, orthonormalised, so that U ~ N(0, Σ̂)
+// column by column; returns a(x_i; U) for every token. A residual stream is far from isotropic, so a direction
+// drawn from the tokens' own covariance, which favours their directions of large spread, is the null that v₁,t
+// must beat, not a uniform one. NaN for every token when the centred states span fewer than k dimensions.
+std::vector<double> token_covariance_alignments(const Matrix& tokens, Index k, uint64_t seed);
+// The seed of that draw for layer t and sample s: the same in the direct loop and in the shared pass.
+uint64_t token_covariance_seed(int64_t layer, int64_t sample);
 // P(X ≥ successes), X ~ Binomial(trials, 1/2) (exact, boost::math).
 double binomial_upper_tail(int64_t successes, int64_t trials);
 
@@ -100,6 +109,7 @@ struct AlignmentStats {
   double gamma = 0;          // mean a(x^{t+1}; v1)
   double gamma_before = 0;   // mean a(x^t; v1)
   double baseline = 0;       // random-direction E a, exact for this subspace dimension
+  double gamma_covariance = std::numeric_limits<double>::quiet_NaN();  // mean a(x^{t+1}; U), U from the tokens (F only)
   double rho = 0;            // fraction of increases
   int64_t increases = 0;
   double p_value = 1;        // one-sided binomial test of ρ > 1/2
@@ -142,6 +152,7 @@ struct TokenAlignments {
   int64_t samples = 0;
   std::vector<std::vector<double>> before_f, after_f, before_if, after_if;  // [layer][token]
   std::vector<std::vector<double>> norm_before, norm_after;                // [layer][token]
+  std::vector<std::vector<double>> after_covariance;  // [layer][token] a(x^{t+1}; U), token_covariance_alignments with F's k
   std::vector<int64_t> sample_of_token;  // [token] index of its sample
   std::vector<char> repeated;            // [token] its state was seen in an earlier sample
 };

@@ -6,6 +6,10 @@
 
 namespace tdyn {
 
+namespace {
+constexpr size_t kProbesPerLayer = 7;  // token_dynamics_probes' order
+}  // namespace
+
 std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& spectra) {
   const int64_t n_layers = static_cast<int64_t>(spectra.size());
   std::vector<TokenProbe> probes;
@@ -20,6 +24,7 @@ std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& 
     probes.push_back({fmt::format("power.{}.after.F", t), after, f});
     probes.push_back({fmt::format("power.{}.after.I+F", t), after, identity_plus_f});
     probes.push_back({fmt::format("power.{}.after.norm", t), after, {}});
+    probes.push_back({fmt::format("power.{}.after.F.covariance", t), after, f, t});
   }
   return probes;
 }
@@ -33,9 +38,10 @@ TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<S
   TokenAlignments a;
   a.samples = pass.n_samples();
   for (size_t t = 0; t < spectra.size(); ++t) {
-    auto values = [&](int i) { return pass.probe(probes[6 * t + i].name); };
+    auto values = [&](int i) { return pass.probe(probes[kProbesPerLayer * t + i].name); };
     a.before_f.push_back(values(0)), a.before_if.push_back(values(1)), a.norm_before.push_back(values(2));
     a.after_f.push_back(values(3)), a.after_if.push_back(values(4)), a.norm_after.push_back(values(5));
+    a.after_covariance.push_back(values(6));
   }
   mark_repeated_states(samples, causal, &a);
   if (!a.before_f.empty() && a.before_f[0].size() != a.repeated.size())

@@ -13,7 +13,8 @@
 
 namespace tdyn {
 
-// Six probes per layer t, in this order: F before, I + F before, norm before, F after, I + F after, norm after.
+// Seven probes per layer t, in this order: F before, I + F before, norm before, F after, I + F after, norm after, and
+// the alignment after with directions drawn from the tokens themselves (token_covariance_alignments, F's k).
 std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& spectra);
 
 // TokenDynamics from the probe values of a pass that holds the probes token_dynamics_probes gives. Equals

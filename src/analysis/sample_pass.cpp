@@ -394,6 +394,14 @@ class LayerRunner {
           for (size_t q = 0; q < plan.probes.size(); ++q) {
             const TokenProbe& probe = spec_.probes[plan.probes[q]];
             const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[plan.probe_slot[q]]], layer);
+            if (probe.covariance_layer >= 0) {
+              const linalg::Matrix tokens =
+                  Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.ptr(), x.dim(0), x.dim(1))
+                      .cast<double>();
+              probes[i][q] = token_covariance_alignments(tokens, probe.basis.cols(),
+                                                         token_covariance_seed(probe.covariance_layer, rows_.samples[i]));
+              continue;
+            }
             for (int64_t r = 0; r < x.dim(0); ++r) {
               const linalg::Vector row = Eigen::Map<const Eigen::VectorXf>(x.row(r), x.dim(1)).cast<double>();
               probes[i][q].push_back(probe.basis.size() == 0 ? row.norm() : alignment(row, probe.basis));
@@ -596,9 +604,11 @@ nlohmann::json PassSpec::to_json() const {
   std::vector<std::string> hooks;
   for (const auto& b : boundaries) hooks.push_back(b.hook);
   nlohmann::json probe_list = nlohmann::json::array();
-  for (const TokenProbe& p : probes)
+  for (const TokenProbe& p : probes) {
     probe_list.push_back({{"name", p.name}, {"hook", p.hook}, {"k", p.basis.cols()},
                           {"basis_fnv1a", hex64(fnv1a(p.basis.data(), p.basis.size() * sizeof(double)))}});
+    if (p.covariance_layer >= 0) probe_list.back()["covariance_layer"] = p.covariance_layer;
+  }
   return {{"boundaries", hooks}, {"correlations", correlations}, {"jacobians", jacobians},
           {"positions", positions.to_string()}, {"chunk", chunk}, {"probes", probe_list}};
 }
