@@ -12,6 +12,7 @@
 #include "model/gguf_config.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
+#include "io/torch_pickle.h"
 #include "model/families.h"
 #include "model/finite.h"
 #include "kernels/stored_matrix.h"
@@ -146,10 +147,13 @@ std::shared_ptr<const Model> load_model(const fs::path& spec, const LoadOptions&
       read_safetensors_index(path / "model.safetensors.index.json", model->store);
     } else if (fs::exists(path / "model.safetensors")) {
       read_safetensors(path / "model.safetensors", model->store);
+    } else if (fs::exists(path / "pytorch_model.bin.index.json")) {
+      read_torch_index(path / "pytorch_model.bin.index.json", model->store);
     } else if (fs::exists(path / "pytorch_model.bin")) {
-      fail("'{}' holds only pytorch_model.bin (a Python pickle, unsafe to load); convert it to model.safetensors", path.string());
+      read_torch(path / "pytorch_model.bin", model->store);  // a restricted unpickler: nothing in the file runs
     } else {
-      fail("'{}' has no model.safetensors or model.safetensors.index.json", path.string());
+      fail("'{}' has no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+           "pytorch_model.bin.index.json", path.string());
     }
   } else if (is_gguf_file(path)) {
     read_gguf(path, model->store);
