@@ -204,6 +204,12 @@ TEST(TorchCheckpoint, LoaderReadsADirectoryWithOnlyPytorchModelBin) {
   const fs::path dir = torch_copy(fixture, test::scratch_dir("torch_loader") / "llama");
   EXPECT_EQ(load_model(dir)->store.format, "pytorch");
   expect_same_logits(fixture, dir);
+  try {  // the file itself has no config: the error says to pass its directory
+    load_model(dir / "pytorch_model.bin");
+    ADD_FAILURE() << "a bare pytorch_model.bin loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass the directory that holds it"), std::string::npos) << e.what();
+  }
   // Both present: safetensors wins (here the .bin is garbage and never read).
   fs::copy_file(fixture / "model.safetensors", dir / "model.safetensors");
   write_file_atomic(dir / "pytorch_model.bin", "garbage");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <set>
 
 #include <fmt/ranges.h>
@@ -13,6 +14,7 @@
 #include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
+#include "io/zip.h"
 #include "model/families.h"
 #include "model/finite.h"
 #include "kernels/stored_matrix.h"
@@ -94,6 +96,12 @@ void check_finite_weights(const Model& m) {
   }
 }
 
+bool starts_like_zip(const fs::path& path) {
+  char head[4] = {};
+  std::ifstream(path, std::ios::binary).read(head, 4);
+  return looks_like_zip(std::string_view(head, 4));
+}
+
 }  // namespace
 
 ModelConfig llama2c_config(const TensorStore& store) {
@@ -158,6 +166,9 @@ std::shared_ptr<const Model> load_model(const fs::path& spec, const LoadOptions&
   } else if (is_gguf_file(path)) {
     read_gguf(path, model->store);
     model->config = gguf_config(model->store, path.string());
+  } else if (starts_like_zip(path)) {
+    fail("'{}' is a zip archive, as torch.save writes pytorch_model.bin: pass the directory that holds it with its "
+         "config.json", path.string());
   } else if (looks_like_llama2c(path)) {
     read_llama2c(path, model->store);
     model->config = llama2c_config(model->store);
