@@ -23,6 +23,7 @@
 #include "io/gguf.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
+#include "io/torch_pickle.h"
 #include "model/config.h"
 #include "model/gguf_config.h"
 #include "model/loader.h"
@@ -89,6 +90,13 @@ inline void safetensors_index(std::string_view input) {
     read_safetensors(MappedFile::from_bytes(parts[i + 1], shards[i]), store);
   }
   check_safetensors_index(weight_map, store, name);
+  touch_tensors(store);
+}
+
+// A pytorch_model.bin: the zip directory, the restricted unpickler, then the tensors converted.
+inline void torch_checkpoint(std::string_view input) {
+  TensorStore store;
+  read_torch(MappedFile::from_bytes(input, "pytorch_model.bin"), store);
   touch_tensors(store);
 }
 
@@ -196,7 +204,7 @@ inline void char_vocab(std::string_view input) {
 
 // End to end: a model written to a scratch directory and loaded as the CLI would, then a forward pass on two
 // tokens. One part: a .gguf file (starting "GGUF") or else a llama2.c .bin. Two parts: config.json and
-// model.safetensors. Three or more: config.json, model.safetensors.index.json and shards named as HF names
+// model.safetensors (pytorch_model.bin when it starts like a zip archive, "PK"). Three or more: config.json, model.safetensors.index.json and shards named as HF names
 // them (model-00001-of-0000N.safetensors, ...).
 inline void write_scratch(const fs::path& path, std::string_view bytes) {
   // Not write_file_atomic: its fsync would dominate the time of every run.
@@ -216,7 +224,7 @@ inline void model(std::string_view input) {
     path = dir;
     write_scratch(dir / "config.json", parts[0]);
     if (parts.size() == 2) {
-      write_scratch(dir / "model.safetensors", parts[1]);
+      write_scratch(dir / (parts[1].starts_with("PK") ? "pytorch_model.bin" : "model.safetensors"), parts[1]);
     } else {
       write_scratch(dir / "model.safetensors.index.json", parts[1]);
       const size_t n = parts.size() - 2;

@@ -12,6 +12,8 @@
 #include "core/base64.h"
 #include "entry_points.h"
 #include "io/gguf_writer.h"
+#include "io/torch_pickle.h"
+#include "io/zip.h"
 #include "model/init.h"
 
 namespace tdyn::fuzz {
@@ -29,7 +31,7 @@ const std::map<std::string, Entry> kEntries = {
     {"tokenizer_json", tokenizer_json}, {"tokenizer_llama2c", tokenizer_llama2c},
     {"vocab_txt", vocab_txt},         {"gpt2_bpe", gpt2_bpe},
     {"char_vocab", char_vocab},       {"model", model},
-    {"sentencepiece_model", sentencepiece_model}};
+    {"sentencepiece_model", sentencepiece_model}, {"torch", torch_checkpoint}};
 
 void seed(const std::string& target, const std::string& name, const std::string& bytes) {
   fs::create_directories(g_out / target);
@@ -115,6 +117,35 @@ void readers() {
   seed("safetensors_index", "two_shards",
        join_parts({index.dump(2), safetensors_file({{"a", f32_tensor({2, 3}, f.data())}}),
                    safetensors_file({{"b", f32_tensor({3}, f.data())}, {"c", f32_tensor({4, 1}, f.data())}})}));
+
+  // PyTorch zip checkpoints: every storage dtype (also in ZIP64 records), and torch.save's idioms written by
+  // hand as PyTorch writes them: an nn.Parameter, two tensors viewing one storage at different offsets (the
+  // persistent id memoized and fetched again), the state dict's _metadata attribute set with BUILD.
+  const std::map<std::string, TensorToWrite> torch_dtypes = {
+      {"h", typed<uint16_t>(DType::F16, {2, 2}, {0x3c00, 0xbc00, 0x0001, 0x7c00})},
+      {"bf", typed<uint16_t>(DType::BF16, {3}, {0x3f80, 0xc000, 0x7fc0})},
+      {"d", typed<double>(DType::F64, {2}, {1.5, -0.5})},
+      {"i", typed<int64_t>(DType::I64, {2}, {7, -7})},
+      {"u", typed<uint8_t>(DType::U8, {3}, {1, 2, 255})},
+      {"empty", typed<float>(DType::F32, {0, 4}, {})},
+      {"scalar", typed<float>(DType::F32, {}, {3.0f})}};
+  const std::string torch_bytes = torch_checkpoint_bytes(torch_dtypes);
+  seed("torch", "dtypes", torch_bytes);
+  std::vector<std::pair<std::string, std::string>> entries;
+  const ZipArchive zip(MappedFile::from_bytes(torch_bytes, "seed"));
+  for (const auto& e : zip.entries()) entries.emplace_back(e.name, std::string(zip.data(e)));
+  seed("torch", "zip64", write_zip_stored(entries, true));
+  using namespace std::string_literals;
+  auto x = [](const std::string& s) { return "X"s + static_cast<char>(s.size()) + "\0\0\0"s + s; };
+  const std::string views_pickle =
+      "\x80\x02" "ccollections\nOrderedDict\nq\x00)Rq\x01("s + x("w") +
+      "ctorch._utils\n_rebuild_parameter\nctorch._utils\n_rebuild_tensor_v2\nq\x02((" + x("storage") +
+      "ctorch\nFloatStorage\n" + x("0") + x("cpu") + "K\x08tq\x03QK\x02K\x02K\x03\x86K\x03K\x01\x86\x89h\x00)RtR"
+      "\x88h\x00)R\x87R"s + x("v") + "h\x02(h\x03QK\x00K\x04\x85K\x01\x85\x89h\x00)RtRu}"s + x("_metadata") +
+      "h\x00)R"s + x("") + "}" + x("version") + "K\x01sssb.";
+  seed("torch", "views", write_zip_stored({{"archive/data.pkl", views_pickle},
+                                           {"archive/data/0", std::string(reinterpret_cast<const char*>(f.data()), 32)},
+                                           {"archive/version", "3\n"}}));
 
   // GGUF: every metadata value type, nested arrays, a custom alignment, F32/F16/BF16 tensors.
   std::vector<GgufValue> ragged = {GgufValue::int32s({1, -2, 3}), GgufValue::strings({"x"}),
@@ -227,6 +258,10 @@ void models() {
   seed("model", "gguf_llama", gguf_llama);
   seed("model", "llama2c", read_file(g_out / "llama2c" / "separate_classifier"));
   seed("safetensors", "llama", read_file(dir / "model.safetensors"));
+  std::map<std::string, TensorToWrite> all = first;
+  all.insert(second.begin(), second.end());
+  seed("torch", "llama", torch_checkpoint_bytes(all));
+  seed("model", "hf_llama_torch", join_parts({read_file(dir / "config.json"), torch_checkpoint_bytes(all)}));
 }
 
 void tokenizers() {

@@ -18,7 +18,7 @@ const std::map<std::string, Entry> kEntries = {
     {"tokenizer_json", fuzz::tokenizer_json}, {"tokenizer_llama2c", fuzz::tokenizer_llama2c},
     {"vocab_txt", fuzz::vocab_txt},           {"gpt2_bpe", fuzz::gpt2_bpe},
     {"char_vocab", fuzz::char_vocab},         {"model", fuzz::model},
-    {"sentencepiece_model", fuzz::sentencepiece_model}};
+    {"sentencepiece_model", fuzz::sentencepiece_model}, {"torch", fuzz::torch_checkpoint}};
 
 TEST(FuzzRegression, EveryFoundInputIsAnError) {
   const fs::path root = test::source_dir() / "tests/data/corrupt";

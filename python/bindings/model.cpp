@@ -271,7 +271,8 @@ Positions outside a sample are skipped for that sample.)doc")
         return PyModel(std::move(model));
       },
       py::arg("path"), py::arg("allow_unknown_config_keys") = false, py::arg("check_weights") = true,
-      "Loads a checkpoint: a Hugging Face directory (config.json + safetensors, sharded or not), a llama2.c .bin "
+      "Loads a checkpoint: a Hugging Face directory (config.json + safetensors or pytorch_model.bin, sharded or "
+      "not), a llama2.c .bin "
       "or a .gguf file. Weights stay memory-mapped. Unknown config.json keys are an error unless allowed; a NaN or "
       "Inf weight is an error naming the tensor unless check_weights=False.");
 }

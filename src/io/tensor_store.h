@@ -68,10 +68,11 @@ class TensorStore {
   std::vector<double> doubles(const std::string& name) const;  // any float dtype (is_float), converted
   std::vector<int64_t> ints(const std::string& name) const;     // integer dtypes
 
-  // Format-level metadata (safetensors __metadata__, GGUF key/values, llama2.c header), for `tdyn info`.
+  // Format-level metadata (safetensors __metadata__, GGUF key/values, llama2.c header, PyTorch archive name and
+  // version record), for `tdyn info`.
   nlohmann::json& metadata() { return metadata_; }
   const nlohmann::json& metadata() const { return metadata_; }
-  std::string format;  // "safetensors", "gguf", "llama2c"
+  std::string format;  // "safetensors", "pytorch", "gguf", "llama2c"
 
  private:
   std::map<std::string, TensorInfo> tensors_;

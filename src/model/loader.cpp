@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <set>
 
 #include <fmt/ranges.h>
@@ -12,6 +13,8 @@
 #include "model/gguf_config.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
+#include "io/torch_pickle.h"
+#include "io/zip.h"
 #include "model/families.h"
 #include "model/finite.h"
 #include "kernels/stored_matrix.h"
@@ -93,6 +96,12 @@ void check_finite_weights(const Model& m) {
   }
 }
 
+bool starts_like_zip(const fs::path& path) {
+  char head[4] = {};
+  std::ifstream(path, std::ios::binary).read(head, 4);
+  return looks_like_zip(std::string_view(head, 4));
+}
+
 }  // namespace
 
 ModelConfig llama2c_config(const TensorStore& store) {
@@ -146,14 +155,20 @@ std::shared_ptr<const Model> load_model(const fs::path& spec, const LoadOptions&
       read_safetensors_index(path / "model.safetensors.index.json", model->store);
     } else if (fs::exists(path / "model.safetensors")) {
       read_safetensors(path / "model.safetensors", model->store);
+    } else if (fs::exists(path / "pytorch_model.bin.index.json")) {
+      read_torch_index(path / "pytorch_model.bin.index.json", model->store);
     } else if (fs::exists(path / "pytorch_model.bin")) {
-      fail("'{}' holds only pytorch_model.bin (a Python pickle, unsafe to load); convert it to model.safetensors", path.string());
+      read_torch(path / "pytorch_model.bin", model->store);  // a restricted unpickler: nothing in the file runs
     } else {
-      fail("'{}' has no model.safetensors or model.safetensors.index.json", path.string());
+      fail("'{}' has no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+           "pytorch_model.bin.index.json", path.string());
     }
   } else if (is_gguf_file(path)) {
     read_gguf(path, model->store);
     model->config = gguf_config(model->store, path.string());
+  } else if (starts_like_zip(path)) {
+    fail("'{}' is a zip archive, as torch.save writes pytorch_model.bin: pass the directory that holds it with its "
+         "config.json", path.string());
   } else if (looks_like_llama2c(path)) {
     read_llama2c(path, model->store);
     model->config = llama2c_config(model->store);

@@ -1,6 +1,6 @@
 // Loading a model from any supported on-disk format into config + tensor store + bound weights.
-// MODEL may be a Hugging Face directory (config.json + model.safetensors or model.safetensors.index.json),
-// a llama2.c legacy .bin, or a .gguf file.
+// MODEL may be a Hugging Face directory (config.json + model.safetensors or model.safetensors.index.json, or
+// else pytorch_model.bin or pytorch_model.bin.index.json), a llama2.c legacy .bin, or a .gguf file.
 #pragma once
 
 #include <memory>

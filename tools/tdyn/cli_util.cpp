@@ -62,7 +62,8 @@ int run_self(const std::vector<std::string>& argv) {
 
 void ModelArgs::add_to(CLI::App* cmd, bool headers_only) {
   cmd->add_option("MODEL", path,
-                  "Hugging Face model directory (config.json + model.safetensors[.index.json]), "
+                  "Hugging Face model directory (config.json + model.safetensors[.index.json], or else "
+                  "pytorch_model.bin[.index.json] read without running its pickle), "
                   "a .gguf file, a llama2.c .bin checkpoint, or a hub cache directory models--ORG--NAME with an "
                   "optional @REVISION (a ref such as main or step1000, or a commit; default main)")
       ->required();
