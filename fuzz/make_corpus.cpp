@@ -226,6 +226,36 @@ void models() {
                       gguf_quantized_tensor("blk.0.ffn_down.weight", {2, 256}, DType::Q4_K, values.data())}));
   seed("model", "gguf_llama", gguf_llama);
 
+  // GPT-2 as llama.cpp names it: fused attn_qkv, learned positions, biases, output.weight written out.
+  {
+    const int64_t d = 8, ff = 16, v = 16, ctx = 8;
+    std::vector<GgufTensor> g;
+    auto add = [&](const std::string& name, const Shape& shape) {
+      std::vector<float> x(static_cast<size_t>(numel(shape)));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = 0.03f * static_cast<float>(static_cast<int>((i * 7 + name.size()) % 13) - 6);
+      g.push_back(gguf_f32_tensor(name, shape, x.data()));
+    };
+    add("token_embd.weight", {v, d});
+    add("position_embd.weight", {ctx, d});
+    for (const char* n : {"blk.0.attn_norm", "blk.0.ffn_norm", "output_norm"}) add(std::string(n) + ".weight", {d}), add(std::string(n) + ".bias", {d});
+    add("blk.0.attn_qkv.weight", {3 * d, d});
+    add("blk.0.attn_qkv.bias", {3 * d});
+    add("blk.0.attn_output.weight", {d, d});
+    add("blk.0.attn_output.bias", {d});
+    add("blk.0.ffn_up.weight", {ff, d});
+    add("blk.0.ffn_up.bias", {ff});
+    add("blk.0.ffn_down.weight", {d, ff});
+    add("blk.0.ffn_down.bias", {d});
+    add("output.weight", {v, d});
+    GgufMetadata gm = {{"general.architecture", GgufValue::string("gpt2")}, {"gpt2.context_length", GgufValue::uint32(ctx)},
+                       {"gpt2.embedding_length", GgufValue::uint32(d)}, {"gpt2.block_count", GgufValue::uint32(1)},
+                       {"gpt2.feed_forward_length", GgufValue::uint32(ff)}, {"gpt2.attention.head_count", GgufValue::uint32(2)},
+                       {"gpt2.attention.layer_norm_epsilon", GgufValue::float32(1e-5f)}};
+    const std::string gguf_gpt2 = gguf_bytes(gm, g);
+    seed("gguf", "gpt2", gguf_gpt2);
+    seed("model", "gguf_gpt2", gguf_gpt2);
+  }
+
   // Tokenizers carried in GGUF metadata (tokenizer.ggml.*), on the llama metadata above: SentencePiece-style
   // ("llama": scores, token types, byte tokens), byte-level BPE ("gpt2": merges) and WordPiece ("bert").
   std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
