@@ -293,7 +293,7 @@ std::unique_ptr<Tokenizer> byte_level_bpe_tokenizer(const Keys& keys) {
 }
 
 // llama.cpp's converter stores BERT's WordPiece vocabulary with a "phantom space": a word-initial piece "foo" as
-// "▁foo", a continuation "##foo" as "foo", control tokens ("[CLS]") as they are. Undone here, the vocabulary is
+// "▁foo", a continuation "##foo" as "foo", control tokens ("[CLS]") as they are (an unknown-typed "[UNK]" too). Undone here, the vocabulary is
 // vocab.txt again and BERT's own (uncased, as llama.cpp's WPM tokenizer always is) pipeline runs on it.
 std::unique_ptr<Tokenizer> wordpiece_tokenizer(const Keys& keys) {
   TokenTable t = read_token_table(keys);
@@ -303,7 +303,7 @@ std::unique_ptr<Tokenizer> wordpiece_tokenizer(const Keys& keys) {
     const std::string& tok = t.tokens[i];
     if (tok.find('\n') != std::string::npos || tok.find('\r') != std::string::npos)
       fail("{}: GGUF tokenizer.ggml.tokens[{}] contains a line break, impossible in a WordPiece vocabulary", keys.name(), i);
-    if (t.types[i] == kControl) vocab_txt += tok;
+    if (t.types[i] == kControl || t.types[i] == kUnknown) vocab_txt += tok;
     else if (tok.starts_with(kSpace)) vocab_txt += tok.substr(3);
     else vocab_txt += "##" + tok;
     vocab_txt += '\n';
