@@ -30,6 +30,7 @@
 #include "model/transformer.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chars.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/hf_json.h"
 #include "tokenizer/json_files.h"
 #include "tokenizer/llama2c_tokenizer.h"
@@ -100,11 +101,24 @@ inline void torch_checkpoint(std::string_view input) {
   touch_tensors(store);
 }
 
+inline void exercise(const Tokenizer& tok);
+
+// The tokenizer (tokenizer.ggml.*) and the config are independent readers of the metadata: both run, and the
+// tokenizer's Error, if any, is thrown after the config has had its turn.
 inline void gguf(std::string_view input) {
   TensorStore store;
   read_gguf(MappedFile::from_bytes(input, "model.gguf"), store);
   touch_tensors(store);
+  std::optional<Error> tokenizer_error;
+  if (gguf_has_tokenizer(store.metadata())) {
+    try {
+      exercise(*gguf_tokenizer(store.metadata(), "model.gguf"));
+    } catch (const Error& e) {
+      tokenizer_error = e;
+    }
+  }
   gguf_config(store, "model.gguf");
+  if (tokenizer_error) throw *tokenizer_error;
 }
 
 inline void llama2c(std::string_view input) {

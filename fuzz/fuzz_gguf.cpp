@@ -1,4 +1,5 @@
-// libFuzzer target: a GGUF file (header, metadata, tensor infos, data) and the model config built from its metadata. Input layout: fuzz/entry_points.h.
+// libFuzzer target: a GGUF file (header, metadata, tensor infos, data), the model config built from its metadata and
+// the tokenizer it carries. Input layout: fuzz/entry_points.h.
 #include "entry_points.h"
 
 TDYN_FUZZ_TARGET(gguf)

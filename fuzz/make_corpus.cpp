@@ -256,6 +256,70 @@ void models() {
        gguf_bytes(m, {gguf_quantized_tensor("blk.0.attn_q.weight", {2, 64}, DType::Q8_0, values.data()),
                       gguf_quantized_tensor("blk.0.ffn_down.weight", {2, 256}, DType::Q4_K, values.data())}));
   seed("model", "gguf_llama", gguf_llama);
+
+  // GPT-2 as llama.cpp names it: fused attn_qkv, learned positions, biases, output.weight written out.
+  {
+    const int64_t d = 8, ff = 16, v = 16, ctx = 8;
+    std::vector<GgufTensor> g;
+    auto add = [&](const std::string& name, const Shape& shape) {
+      std::vector<float> x(static_cast<size_t>(numel(shape)));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = 0.03f * static_cast<float>(static_cast<int>((i * 7 + name.size()) % 13) - 6);
+      g.push_back(gguf_f32_tensor(name, shape, x.data()));
+    };
+    add("token_embd.weight", {v, d});
+    add("position_embd.weight", {ctx, d});
+    for (const char* n : {"blk.0.attn_norm", "blk.0.ffn_norm", "output_norm"}) add(std::string(n) + ".weight", {d}), add(std::string(n) + ".bias", {d});
+    add("blk.0.attn_qkv.weight", {3 * d, d});
+    add("blk.0.attn_qkv.bias", {3 * d});
+    add("blk.0.attn_output.weight", {d, d});
+    add("blk.0.attn_output.bias", {d});
+    add("blk.0.ffn_up.weight", {ff, d});
+    add("blk.0.ffn_up.bias", {ff});
+    add("blk.0.ffn_down.weight", {d, ff});
+    add("blk.0.ffn_down.bias", {d});
+    add("output.weight", {v, d});
+    GgufMetadata gm = {{"general.architecture", GgufValue::string("gpt2")}, {"gpt2.context_length", GgufValue::uint32(ctx)},
+                       {"gpt2.embedding_length", GgufValue::uint32(d)}, {"gpt2.block_count", GgufValue::uint32(1)},
+                       {"gpt2.feed_forward_length", GgufValue::uint32(ff)}, {"gpt2.attention.head_count", GgufValue::uint32(2)},
+                       {"gpt2.attention.layer_norm_epsilon", GgufValue::float32(1e-5f)}};
+    const std::string gguf_gpt2 = gguf_bytes(gm, g);
+    seed("gguf", "gpt2", gguf_gpt2);
+    seed("model", "gguf_gpt2", gguf_gpt2);
+  }
+
+  // Tokenizers carried in GGUF metadata (tokenizer.ggml.*), on the llama metadata above: SentencePiece-style
+  // ("llama": scores, token types, byte tokens), byte-level BPE ("gpt2": merges) and WordPiece ("bert").
+  std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; b += 17) pieces.push_back(fmt::format("<0x{:02X}>", b)), types.push_back(6);
+  for (const char* p : {"\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab", "\xC3\xA9", "<|user|>"})
+    pieces.push_back(p), types.push_back(std::string(p) == "<|user|>" ? 4 : 1);
+  std::vector<float> scores;
+  for (size_t i = 0; i < pieces.size(); ++i) scores.push_back(-static_cast<float>(i));
+  GgufMetadata spm = m;
+  for (auto kv : GgufMetadata{{"tokenizer.ggml.model", GgufValue::string("llama")},
+                              {"tokenizer.ggml.tokens", GgufValue::strings(pieces)},
+                              {"tokenizer.ggml.scores", GgufValue::float32s(scores)},
+                              {"tokenizer.ggml.token_type", GgufValue::int32s(types)},
+                              {"tokenizer.ggml.unknown_token_id", GgufValue::uint32(0)},
+                              {"tokenizer.ggml.add_bos_token", GgufValue::boolean(true)},
+                              {"tokenizer.ggml.add_eos_token", GgufValue::boolean(true)}})
+    spm.push_back(kv);
+  seed("gguf", "tokenizer_llama", gguf_bytes(spm, tensors));
+  GgufMetadata bpe = m;
+  for (auto kv : GgufMetadata{{"tokenizer.ggml.model", GgufValue::string("gpt2")},
+                              {"tokenizer.ggml.pre", GgufValue::string("gpt-2")},
+                              {"tokenizer.ggml.tokens", GgufValue::strings({"H", "e", "l", "o", "\xC4\xA0", "He", "ll", "Hell", "<|endoftext|>"})},
+                              {"tokenizer.ggml.token_type", GgufValue::int32s({1, 1, 1, 1, 1, 1, 1, 1, 3})},
+                              {"tokenizer.ggml.merges", GgufValue::strings({"H e", "l l", "He ll"})}})
+    bpe.push_back(kv);
+  seed("gguf", "tokenizer_gpt2", gguf_bytes(bpe, tensors));
+  GgufMetadata wpm = m;
+  for (auto kv : GgufMetadata{{"tokenizer.ggml.model", GgufValue::string("bert")},
+                              {"tokenizer.ggml.tokens", GgufValue::strings({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "\xE2\x96\x81" "hello", "lo", "\xE2\x96\x81" "a"})},
+                              {"tokenizer.ggml.token_type", GgufValue::int32s({3, 2, 3, 3, 1, 1, 1})}})
+    wpm.push_back(kv);
+  seed("gguf", "tokenizer_bert", gguf_bytes(wpm, tensors));
   seed("model", "llama2c", read_file(g_out / "llama2c" / "separate_classifier"));
   seed("safetensors", "llama", read_file(dir / "model.safetensors"));
   std::map<std::string, TensorToWrite> all = first;

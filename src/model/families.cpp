@@ -134,6 +134,35 @@ FamilyTable gpt2_table() {
   return t;
 }
 
+// GPT-2 as llama.cpp's converter writes it (arch "gpt2"): every Conv1D [in, out] weight transposed to nn.Linear
+// [out, in] layout, c_attn kept fused as attn_qkv (q | k | v rows), and the tied head written out again as
+// output.weight (so a tdyn GGUF GPT-2 is untied unless that tensor is absent).
+FamilyTable gguf_gpt2_table() {
+  FamilyTable t{.family = "gpt2", .format = "gguf"};
+  auto& s = t.tensors;
+  auto qkv_shape = [](C c, int64_t) { return Shape{3 * c.q_dim(), c.d_model}; };
+  auto qkv_vec = [](C c, int64_t) { return Shape{3 * c.q_dim()}; };
+  s.push_back(weight(Role::Embed, "token_embd.weight", embed_shape));
+  s.push_back(weight(Role::PosEmbed, "position_embd.weight", pos_shape));
+  layer_norm(s, Role::AttnNorm, "blk.{l}.attn_norm", model_vec);
+  const Role qkv[3] = {Role::AttnQ, Role::AttnK, Role::AttnV};
+  for (int i = 0; i < 3; ++i) {
+    TensorSpec w = weight(qkv[i], "blk.{l}.attn_qkv.weight", qkv_shape);
+    TensorSpec b = bias(qkv[i], "blk.{l}.attn_qkv.bias", qkv_vec);
+    w.fused_index = b.fused_index = i;
+    w.fused_count = b.fused_count = 3;
+    s.push_back(w);
+    s.push_back(b);
+  }
+  linear(s, Role::AttnO, "blk.{l}.attn_output", o_shape, model_vec, nullptr);
+  layer_norm(s, Role::MlpNorm, "blk.{l}.ffn_norm", model_vec);
+  linear(s, Role::MlpUp, "blk.{l}.ffn_up", up_shape, mlp_vec, nullptr);
+  linear(s, Role::MlpDown, "blk.{l}.ffn_down", down_shape, model_vec, nullptr);
+  layer_norm(s, Role::FinalNorm, "output_norm", model_vec);
+  s.push_back(weight(Role::Unembed, "output.weight", embed_shape, Layout::OutIn, untied));
+  return t;
+}
+
 // GPT-Neo (GPTNeoForCausalLM): nn.Linear everywhere; q/k/v without bias, out_proj with bias. Older files
 // carry the causal-mask buffers attn.attention.bias / masked_bias.
 FamilyTable gpt_neo_table() {
@@ -317,6 +346,7 @@ std::vector<FamilyTable> build_tables() {
                                 "blk.{l}.ffn_down", "output_norm", "output", ".bias", ".weight"},
                                {"rope_freqs.weight"}));
   tables.push_back(gpt2_table());
+  tables.push_back(gguf_gpt2_table());
   tables.push_back(gpt_neo_table());
   tables.push_back(bert_table());
   tables.push_back(albert_table());

@@ -80,6 +80,15 @@ void parse_rope_scaling(const GgufKeys& keys, const TensorStore& store, ModelCon
   }
 }
 
+// The vocabulary size: <arch>.vocab_size, else the rows of token_embd.weight.
+int64_t vocab_size(const GgufKeys& keys, const TensorStore& store, const std::string& arch, const std::string& origin) {
+  if (keys.has(arch + ".vocab_size")) return keys.integer(arch + ".vocab_size");
+  const TensorInfo* embed = store.find("token_embd.weight");
+  if (!embed || embed->shape.size() != 2)
+    fail("{}: GGUF has neither {}.vocab_size nor a 2-D token_embd.weight to take the vocabulary size from", origin, arch);
+  return embed->shape[0];
+}
+
 // Llama-architecture GGUF: the keys llama.cpp's converter writes for LlamaForCausalLM.
 ModelConfig parse_llama(const GgufKeys& keys, const TensorStore& store, const std::string& origin) {
   if (keys.integer("llama.expert_count", 0) > 0)
@@ -114,22 +123,49 @@ ModelConfig parse_llama(const GgufKeys& keys, const TensorStore& store, const st
   if (c.d_head <= 0) fail("{}: GGUF head dimension must be positive, got {}", origin, c.d_head);
   parse_rope_scaling(keys, store, c, origin);
 
-  if (keys.has("llama.vocab_size")) {
-    c.d_vocab = keys.integer("llama.vocab_size");
-  } else {
-    const TensorInfo* embed = store.find("token_embd.weight");
-    if (!embed || embed->shape.size() != 2)
-      fail("{}: GGUF has neither llama.vocab_size nor a 2-D token_embd.weight to take the vocabulary size from", origin);
-    c.d_vocab = embed->shape[0];
-  }
+  c.d_vocab = vocab_size(keys, store, "llama", origin);
   c.tied_embeddings = !store.contains("output.weight");
   // Biases are optional in llama.cpp's llama architecture; their presence in layer 0 decides.
   c.attn_qkv_bias = store.contains("blk.0.attn_q.bias");
   c.attn_o_bias = store.contains("blk.0.attn_output.bias");
   c.mlp_bias = store.contains("blk.0.ffn_up.bias");
 
-  if (keys.has("tokenizer.ggml.bos_token_id")) c.bos_id = static_cast<int32_t>(keys.integer("tokenizer.ggml.bos_token_id"));
-  if (keys.has("tokenizer.ggml.eos_token_id")) c.eos_id = static_cast<int32_t>(keys.integer("tokenizer.ggml.eos_token_id"));
+  return c;
+}
+
+// Attention heads of an architecture whose keys and values have as many heads as its queries.
+void plain_heads(const GgufKeys& keys, const std::string& arch, ModelConfig& c, const std::string& origin) {
+  c.n_heads = keys.integer(arch + ".attention.head_count");
+  if (c.n_heads <= 0) fail("{}: GGUF {}.attention.head_count must be positive, got {}", origin, arch, c.n_heads);
+  c.n_kv_heads = keys.integer(arch + ".attention.head_count_kv", c.n_heads);
+  if (c.n_kv_heads != c.n_heads)
+    fail("{}: GGUF {}.attention.head_count_kv {} differs from head_count {}; {} has no grouped-query attention", origin,
+         arch, c.n_kv_heads, c.n_heads, arch);
+  c.d_head = c.d_model / c.n_heads;
+  if (c.d_head * c.n_heads != c.d_model)
+    fail("{}: GGUF {}.embedding_length {} is not a multiple of the head count {}", origin, arch, c.d_model, c.n_heads);
+}
+
+// GPT-2 as llama.cpp's converter writes GPT2LMHeadModel: LayerNorm, gelu (tanh approximation, HF "gelu_new", which
+// is what llama.cpp's GELU computes), learned positions, biases everywhere.
+ModelConfig parse_gpt2(const GgufKeys& keys, const TensorStore& store, const std::string& origin) {
+  ModelConfig c;
+  c.family = "gpt2";
+  c.format = "gguf";
+  c.d_model = keys.integer("gpt2.embedding_length");
+  c.n_layers = keys.integer("gpt2.block_count");
+  c.d_mlp = keys.integer("gpt2.feed_forward_length");
+  c.n_ctx = keys.integer("gpt2.context_length");
+  plain_heads(keys, "gpt2", c, origin);
+  c.norm = NormKind::LayerNorm;
+  c.norm_eps = keys.real("gpt2.attention.layer_norm_epsilon");
+  c.activation = Activation::GeluTanh;
+  c.gated_mlp = false;
+  c.attn_qkv_bias = c.attn_o_bias = c.mlp_bias = true;
+  c.attn_scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  c.learned_positions = true;
+  c.d_vocab = vocab_size(keys, store, "gpt2", origin);
+  c.tied_embeddings = !store.contains("output.weight");
   return c;
 }
 
@@ -138,8 +174,12 @@ ModelConfig parse_llama(const GgufKeys& keys, const TensorStore& store, const st
 ModelConfig gguf_config(const TensorStore& store, const std::string& origin) {
   GgufKeys keys(store.metadata(), origin);
   std::string arch = keys.text("general.architecture");
-  if (arch != "llama") fail("{}: GGUF architecture '{}' is not supported (supported: llama)", origin, arch);
-  ModelConfig c = parse_llama(keys, store, origin);
+  ModelConfig c;
+  if (arch == "llama") c = parse_llama(keys, store, origin);
+  else if (arch == "gpt2") c = parse_gpt2(keys, store, origin);
+  else fail("{}: GGUF architecture '{}' is not supported (supported: llama, gpt2)", origin, arch);
+  if (keys.has("tokenizer.ggml.bos_token_id")) c.bos_id = static_cast<int32_t>(keys.integer("tokenizer.ggml.bos_token_id"));
+  if (keys.has("tokenizer.ggml.eos_token_id")) c.eos_id = static_cast<int32_t>(keys.integer("tokenizer.ggml.eos_token_id"));
   // The description for `tdyn info`: every key except long arrays (the tokenizer's vocabulary, scores and
   // merges), which stay in the store's metadata.
   c.source = nlohmann::json::object();

@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chars.h"
+#include "tokenizer/gguf_tokenizer.h"
 #include "io/hub_cache.h"
 #include "tokenizer/hf_json.h"
 #include "tokenizer/llama2c_tokenizer.h"
@@ -110,6 +112,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& file) {
   const std::string ext = file.extension().string();
   const fs::path dir = file.parent_path();
 
+  if (is_gguf_file(file)) return load_gguf_tokenizer(file);
   if (ext == ".bin") return Llama2cTokenizer::load(file);
   if (ext == ".model") return SentencePieceTokenizer::load(file);
   if (name == "tokenizer.json") return load_tokenizer_json(file);
@@ -141,6 +144,12 @@ std::unique_ptr<Tokenizer> load_tokenizer_for_model(const fs::path& model_spec) 
          kDirectoryCandidates);
   }
   if (!is_file(model_path)) fail("model '{}' does not exist", model_path.string());
+  // A GGUF file that carries its tokenizer (tokenizer.ggml.*) uses it; one without looks beside it.
+  if (is_gguf_file(model_path)) {
+    TensorStore store;
+    read_gguf(model_path, store);
+    if (gguf_has_tokenizer(store.metadata())) return gguf_tokenizer(store.metadata(), model_path.string());
+  }
   fs::path dir = model_path.parent_path().empty() ? fs::path(".") : model_path.parent_path();
   // A .bin in a Hugging Face directory (pytorch_model.bin) is not a llama2.c checkpoint.
   if (model_path.extension() == ".bin" && !is_file(dir / "config.json")) return load_beside_llama2c_model(model_path);

@@ -20,7 +20,8 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // "llama2c", "gpt2-bpe", "wordpiece", "unigram", "sp-bpe", "chars" or "sentencepiece-{unigram,bpe,word,char}".
+  // "llama2c", "gpt2-bpe", "wordpiece", "unigram", "sp-bpe", "chars", "sentencepiece-{unigram,bpe,word,char}" or
+  // "gguf-{llama,gpt2}".
   virtual std::string kind() const = 0;
   virtual int64_t vocab_size() const = 0;
 
@@ -43,10 +44,11 @@ class Tokenizer {
 
 // A tokenizer file named explicitly (--tokenizer): tokenizer.json, a SentencePiece *.model, tokenizer.bin /
 // tok*.bin, vocab.txt, vocab.json (+ merges.txt beside it, or a character vocabulary), encoder.json (+ vocab.bpe),
-// merges.txt / vocab.bpe (+ the vocabulary beside it).
+// merges.txt / vocab.bpe (+ the vocabulary beside it), or a .gguf file's own tokenizer (tokenizer/gguf_tokenizer.h).
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& file);
 
-// The tokenizer that belongs to a model: for a Hugging Face directory (or a file in one) tokenizer.model or
+// The tokenizer that belongs to a model: for a GGUF file, the tokenizer in its metadata when it has one; for a
+// Hugging Face directory (or a file in one) tokenizer.model or
 // spiece.model (unless tokenizer.json adds tokens the .model lacks), else tokenizer.json, else
 // vocab.json + merges.txt, else encoder.json + vocab.bpe, else vocab.txt, else a character vocab.json; for a
 // llama2.c .bin checkpoint, tokenizer.bin beside it, else the single tok*.bin there. A hub cache spec (DIR@REVISION)

@@ -46,10 +46,12 @@ std::function<int()> setup(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   auto* model = cmd->add_option("model", a->model,
                                 "Model directory or file whose tokenizer to use (tokenizer.json, tokenizer.model, "
-                                "vocab files; llama2.c: tokenizer.bin beside the .bin)");
+                                "vocab files; a .gguf: the tokenizer in its metadata; llama2.c: tokenizer.bin beside "
+                                "the .bin)");
   auto* tokenizer = cmd->add_option("--tokenizer", a->tokenizer,
                                     "Tokenizer file instead of a model (tokenizer.json, a SentencePiece .model, a "
-                                    "llama2.c tokenizer .bin, vocab.txt, vocab.json, merges.txt, ...)");
+                                    "llama2.c tokenizer .bin, a .gguf carrying one, vocab.txt, vocab.json, merges.txt, "
+                                    "...)");
   model->excludes(tokenizer);
   auto* text = cmd->add_option("--text", a->text, "The text to encode");
   auto* file = cmd->add_option("--file", a->file, "Encode the whole content of this file (bytes as they are)");
