@@ -45,6 +45,13 @@ const char* to_string(QKNorm q) {
   return "?";
 }
 
+// HF: int(head_dim * partial_rotary_factor) (Phi3RotaryEmbedding's `dim`); "proportional" zeroes frequencies
+// instead and keeps every pair.
+int64_t RopeConfig::rotary_dim(int64_t d_head) const {
+  if (scaling == "proportional" || partial_rotary_factor == 1.0) return d_head;
+  return static_cast<int64_t>(static_cast<double>(d_head) * partial_rotary_factor);
+}
+
 LayerConfig ModelConfig::layer(int64_t l) const {
   TDYN_CHECK(l >= 0 && l < n_layers);
   LayerConfig out{d_head, d_mlp, 0, rope, l, l, attn_scale};
@@ -100,6 +107,12 @@ void ModelConfig::validate(const std::string& origin) const {
     positive("d_mlp (per layer)", L.d_mlp);
     if (L.rope.style != RopeStyle::None && L.d_head % 2 != 0)
       fail("{}: RoPE needs an even head dimension, layer {} has {}", origin, l, L.d_head);
+    if (L.rope.style != RopeStyle::None) {
+      const int64_t rotary = L.rope.rotary_dim(L.d_head);
+      if (rotary <= 0 || rotary > L.d_head || rotary % 2 != 0)
+        fail("{}: partial_rotary_factor {} gives {} rotary dimensions of layer {}'s {}; expected an even number in [2, {}]",
+             origin, L.rope.partial_rotary_factor, rotary, l, L.d_head, L.d_head);
+    }
     if (L.sliding_window < 0) fail("{}: layer {} has a negative sliding window {}", origin, l, L.sliding_window);
     if (L.kv_source > l) fail("{}: layer {} reads keys/values of a later layer {}", origin, l, L.kv_source);
     if (L.kv_source != l) {
@@ -672,8 +685,9 @@ ModelConfig read_hf_config(const fs::path& config_json, const ConfigParseOptions
 }
 
 std::vector<double> rope_inv_freq(const RopeConfig& rope, int64_t d_head) {
-  std::vector<double> inv(d_head / 2);
-  for (int64_t i = 0; i < d_head / 2; ++i) inv[i] = 1.0 / std::pow(rope.theta, (2.0 * i) / d_head);
+  const int64_t dim = rope.rotary_dim(d_head);
+  std::vector<double> inv(dim / 2);
+  for (int64_t i = 0; i < dim / 2; ++i) inv[i] = 1.0 / std::pow(rope.theta, (2.0 * i) / dim);
   if (rope.scaling == "linear") {
     for (double& f : inv) f /= rope.factor;
   } else if (rope.scaling == "proportional") {

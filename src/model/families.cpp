@@ -456,22 +456,28 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
       };
       LayerWeights& L = per_layer(spec.role) ? stored[l] : unused_layer;
       if (Linear* lin = linear_for(L, m, spec.role)) {
-        // A fused tensor is `fused_count` equal parts along the output axis: columns of a Conv1D [in, out]
-        // matrix, rows of an nn.Linear [out, in] one, elements of a bias.
+        // A fused tensor is `fused_count` parts along the output axis: columns of a Conv1D [in, out] matrix,
+        // rows of an nn.Linear [out, in] one, elements of a bias. Part `fused_index` starts after the ones before it.
         const int64_t parts = spec.fused_count, index = spec.fused_index;
+        const bool in_out = spec.layout == Layout::InOut;
+        const int64_t total = spec.part == Part::Bias ? expected[0] : in_out ? expected[1] : expected[0];
+        const std::vector<int64_t> sizes =
+            spec.fused_sizes ? spec.fused_sizes(c, l) : std::vector<int64_t>(parts, total / parts);
+        TDYN_CHECK(static_cast<int64_t>(sizes.size()) == parts);
+        int64_t offset = 0;
+        for (int64_t i = 0; i < index; ++i) offset += sizes[i];
+        const int64_t size = sizes[index];
         if (spec.part == Part::Bias) {
-          lin->b = vector_data() + index * (expected[0] / parts);
+          lin->b = vector_data() + offset;
         } else {
-          const bool in_out = spec.layout == Layout::InOut;
           const StoredMatrix whole = matrix_of(*t);
           lin->in_out = in_out;
-          lin->out = (in_out ? expected[1] : expected[0]) / parts;
+          lin->out = size;
           lin->in = in_out ? expected[0] : expected[1];
           if (parts > 1 && in_out && is_quantized(t->dtype))
             fail("tensor '{}' is a fused Conv1D matrix stored as {}: its parts cannot be cut out of quantized blocks", name,
                  dtype_name(t->dtype));
-          lin->w = parts == 1 ? whole : in_out ? whole.column_slice(index * lin->out, lin->out)
-                                                : whole.row_slice(index * lin->out, lin->out);
+          lin->w = parts == 1 ? whole : in_out ? whole.column_slice(offset, size) : whole.row_slice(offset, size);
         }
       } else if (Norm* norm = norm_for(L, m, spec.role)) {
         (spec.part == Part::Bias ? norm->b : norm->w) = vector_data();
