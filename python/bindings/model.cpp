@@ -209,7 +209,7 @@ void bind_model(py::module_& m) {
       .def_property_readonly("source_config", [](const PyModel& s) { return to_python(s.config().source); },
                              "The raw description the configuration was parsed from (config.json, GGUF metadata, header).")
       .def_property_readonly("family", [](const PyModel& s) { return s.config().family; },
-                             "'llama', 'gpt2', 'gpt_neo', 'bert', 'albert', 'olmo3' or 'gemma4'.")
+                             "'llama', 'mistral', 'qwen2', 'phi3', 'gpt2', 'gpt_neo', 'bert', 'albert', 'olmo3' or 'gemma4'.")
       .def_property_readonly("parameter_count", [](const PyModel& s) { return s.model().parameter_count(); },
                              "Number of unique parameters (tied matrices counted once).")
       .def_property_readonly("path", [](const PyModel& s) { return s.model().path.string(); }, "Where it was loaded from.")

@@ -158,7 +158,7 @@ double activate64_derivative(Activation a, double x) {
 void rope_inplace(RopeStyle style, const std::vector<double>& inv_freq, Dual& x, int64_t n_heads, int64_t d_head,
                   int64_t pos) {
   if (style == RopeStyle::None) return;
-  const int64_t half = d_head / 2;
+  const int64_t half = static_cast<int64_t>(inv_freq.size());  // rotated pairs; partial rotary: the rest pass through
   for (int64_t i = 0; i < half; ++i) {
     const double angle = static_cast<double>(pos) * inv_freq[i], c = std::cos(angle), s = std::sin(angle);
     for (int64_t h = 0; h < n_heads; ++h) {

@@ -45,6 +45,13 @@ const char* to_string(QKNorm q) {
   return "?";
 }
 
+// HF: int(head_dim * partial_rotary_factor) (Phi3RotaryEmbedding's `dim`); "proportional" zeroes frequencies
+// instead and keeps every pair.
+int64_t RopeConfig::rotary_dim(int64_t d_head) const {
+  if (scaling == "proportional" || partial_rotary_factor == 1.0) return d_head;
+  return static_cast<int64_t>(static_cast<double>(d_head) * partial_rotary_factor);
+}
+
 LayerConfig ModelConfig::layer(int64_t l) const {
   TDYN_CHECK(l >= 0 && l < n_layers);
   LayerConfig out{d_head, d_mlp, 0, rope, l, l, attn_scale};
@@ -100,6 +107,12 @@ void ModelConfig::validate(const std::string& origin) const {
     positive("d_mlp (per layer)", L.d_mlp);
     if (L.rope.style != RopeStyle::None && L.d_head % 2 != 0)
       fail("{}: RoPE needs an even head dimension, layer {} has {}", origin, l, L.d_head);
+    if (L.rope.style != RopeStyle::None) {
+      const int64_t rotary = L.rope.rotary_dim(L.d_head);
+      if (rotary <= 0 || rotary > L.d_head || rotary % 2 != 0)
+        fail("{}: partial_rotary_factor {} gives {} rotary dimensions of layer {}'s {}; expected an even number in [2, {}]",
+             origin, L.rope.partial_rotary_factor, rotary, l, L.d_head, L.d_head);
+    }
     if (L.sliding_window < 0) fail("{}: layer {} has a negative sliding window {}", origin, l, L.sliding_window);
     if (L.kv_source > l) fail("{}: layer {} reads keys/values of a later layer {}", origin, l, L.kv_source);
     if (L.kv_source != l) {
@@ -291,6 +304,128 @@ ModelConfig parse_llama(const nlohmann::json& j, const std::string& origin, cons
   c.rope.theta = get_or<double>(j, "rope_theta", 10000.0, origin);
   parse_rope_scaling(j, c.rope, origin);
   c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, origin);
+  return c;
+}
+
+// Settings shared by the Llama-style decoders Mistral, Qwen2 and Phi-3: pre-RMSNorm, gated MLP, rotate-half
+// RoPE, grouped-query attention scaled by 1/sqrt(head_dim). Defaults are those of each HF config class.
+struct DecoderDefaults {
+  int64_t vocab, hidden, mlp, layers, heads;
+  int64_t kv_heads;  // 0: num_attention_heads
+  int64_t positions;
+  double eps;
+};
+
+ModelConfig llama_style(const nlohmann::json& j, const char* family, const DecoderDefaults& d, const std::string& origin) {
+  ModelConfig c;
+  c.family = family;
+  c.format = "hf";
+  c.d_vocab = get_int(j, "vocab_size", d.vocab, origin);
+  c.d_model = get_int(j, "hidden_size", d.hidden, origin);
+  c.d_mlp = get_int(j, "intermediate_size", d.mlp, origin);
+  c.n_layers = get_layer_count(j, "num_hidden_layers", d.layers, origin);
+  c.n_heads = get_int(j, "num_attention_heads", d.heads, origin);
+  if (c.n_heads <= 0) fail("{}: num_attention_heads must be positive", origin);
+  // An explicit null means "as many as the query heads" in every one of these config classes.
+  const bool kv_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
+  c.n_kv_heads = kv_null ? c.n_heads : get_int(j, "num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : c.n_heads, origin);
+  c.d_head = get_int(j, "head_dim", c.d_model / c.n_heads, origin);
+  c.n_ctx = get_int(j, "max_position_embeddings", d.positions, origin);
+  c.norm = NormKind::RMSNorm;
+  c.norm_eps = get_or<double>(j, "rms_norm_eps", d.eps, origin);
+  c.activation = parse_activation(get_or<std::string>(j, "hidden_act", "silu", origin), "hidden_act", origin);
+  c.gated_mlp = true;
+  c.attn_scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  c.rope.style = RopeStyle::RotateHalf;
+  c.rope.theta = get_or<double>(j, "rope_theta", 10000.0, origin);
+  parse_rope_scaling(j, c.rope, origin);
+  c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, origin);
+  return c;
+}
+
+// A sliding-window size key: `fallback` when absent, 0 (no window) when null, else a positive integer.
+int64_t window_key(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& origin) {
+  if (!j.contains(key)) return fallback;
+  if (j[key].is_null()) return 0;
+  int64_t window = get_int(j, key, 0, origin);
+  if (window <= 0) fail("{}: {} must be a positive integer or null, got {}", origin, key, window);
+  return window;
+}
+
+// One sliding window on every layer (Mistral, Phi-3: the attention passes config.sliding_window to all layers).
+void window_every_layer(ModelConfig& c, int64_t window) {
+  if (window == 0) return;
+  c.layers.resize(c.n_layers);
+  for (auto& o : c.layers) o.sliding_window = window;
+}
+
+// MistralForCausalLM (HF MistralConfig defaults): Llama with a sliding window (default 4096) on every layer.
+ModelConfig parse_mistral(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "rope_parameters", "sliding_window"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c = llama_style(j, "mistral", {32000, 4096, 14336, 32, 32, 8, 4096 * 32, 1e-6}, origin);
+  window_every_layer(c, window_key(j, "sliding_window", 4096, origin));
+  return c;
+}
+
+// Qwen2ForCausalLM (HF Qwen2Config defaults; Qwen2.5 uses the same class): q/k/v projections with bias, o_proj
+// without. Sliding windows only with use_sliding_window (Qwen2Config sets sliding_window to None otherwise), on
+// the layers that layer_types marks "sliding_attention" - by default those from max_window_layers on.
+ModelConfig parse_qwen2(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "rope_parameters", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c = llama_style(j, "qwen2", {151936, 4096, 22016, 32, 32, 32, 32768, 1e-6}, origin);
+  c.attn_qkv_bias = true;
+  c.attn_o_bias = false;
+  const bool use_window = get_or<bool>(j, "use_sliding_window", false, origin);
+  const int64_t window = use_window ? window_key(j, "sliding_window", 4096, origin) : 0;
+  const int64_t max_window_layers = get_int(j, "max_window_layers", 28, origin);
+  std::vector<std::string> types;
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    types = parse_layer_types(j, c.n_layers, origin);
+  } else {
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      types.push_back(window > 0 && l >= max_window_layers ? "sliding_attention" : "full_attention");
+  }
+  c.layers.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (types[l] != "sliding_attention") continue;
+    if (window == 0)
+      fail("{}: layer_types marks layer {} sliding_attention but there is no window (use_sliding_window {}, "
+           "sliding_window {})", origin, l, use_window, j.contains("sliding_window") ? j["sliding_window"].dump() : "absent");
+    c.layers[l].sliding_window = window;
+  }
+  return c;
+}
+
+// Phi3ForCausalLM (HF Phi3Config defaults): fused qkv_proj and gate_up_proj, an optional sliding window on every
+// layer, partial rotary embeddings. LongRoPE ("longrope", formerly "su") switches between two frequency sets by
+// sequence length and rescales cos/sin: not implemented, so refused rather than run with plain RoPE.
+ModelConfig parse_phi3(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "original_max_position_embeddings",
+      "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor", "sliding_window",
+      "resid_pdrop", "embd_pdrop"};
+  check_keys(j, keys, origin, opts);
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!j.contains(key) || !j[key].is_object()) continue;
+    const std::string type = get_or<std::string>(j[key], "rope_type", get_or<std::string>(j[key], "type", "default", origin), origin);
+    if (type == "longrope" || type == "su")
+      fail("{}: config key '{}' of type '{}' (Phi-3 LongRoPE) is not supported: its short/long frequency factors and "
+           "attention scaling are not implemented", origin, key, type);
+  }
+  ModelConfig c = llama_style(j, "phi3", {32064, 3072, 8192, 32, 32, 0, 4096, 1e-5}, origin);
+  c.rope.partial_rotary_factor = get_or<double>(j, "partial_rotary_factor", c.rope.partial_rotary_factor, origin);
+  if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))
+    fail("{}: partial_rotary_factor must be in (0, 1], got {}", origin, c.rope.partial_rotary_factor);
+  window_every_layer(c, window_key(j, "sliding_window", 0, origin));
   return c;
 }
 
@@ -646,6 +781,9 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& origin, 
   std::string type = j["model_type"].get<std::string>();
   ModelConfig c;
   if (type == "llama") c = parse_llama(j, origin, opts);
+  else if (type == "mistral") c = parse_mistral(j, origin, opts);
+  else if (type == "qwen2") c = parse_qwen2(j, origin, opts);
+  else if (type == "phi3") c = parse_phi3(j, origin, opts);
   else if (type == "gpt2") c = parse_gpt2(j, origin, opts);
   else if (type == "gpt_neo") c = parse_gpt_neo(j, origin, opts);
   else if (type == "bert") c = parse_bert(j, origin, opts);
@@ -653,7 +791,7 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& origin, 
   else if (type == "olmo3") c = parse_olmo3(j, origin, opts);
   else if (type == "gemma4") c = parse_gemma4(j, origin, opts);
   else if (type == "gemma4_text") c = parse_gemma4_text(j, origin, opts);
-  else fail("{}: unknown model_type '{}' (supported: llama, gpt2, gpt_neo, bert, albert, olmo3, gemma4, gemma4_text)", origin, type);
+  else fail("{}: unknown model_type '{}' (supported: llama, mistral, qwen2, phi3, gpt2, gpt_neo, bert, albert, olmo3, gemma4, gemma4_text)", origin, type);
   if (!c.bos_id && !c.eos_id) parse_token_ids(j, c);  // gemma4 takes them from text_config
   c.source = j;
   c.validate(origin);
@@ -672,8 +810,9 @@ ModelConfig read_hf_config(const fs::path& config_json, const ConfigParseOptions
 }
 
 std::vector<double> rope_inv_freq(const RopeConfig& rope, int64_t d_head) {
-  std::vector<double> inv(d_head / 2);
-  for (int64_t i = 0; i < d_head / 2; ++i) inv[i] = 1.0 / std::pow(rope.theta, (2.0 * i) / d_head);
+  const int64_t dim = rope.rotary_dim(d_head);
+  std::vector<double> inv(dim / 2);
+  for (int64_t i = 0; i < dim / 2; ++i) inv[i] = 1.0 / std::pow(rope.theta, (2.0 * i) / dim);
   if (rope.scaling == "linear") {
     for (double& f : inv) f /= rope.factor;
   } else if (rope.scaling == "proportional") {

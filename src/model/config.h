@@ -53,11 +53,17 @@ struct RopeConfig {
   // frequencies rotate, with exponents over the full d_head; the rest are 0, i.e. pass through).
   std::string scaling = "default";
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
-  double partial_rotary_factor = 1.0;  // "proportional" only
+  // "proportional": see above. Any other scaling (Phi-3 partial_rotary_factor): only the first
+  // rotary_dim(d_head) = int(factor * d_head) dimensions of each head rotate, as rotate-half pairs
+  // (i, i + rotary_dim / 2) over frequencies with exponents 2i / rotary_dim; the rest pass through.
+  double partial_rotary_factor = 1.0;
   int64_t original_max_position = 0;
   // Per-frequency divisors stored with the weights (GGUF rope_freqs.weight, llama.cpp's form of llama3
   // scaling); empty when absent. Applied after `scaling`.
   std::vector<double> freq_divisors;
+
+  // Head dimensions that RoPE reads (pairs it rotates, times 2 and then the pass-through dimensions after them).
+  int64_t rotary_dim(int64_t d_head) const;
 };
 
 // Per-layer deviations from the model-wide fields. A value of 0 / -1 / empty means "as the model".
@@ -81,7 +87,7 @@ struct LayerConfig {
 };
 
 struct ModelConfig {
-  std::string family;  // "llama", "gpt2", "gpt_neo", "bert", "albert", "olmo3", "gemma4"
+  std::string family;  // "llama", "mistral", "qwen2", "phi3", "gpt2", "gpt_neo", "bert", "albert", "olmo3", "gemma4"
   std::string format;  // "hf", "llama2c", "gguf"
   int64_t d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, d_head = 0, d_mlp = 0, d_vocab = 0;
   int64_t n_ctx = 0;  // maximum positions (max_position_embeddings / n_positions / seq_len)
@@ -138,12 +144,13 @@ struct ConfigParseOptions {
   bool allow_unknown_keys = false;  // unknown config.json keys are an error unless allowed (then a warning)
 };
 
-// Parses a Hugging Face config.json (dispatching on model_type: llama, gpt2, gpt_neo, bert, albert, olmo3,
-// gemma4 / gemma4_text).
+// Parses a Hugging Face config.json (dispatching on model_type: llama, mistral, qwen2, phi3, gpt2, gpt_neo, bert,
+// albert, olmo3, gemma4 / gemma4_text).
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts = {});
 ModelConfig read_hf_config(const fs::path& config_json, const ConfigParseOptions& opts = {});
 
-// RoPE inverse frequencies [d_head/2] after scaling, in float64.
+// RoPE inverse frequencies [rope.rotary_dim(d_head) / 2] after scaling, in float64: entry i rotates the pair
+// (i, i + size) (rotate-half) or (2i, 2i + 1) (interleaved); head dimensions past 2 * size pass through.
 std::vector<double> rope_inv_freq(const RopeConfig& rope, int64_t d_head);
 
 }  // namespace tdyn

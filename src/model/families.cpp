@@ -70,10 +70,11 @@ struct LlamaNames {
   std::string embed, attn_norm, q, k, v, o, mlp_norm, gate, up, down, final_norm, unembed, bias_suffix, weight_suffix;
 };
 
-FamilyTable llama_table(const std::string& format, const LlamaNames& n, std::vector<std::string> ignored) {
+FamilyTable llama_table(const std::string& format, const LlamaNames& n, std::vector<std::string> ignored,
+                        const std::string& family = "llama") {
   const std::string& W = n.weight_suffix;
   const std::string& B = n.bias_suffix;
-  FamilyTable t{.family = "llama", .format = format, .ignored_suffixes = std::move(ignored)};
+  FamilyTable t{.family = family, .format = format, .ignored_suffixes = std::move(ignored)};
   t.tensors = {
       weight(Role::Embed, n.embed + W, embed_shape),
       vec(Role::AttnNorm, n.attn_norm + W, model_vec),
@@ -95,6 +96,50 @@ FamilyTable llama_table(const std::string& format, const LlamaNames& n, std::vec
       vec(Role::FinalNorm, n.final_norm + W, model_vec),
       weight(Role::Unembed, n.unembed + W, embed_shape, Layout::OutIn, untied),
   };
+  return t;
+}
+
+// Hugging Face names of LlamaForCausalLM, shared by MistralForCausalLM and Qwen2ForCausalLM.
+const LlamaNames kHfLlamaNames = {
+    "model.embed_tokens", "model.layers.{l}.input_layernorm", "model.layers.{l}.self_attn.q_proj",
+    "model.layers.{l}.self_attn.k_proj", "model.layers.{l}.self_attn.v_proj", "model.layers.{l}.self_attn.o_proj",
+    "model.layers.{l}.post_attention_layernorm", "model.layers.{l}.mlp.gate_proj", "model.layers.{l}.mlp.up_proj",
+    "model.layers.{l}.mlp.down_proj", "model.norm", "lm_head", ".bias", ".weight"};
+
+// Phi-3 (Phi3ForCausalLM): Llama with q|k|v fused into self_attn.qkv_proj and gate|up into mlp.gate_up_proj,
+// both along the output rows; every part is used in place as a row slice.
+FamilyTable phi3_table() {
+  FamilyTable t{.family = "phi3", .format = "hf", .ignored_suffixes = {".rotary_emb.inv_freq"}, .prefixes = {"model."}};
+  auto& s = t.tensors;
+  const std::string h = "{p}layers.{l}.";
+  auto qkv_shape = [](C c, int64_t l) { return Shape{(c.n_heads + 2 * c.n_kv_heads) * c.layer(l).d_head, c.d_model}; };
+  auto qkv_sizes = [](C c, int64_t l) {
+    const int64_t hd = c.layer(l).d_head;
+    return std::vector<int64_t>{c.n_heads * hd, c.n_kv_heads * hd, c.n_kv_heads * hd};
+  };
+  auto gate_up_shape = [](C c, int64_t l) { return Shape{2 * c.layer(l).d_mlp, c.d_model}; };
+  s.push_back(weight(Role::Embed, "{p}embed_tokens.weight", embed_shape));
+  s.push_back(vec(Role::AttnNorm, h + "input_layernorm.weight", model_vec));
+  const Role qkv[3] = {Role::AttnQ, Role::AttnK, Role::AttnV};
+  for (int i = 0; i < 3; ++i) {
+    TensorSpec w = weight(qkv[i], h + "self_attn.qkv_proj.weight", qkv_shape);
+    w.fused_index = i;
+    w.fused_count = 3;
+    w.fused_sizes = qkv_sizes;
+    s.push_back(w);
+  }
+  s.push_back(weight(Role::AttnO, h + "self_attn.o_proj.weight", o_shape));
+  s.push_back(vec(Role::MlpNorm, h + "post_attention_layernorm.weight", model_vec));
+  const Role gate_up[2] = {Role::MlpGate, Role::MlpUp};  // Phi3MLP: gate, up = gate_up_proj(x).chunk(2)
+  for (int i = 0; i < 2; ++i) {
+    TensorSpec w = weight(gate_up[i], h + "mlp.gate_up_proj.weight", gate_up_shape);
+    w.fused_index = i;
+    w.fused_count = 2;
+    s.push_back(w);
+  }
+  s.push_back(weight(Role::MlpDown, h + "mlp.down_proj.weight", down_shape));
+  s.push_back(vec(Role::FinalNorm, "{p}norm.weight", model_vec));
+  s.push_back(weight(Role::Unembed, "lm_head.weight", embed_shape, Layout::OutIn, untied));
   return t;
 }
 
@@ -325,13 +370,11 @@ FamilyTable gemma4_table() {
 std::vector<FamilyTable> build_tables() {
   std::vector<FamilyTable> tables;
   // Hugging Face LlamaForCausalLM. q/k rows are permuted for RoPE's rotate-half layout.
-  tables.push_back(llama_table("hf",
-                               {"model.embed_tokens", "model.layers.{l}.input_layernorm", "model.layers.{l}.self_attn.q_proj",
-                                "model.layers.{l}.self_attn.k_proj", "model.layers.{l}.self_attn.v_proj",
-                                "model.layers.{l}.self_attn.o_proj", "model.layers.{l}.post_attention_layernorm",
-                                "model.layers.{l}.mlp.gate_proj", "model.layers.{l}.mlp.up_proj", "model.layers.{l}.mlp.down_proj",
-                                "model.norm", "lm_head", ".bias", ".weight"},
-                               {".rotary_emb.inv_freq"}));
+  tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}));
+  // MistralForCausalLM and Qwen2ForCausalLM: Llama's names (Qwen2 adds q/k/v biases, bound through attn_qkv_bias).
+  tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}, "mistral"));
+  tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}, "qwen2"));
+  tables.push_back(phi3_table());
   // llama2.c legacy .bin (names as in Meta's original checkpoints; see io/llama2c.h). Interleaved RoPE pairs.
   tables.push_back(llama_table("llama2c",
                                {"tok_embeddings", "layers.{l}.attention_norm", "layers.{l}.attention.wq",
@@ -486,22 +529,28 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
       };
       LayerWeights& L = per_layer(spec.role) ? stored[l] : unused_layer;
       if (Linear* lin = linear_for(L, m, spec.role)) {
-        // A fused tensor is `fused_count` equal parts along the output axis: columns of a Conv1D [in, out]
-        // matrix, rows of an nn.Linear [out, in] one, elements of a bias.
+        // A fused tensor is `fused_count` parts along the output axis: columns of a Conv1D [in, out] matrix,
+        // rows of an nn.Linear [out, in] one, elements of a bias. Part `fused_index` starts after the ones before it.
         const int64_t parts = spec.fused_count, index = spec.fused_index;
+        const bool in_out = spec.layout == Layout::InOut;
+        const int64_t total = spec.part == Part::Bias ? expected[0] : in_out ? expected[1] : expected[0];
+        const std::vector<int64_t> sizes =
+            spec.fused_sizes ? spec.fused_sizes(c, l) : std::vector<int64_t>(parts, total / parts);
+        TDYN_CHECK(static_cast<int64_t>(sizes.size()) == parts);
+        int64_t offset = 0;
+        for (int64_t i = 0; i < index; ++i) offset += sizes[i];
+        const int64_t size = sizes[index];
         if (spec.part == Part::Bias) {
-          lin->b = vector_data() + index * (expected[0] / parts);
+          lin->b = vector_data() + offset;
         } else {
-          const bool in_out = spec.layout == Layout::InOut;
           const StoredMatrix whole = matrix_of(*t);
           lin->in_out = in_out;
-          lin->out = (in_out ? expected[1] : expected[0]) / parts;
+          lin->out = size;
           lin->in = in_out ? expected[0] : expected[1];
           if (parts > 1 && in_out && is_quantized(t->dtype))
             fail("tensor '{}' is a fused Conv1D matrix stored as {}: its parts cannot be cut out of quantized blocks", name,
                  dtype_name(t->dtype));
-          lin->w = parts == 1 ? whole : in_out ? whole.column_slice(index * lin->out, lin->out)
-                                                : whole.row_slice(index * lin->out, lin->out);
+          lin->w = parts == 1 ? whole : in_out ? whole.column_slice(offset, size) : whole.row_slice(offset, size);
         }
       } else if (Norm* norm = norm_for(L, m, spec.role)) {
         (spec.part == Part::Bias ? norm->b : norm->w) = vector_data();

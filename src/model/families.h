@@ -35,8 +35,10 @@ struct TensorSpec {
   Layout layout;
   std::function<bool(const ModelConfig&, int64_t layer)> present;  // null: always present
   // A slice of a fused tensor along its output axis, used in place: part `fused_index` of `fused_count`
-  // equal parts (GPT-2 c_attn holds q|k|v). The shape above is the whole fused tensor's.
+  // parts (GPT-2 c_attn holds q|k|v, Phi-3 gate_up_proj gate|up). The parts are equal unless `fused_sizes`
+  // gives their sizes (Phi-3 qkv_proj with grouped-query k|v). The shape above is the whole fused tensor's.
   int fused_index = 0, fused_count = 1;
+  std::function<std::vector<int64_t>(const ModelConfig&, int64_t layer)> fused_sizes = nullptr;
 };
 
 struct FamilyTable {

@@ -104,7 +104,7 @@ class Transformer {
  private:
   std::shared_ptr<const Model> model_;
   std::vector<LayerConfig> layers_;                // resolved per-layer settings
-  std::vector<std::vector<double>> inv_freq_;      // per layer: RoPE inverse frequencies [d_head / 2]
+  std::vector<std::vector<double>> inv_freq_;      // per layer: RoPE inverse frequencies [rotary_dim / 2]
   std::vector<bool> is_kv_source_;                 // read by a later KV-shared layer
 };
 

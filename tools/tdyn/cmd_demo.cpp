@@ -41,7 +41,8 @@ int run_demo(const DemoArgs& a) {
   arch.d_vocab = 512;
   arch.n_ctx = 256;
   arch.norm_eps = 1e-5;
-  arch.rope = {RopeStyle::RotateHalf, 500000.0, "llama3", 8.0, 1.0, 4.0, 64, {}};
+  arch.rope = {.style = RopeStyle::RotateHalf, .theta = 500000.0, .scaling = "llama3", .factor = 8.0,
+               .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_position = 64};
   arch.bos_id = 1;
   fs::path model_dir = out.file("model");
   {

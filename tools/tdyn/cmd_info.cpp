@@ -20,6 +20,14 @@ nlohmann::json describe(const Model& m) {
   }
   nlohmann::json rope = {{"style", to_string(c.rope.style)}, {"theta", c.rope.theta}, {"scaling", c.rope.scaling}};
   if (c.rope.scaling != "default") rope["factor"] = c.rope.factor;
+  if (c.rope.partial_rotary_factor != 1.0) rope["partial_rotary_factor"] = c.rope.partial_rotary_factor;
+  // Per-layer sliding windows (0: full causal attention), when any layer has one.
+  nlohmann::json windows = nlohmann::json::array();
+  bool any_window = false;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    windows.push_back(c.layer(l).sliding_window);
+    any_window |= c.layer(l).sliding_window > 0;
+  }
   return {{"path", m.path.string()},
           {"family", c.family},
           {"format", c.format},
@@ -29,7 +37,8 @@ nlohmann::json describe(const Model& m) {
             {"d_head", c.d_head}, {"d_mlp", c.d_mlp}, {"d_vocab", c.d_vocab}, {"n_ctx", c.n_ctx},
             {"norm", to_string(c.norm)}, {"norm_eps", c.norm_eps}, {"activation", to_string(c.activation)},
             {"gated_mlp", c.gated_mlp}, {"attn_scale", c.attn_scale}, {"causal", c.causal},
-            {"tied_embeddings", c.tied_embeddings}, {"rope", rope}}},
+            {"tied_embeddings", c.tied_embeddings}, {"rope", rope},
+            {"sliding_window", any_window ? windows : nlohmann::json(nullptr)}}},
           {"source_config", c.source},
           {"format_metadata", m.store.metadata()},
           {"tensors", tensors}};
