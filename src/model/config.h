@@ -3,6 +3,7 @@
 //
 // A family is a set of feature values, not a code path. The generic block (model/transformer.cpp) reads:
 //   norm_placement   where each sublayer's norms sit (pre-norm, post-LN, post-sublayer, sandwich)
+//   parallel_residual  attention and MLP read the same stream (GPT-NeoX use_parallel_residual)
 //   learned_positions / n_token_types / embed_scale / d_embed (+ embedding LayerNorm, mapping_in)
 //   qk_norm, v_norm, attn_scale, per-layer windows / RoPE / head sizes / KV sources (`layers`)
 //   per_layer_input (Gemma 4 PLE), layer_scalar, final_logit_softcap, mlm_head
@@ -54,6 +55,9 @@ struct RopeConfig {
   std::string scaling = "default";
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
   double partial_rotary_factor = 1.0;  // "proportional" only
+  // Leading dimensions of each head that rotate (GPT-NeoX rotary_pct: int(d_head * rotary_pct)); 0: all of them.
+  // Frequencies are 1/theta^(2i/rotary_dims) and rotate-half pairs (i, i + rotary_dims/2); the rest pass through.
+  int64_t rotary_dims = 0;
   int64_t original_max_position = 0;
   // Per-frequency divisors stored with the weights (GGUF rope_freqs.weight, llama.cpp's form of llama3
   // scaling); empty when absent. Applied after `scaling`.
@@ -81,13 +85,17 @@ struct LayerConfig {
 };
 
 struct ModelConfig {
-  std::string family;  // "llama", "gpt2", "gpt_neo", "bert", "albert", "olmo3", "gemma4"
+  std::string family;  // "llama", "gpt2", "gpt_neo", "gpt_neox", "bert", "albert", "olmo3", "gemma4"
   std::string format;  // "hf", "llama2c", "gguf"
   int64_t d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, d_head = 0, d_mlp = 0, d_vocab = 0;
   int64_t n_ctx = 0;  // maximum positions (max_position_embeddings / n_positions / seq_len)
   NormKind norm = NormKind::RMSNorm;
   double norm_eps = 1e-5;
   NormPlacement norm_placement = NormPlacement::Pre;
+  // Parallel block (GPT-NeoX use_parallel_residual, Pre placement only): both sublayers read the layer's input,
+  //   resid_post = resid_pre + attn(N1(resid_pre)) + mlp(N2(resid_pre)).
+  // hook_resid_mid is then resid_pre + attn_out, a point the MLP does not read (see model/transformer.h).
+  bool parallel_residual = false;
   Activation activation = Activation::SiLU;
   bool gated_mlp = true;  // SwiGLU / GeGLU: down(act(gate x) * up x)
   bool attn_qkv_bias = false, attn_o_bias = false, mlp_bias = false;
@@ -138,12 +146,12 @@ struct ConfigParseOptions {
   bool allow_unknown_keys = false;  // unknown config.json keys are an error unless allowed (then a warning)
 };
 
-// Parses a Hugging Face config.json (dispatching on model_type: llama, gpt2, gpt_neo, bert, albert, olmo3,
-// gemma4 / gemma4_text).
+// Parses a Hugging Face config.json (dispatching on model_type: llama, gpt2, gpt_neo, gpt_neox, bert, albert,
+// olmo3, gemma4 / gemma4_text).
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts = {});
 ModelConfig read_hf_config(const fs::path& config_json, const ConfigParseOptions& opts = {});
 
-// RoPE inverse frequencies [d_head/2] after scaling, in float64.
+// RoPE inverse frequencies [rotary_dims/2] (rotary_dims 0: d_head) after scaling, in float64.
 std::vector<double> rope_inv_freq(const RopeConfig& rope, int64_t d_head);
 
 }  // namespace tdyn

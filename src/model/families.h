@@ -37,6 +37,10 @@ struct TensorSpec {
   // A slice of a fused tensor along its output axis, used in place: part `fused_index` of `fused_count`
   // equal parts (GPT-2 c_attn holds q|k|v). The shape above is the whole fused tensor's.
   int fused_index = 0, fused_count = 1;
+  // The fused parts alternate per head instead: [n_heads][fused_count][d_head] along the output axis (GPT-NeoX
+  // query_key_value holds q_h, k_h, v_h for each head h). Bound through a copy regrouped to
+  // [fused_count][n_heads][d_head], made once per tensor; nn.Linear [out, in] layout only.
+  bool fused_per_head = false;
 };
 
 struct FamilyTable {

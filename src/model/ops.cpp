@@ -119,8 +119,10 @@ void softcap_inplace(float* x, int64_t n, double cap) {
 void apply_rope(RopeStyle style, const std::vector<double>& inv_freq, float* x, int64_t rows, int64_t n_heads,
                 int64_t d_head, int64_t start_pos) {
   if (style == RopeStyle::None) return;
-  const int64_t half = d_head / 2;
-  TDYN_CHECK(static_cast<int64_t>(inv_freq.size()) == half);
+  // One frequency per rotating pair: d_head / 2 of them, fewer under partial rotary (the first 2 * half
+  // dimensions of each head rotate, the rest pass through).
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  TDYN_CHECK(2 * half <= d_head);
   std::vector<float> cos_t(half), sin_t(half);
   for (int64_t r = 0; r < rows; ++r) {
     double pos = static_cast<double>(start_pos + r);

@@ -20,6 +20,7 @@ nlohmann::json describe(const Model& m) {
   }
   nlohmann::json rope = {{"style", to_string(c.rope.style)}, {"theta", c.rope.theta}, {"scaling", c.rope.scaling}};
   if (c.rope.scaling != "default") rope["factor"] = c.rope.factor;
+  if (c.rope.rotary_dims > 0) rope["rotary_dims"] = c.rope.rotary_dims;  // partial rotary (GPT-NeoX rotary_pct)
   return {{"path", m.path.string()},
           {"family", c.family},
           {"format", c.format},
@@ -29,7 +30,7 @@ nlohmann::json describe(const Model& m) {
             {"d_head", c.d_head}, {"d_mlp", c.d_mlp}, {"d_vocab", c.d_vocab}, {"n_ctx", c.n_ctx},
             {"norm", to_string(c.norm)}, {"norm_eps", c.norm_eps}, {"activation", to_string(c.activation)},
             {"gated_mlp", c.gated_mlp}, {"attn_scale", c.attn_scale}, {"causal", c.causal},
-            {"tied_embeddings", c.tied_embeddings}, {"rope", rope}}},
+            {"tied_embeddings", c.tied_embeddings}, {"parallel_residual", c.parallel_residual}, {"rope", rope}}},
           {"source_config", c.source},
           {"format_metadata", m.store.metadata()},
           {"tensors", tensors}};
