@@ -52,7 +52,7 @@ std::function<int()> setup(CLI::App& app) {
     const auto& c = d["config"];
     std::cout << fmt::format("model       {}\nfamily      {}\nformat      {}\nparameters  {}\n", d["path"].get<std::string>(),
                              d["family"].get<std::string>(), d["format"].get<std::string>(), d["parameters"].get<int64_t>());
-    for (auto& [key, value] : c.items()) std::cout << fmt::format("{:<16}{}\n", key, value.dump());
+    for (auto& [key, value] : c.items()) std::cout << fmt::format("{:<18}{}\n", key, value.dump());
     std::cout << fmt::format("\n{} tensors:\n", d["tensors"].size());
     for (const auto& t : d["tensors"])
       std::cout << fmt::format("  {:<56} {:<5} {}\n", t["name"].get<std::string>(), t["dtype"].get<std::string>(),
