@@ -3,7 +3,10 @@
 // (use_parallel_residual, rotary_pct 0.25) and one sequential (rotary_pct 0.5). Every hook, the residual
 // identities, KV-cached decoding, the sublayer Jacobians and their composition over depth, the layer matrices,
 // config and tensor errors, and the CLI commands on them.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -27,7 +30,7 @@ namespace {
 using linalg::Matrix;
 
 // The generated fixtures, made once into the build tree and reused by every test process while the generator is
-// unchanged (written to a temporary directory and renamed, so parallel test processes never see half a fixture).
+// unchanged (under a file lock, into a temporary directory then renamed, so no process sees half a fixture).
 // Empty when shared/fixtures/_gen, /usr/bin/python3 or its torch is missing; *why says which.
 fs::path neox_fixtures(std::string* why) {
   const fs::path gen = test::shared_dir() / "fixtures" / "_gen" / "nn64.py";
@@ -43,6 +46,15 @@ fs::path neox_fixtures(std::string* why) {
   const std::string version = std::to_string(fs::last_write_time(script).time_since_epoch().count());
   auto fresh = [&] { return fs::exists(stamp) && read_file(stamp) == version; };
   if (fresh()) return dir;
+  // One process generates; the others (ctest runs tests in parallel processes) wait for it here.
+  fs::create_directories(root);
+  const int lock = ::open((root / "gpt_neox.lock").c_str(), O_CREAT | O_RDWR, 0644);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) return none("cannot lock " + (root / "gpt_neox.lock").string());
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }  // closing releases the lock
+  } unlock{lock};
+  if (fresh()) return dir;
   const fs::path tmp = root / ("gpt_neox.tmp" + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -56,11 +68,9 @@ fs::path neox_fixtures(std::string* why) {
   }
   std::ofstream(tmp / "generator.stamp") << version;
   std::error_code ec;
-  if (!fresh()) {  // else another test process finished first: its copy is as good, and may be in use
-    fs::remove_all(dir, ec);
-    fs::rename(tmp, dir, ec);
-  }
-  fs::remove_all(tmp, ec);
+  fs::remove_all(dir, ec);
+  fs::rename(tmp, dir, ec);
+  if (ec) return none("cannot move the generated references to " + dir.string() + ": " + ec.message());
   return dir;
 }
 
@@ -108,6 +118,11 @@ TEST_P(Neox, ResidualIdentitiesHoldExactly) {
       ASSERT_EQ(post[i], mid[i] + mlp[i]) << "layer " << l << " element " << i;
       ASSERT_EQ(ln2[i], mlp_input[i]) << "layer " << l << " element " << i << " (the MLP's input)";
     }
+  }
+  // Run step by step, a parallel block's MLP step refuses to guess its input.
+  if (c.parallel_residual) {
+    Tensor x = cache.at("blocks.1.hook_resid_mid");
+    EXPECT_THROW(model.mlp_block(1, x, nullptr), Error);
   }
 }
 

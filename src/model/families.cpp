@@ -483,12 +483,12 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
       if (!is_float(t->dtype))
         fail("tensor '{}' has dtype {}, expected a floating-point type (float32, float16, bfloat16 or a GGUF quantization)", name, dtype_name(t->dtype));
       if (used.insert(name).second) m.sources.push_back({name, layered ? l : -1});
-      // Vectors as float32 pointers: in place when already aligned float32, else widened once and owned.
       // Output-axis index of element e of part `part` in a per-head fused tensor: [head][part][d_head] order.
       const int64_t head_dim = spec.fused_per_head ? expected[0] / (spec.fused_count * c.n_heads) : 0;
       auto per_head_index = [&](int64_t part, int64_t e) {
         return ((e / head_dim) * spec.fused_count + part) * head_dim + e % head_dim;
       };
+      // Vectors as float32 pointers: in place when already aligned float32, else widened once and owned.
       auto vector_data = [&]() -> const float* {
         if (auto it = widened.find(name); it != widened.end()) return it->second;
         auto buffer = std::make_shared<FloatBuffer>(store.floats(name));
