@@ -36,6 +36,7 @@ PositionSpec position_spec(const Positions& positions) {
 nlohmann::json describe(const ModelConfig& c) {
   nlohmann::json rope = {{"style", to_string(c.rope.style)}, {"theta", c.rope.theta}, {"scaling", c.rope.scaling}};
   if (c.rope.scaling != "default") rope["factor"] = c.rope.factor;
+  if (c.rope.partial_rotary_factor != 1.0) rope["rotary_dims"] = c.rope.rotary_dim(c.d_head);  // partial rotary
   return {{"family", c.family},          {"format", c.format},
           {"d_model", c.d_model},        {"n_layers", c.n_layers},
           {"n_heads", c.n_heads},        {"n_kv_heads", c.n_kv_heads},
@@ -43,6 +44,7 @@ nlohmann::json describe(const ModelConfig& c) {
           {"d_vocab", c.d_vocab},        {"d_embed", c.embed_dim()},
           {"n_ctx", c.n_ctx},            {"norm", to_string(c.norm)},
           {"norm_eps", c.norm_eps},      {"norm_placement", to_string(c.norm_placement)},
+          {"parallel_residual", c.parallel_residual},
           {"activation", to_string(c.activation)}, {"gated_mlp", c.gated_mlp},
           {"attn_scale", c.attn_scale},  {"causal", c.causal},
           {"tied_embeddings", c.tied_embeddings},  {"rope", rope},
@@ -209,7 +211,7 @@ void bind_model(py::module_& m) {
       .def_property_readonly("source_config", [](const PyModel& s) { return to_python(s.config().source); },
                              "The raw description the configuration was parsed from (config.json, GGUF metadata, header).")
       .def_property_readonly("family", [](const PyModel& s) { return s.config().family; },
-                             "'llama', 'mistral', 'qwen2', 'phi3', 'gpt2', 'gpt_neo', 'bert', 'albert', 'olmo3' or 'gemma4'.")
+                             "'llama', 'mistral', 'qwen2', 'phi3', 'gpt2', 'gpt_neo', 'gpt_neox', 'bert', 'albert', 'olmo3' or 'gemma4'.")
       .def_property_readonly("parameter_count", [](const PyModel& s) { return s.model().parameter_count(); },
                              "Number of unique parameters (tied matrices counted once).")
       .def_property_readonly("path", [](const PyModel& s) { return s.model().path.string(); }, "Where it was loaded from.")

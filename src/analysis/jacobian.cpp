@@ -288,10 +288,11 @@ void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids
     }
     state->resid_pre[layer] = x;
   }
+  const Tensor resid_pre = c.parallel_residual ? x : Tensor();  // a parallel block's MLP reads it
   t.attention_block(layer, x, 0, &kv, hooks.get());
   const Tensor per_layer = t.per_layer_input(layer, ids, embeddings);
   if (state) state->resid_mid[layer] = x;
-  t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), nullptr);
+  t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), nullptr, 0, &resid_pre);
   if (!state) return;
   state->resid_post[layer] = x;
   if (!per_layer.data.empty()) state->per_layer_inputs[layer] = per_layer;
@@ -319,11 +320,14 @@ SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const i
 
 Vector JacobianModel::input(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   TDYN_CHECK(pos >= 0 && pos < s.n_pos);
-  return row64(which == Sublayer::Attention ? s.resid_pre.at(layer) : s.resid_mid.at(layer), pos);
+  const bool reads_pre = which == Sublayer::Attention || config().parallel_residual;
+  return row64(reads_pre ? s.resid_pre.at(layer) : s.resid_mid.at(layer), pos);
 }
 
 Vector JacobianModel::output(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   TDYN_CHECK(pos >= 0 && pos < s.n_pos);
+  if (which == Sublayer::Mlp && config().parallel_residual)  // resid_pre + mlp_out, from the stored boundaries
+    return row64(s.resid_pre.at(layer), pos) + row64(s.resid_post.at(layer), pos) - row64(s.resid_mid.at(layer), pos);
   return row64(which == Sublayer::Attention ? s.resid_mid.at(layer) : s.resid_post.at(layer), pos);
 }
 

@@ -6,6 +6,10 @@
 //   MLP step        h_post[p] = M_l(h_mid[p]  ; per-layer input fixed)    (+ Gemma 4 per-layer-input branch and
 //                                                                         layer_scalar, up to hook_resid_post)
 // and its Jacobian J = ∂out[p]/∂in[p] is d × d with rows = outputs (torch.autograd.functional.jacobian layout).
+// A parallel-residual block (GPT-NeoX) has both sublayers reading h_pre: its attention step is the map above
+// (h_mid = h_pre + attn(N1(h_pre))) and its MLP step is x ↦ x + mlp(N2(x)) at x = h_pre, so the two Jacobians
+// are I + J_attn and I + J_mlp at the same input and the block's is their sum minus I (not their product):
+// ∂h_post/∂h_pre = J_2l + J_2l+1 − I. Chains over depth compose them so (DepthChain, jacobian_analysis.h).
 // Only position p's residual vector varies: the keys/values of the other positions are held at their forward
 // values, while p's own key and value do change (on Gemma 4 KV-shared layers they come from an earlier layer
 // and are constants). For post-norm (BERT/ALBERT), post-sublayer (OLMo 3) and sandwich (Gemma 4) families the
@@ -142,7 +146,8 @@ class JacobianModel {
   SequenceState run(std::span<const int32_t> ids, std::span<const int32_t> token_types = {}) const;
 
   // The residual vector entering the sublayer at `pos` (hook_resid_pre / hook_resid_mid), and the one leaving
-  // it in the float32 forward pass (hook_resid_mid / hook_resid_post).
+  // it in the float32 forward pass (hook_resid_mid / hook_resid_post). A parallel block's MLP step enters at
+  // hook_resid_pre and leaves at hook_resid_pre + hook_mlp_out (from the stored boundaries, to float32 rounding).
   linalg::Vector input(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
   linalg::Vector output(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
   // The local map itself in float64: out[p] as a function of in[p] = x, everything else fixed.

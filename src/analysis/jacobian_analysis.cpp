@@ -96,7 +96,7 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
         const SequenceState state = model.run(samples[i].ids);
         const std::vector<int64_t> positions = options.positions.resolve(state.n_pos);
         for (int64_t pos : positions) {
-          Matrix product = Matrix::Identity(d, d);
+          DepthChain<Matrix> product(model.config().parallel_residual);
           for (int64_t k = 0; k < K; ++k) {
             const int64_t layer = k / 2;
             const Sublayer which = k % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp;
@@ -104,10 +104,7 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
             if (!need_plain) continue;
             const Matrix j = model.jacobian(state, layer, which, pos);
             if (!options.structured) my_plain[k] += j;
-            if (options.mean_of_products) {
-              product = j * product;
-              my_products[k] += product;
-            }
+            if (options.mean_of_products) my_products[k] += product.add(j);
             if (options.per_sample) {
 #pragma omp critical(tdyn_jacobian_per_sample)
               options.per_sample(i, pos, layer, which, j);
@@ -166,9 +163,10 @@ nlohmann::json SurgeryPoint::to_json() const {
           {"max_abs_departure_ratio_minus_alpha", worst}, {"max_imaginary_fraction", max_imaginary_fraction}};
 }
 
-SurgerySweep::SurgerySweep(const SurgeryOptions& options) : options_(options) {
+SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool parallel_residual) : options_(options) {
   for (double alpha : options.alphas) points_.push_back({alpha, {}, {}, {}, 0});
-  products_.resize(options.alphas.size());
+  products_.assign(options.alphas.size(), {DepthChain<ComplexMatrix>(parallel_residual),
+                                           DepthChain<ComplexMatrix>(parallel_residual)});
 }
 
 void SurgerySweep::add(const Matrix& mean) {
@@ -182,17 +180,16 @@ void SurgerySweep::add(const Matrix& mean) {
     p.departure_ratio.push_back(departure > 0 ? henrici_departure(modified, schur.eigenvalues()) / departure : 0.0);
     p.max_imaginary_fraction = std::max(p.max_imaginary_fraction, imaginary_fraction(modified));
     auto& [product, control_product] = products_[a];
-    product = depth_ == 0 ? modified : ComplexMatrix(modified * product);
-    control_product = depth_ == 0 ? control : ComplexMatrix(control * control_product);
-    p.surgery.push_back(effective_ranks(linalg::singular_values(product)));
-    p.control.push_back(effective_ranks(linalg::singular_values(control_product)));
+    p.surgery.push_back(effective_ranks(linalg::singular_values(product.add(modified))));
+    p.control.push_back(effective_ranks(linalg::singular_values(control_product.add(control))));
   }
   ++depth_;
 }
 
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<Matrix>& means, const SurgeryOptions& options,
-                                              const std::function<void(const std::string&)>& progress) {
-  SurgerySweep sweep(options);
+                                              const std::function<void(const std::string&)>& progress,
+                                              bool parallel_residual) {
+  SurgerySweep sweep(options, parallel_residual);
   for (size_t k = 0; k < means.size(); ++k) {
     if (progress) progress(fmt::format("surgery at depth {} of {}", k + 1, means.size()));
     sweep.add(means[k]);

@@ -11,6 +11,7 @@
 #include "analysis/jacobian.h"
 #include "analysis/operator_metrics.h"
 #include "analysis/samples.h"
+#include "linalg/gemm.h"
 
 namespace tdyn {
 
@@ -50,6 +51,39 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
 // Name of sublayer k: "blocks.{l}.jac_attn" / "blocks.{l}.jac_mlp" (the fixtures' keys).
 std::string sublayer_name(int64_t k);
 
+// The Jacobian of the residual stream after sublayer k with respect to the layer-0 input, from the sublayer
+// Jacobians in depth order: C_k = J_k C_{k−1} — except after the MLP step of a parallel-residual block, whose
+// two steps read the same input: C_2l+1 = (J_2l + J_2l+1 − I) C_2l−1 = C_2l + (J_2l+1 − I) C_2l−1
+// (jacobian.h). C_2l is then ∂hook_resid_mid/∂x_0 and C_2l+1 ∂hook_resid_post/∂x_0 for every family.
+inline linalg::Matrix chain_product(const linalg::Matrix& a, const linalg::Matrix& b) { return linalg::multiply(a, b); }
+inline linalg::ComplexMatrix chain_product(const linalg::ComplexMatrix& a, const linalg::ComplexMatrix& b) { return a * b; }
+
+template <typename MatrixType>
+class DepthChain {
+ public:
+  explicit DepthChain(bool parallel_residual) : parallel_(parallel_residual) {}
+  // Takes J_k of the next depth k; returns C_k.
+  const MatrixType& add(const MatrixType& j) {
+    const bool attention = k_ % 2 == 0;
+    if (attention && parallel_) layer_input_ = current_;  // C_2l−1 (empty: the identity)
+    if (!attention && parallel_) {
+      MatrixType delta = j;  // J_2l+1 − I
+      delta.diagonal().array() -= 1.0;
+      if (layer_input_.size() == 0) current_ += delta;
+      else current_ += chain_product(delta, layer_input_);
+    } else {
+      current_ = k_ == 0 ? j : chain_product(j, current_);
+    }
+    ++k_;
+    return current_;
+  }
+
+ private:
+  bool parallel_;
+  int64_t k_ = 0;
+  MatrixType current_, layer_input_;
+};
+
 // ---- Schur surgery (SPEC §3) ----------------------------------------------------------------------------
 
 struct SurgeryOptions {
@@ -74,7 +108,8 @@ struct SurgeryPoint {
 // and the control's), whatever the depth.
 class SurgerySweep {
  public:
-  explicit SurgerySweep(const SurgeryOptions& options);
+  // parallel_residual: chain the depths as DepthChain does for parallel blocks.
+  explicit SurgerySweep(const SurgeryOptions& options, bool parallel_residual = false);
   void add(const linalg::Matrix& mean);  // J̄_k of the next depth k
   const std::vector<SurgeryPoint>& points() const { return points_; }
 
@@ -82,11 +117,12 @@ class SurgerySweep {
   SurgeryOptions options_;
   int64_t depth_ = 0;
   std::vector<SurgeryPoint> points_;  // per α
-  std::vector<std::pair<linalg::ComplexMatrix, linalg::ComplexMatrix>> products_;  // per α: surgery, control
+  std::vector<std::pair<DepthChain<linalg::ComplexMatrix>, DepthChain<linalg::ComplexMatrix>>> products_;  // per α: surgery, control
 };
 
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<linalg::Matrix>& means, const SurgeryOptions& options,
-                                              const std::function<void(const std::string&)>& progress = {});
+                                              const std::function<void(const std::string&)>& progress = {},
+                                              bool parallel_residual = false);
 
 // Henrici departure in the identity form sqrt(‖A‖_F² − Σ|λ_i|²) of a complex matrix with known eigenvalues.
 double henrici_departure(const linalg::ComplexMatrix& a, const linalg::ComplexVector& eigenvalues);

@@ -114,8 +114,15 @@ void apply_layer(const Transformer& model, int64_t layer, TokenState& s, const D
   switch (options.mode) {
     case DynamicsMode::Full:
       if (options.residual) {
+        const Tensor resid_pre = c.parallel_residual ? s.x : Tensor();  // a parallel block's MLP reads it
         model.attention_block(layer, s.x, 0, &s.kv);
-        model.mlp_block(layer, s.x, per_layer);
+        model.mlp_block(layer, s.x, per_layer, nullptr, 0, &resid_pre);
+      } else if (c.parallel_residual) {
+        // Parallel block without its residual: attn(N1(x)) + mlp(N2(x)), both from the same x.
+        Tensor a = sublayer_without_residual(model, layer, true, s.x, s);
+        const Tensor m = sublayer_without_residual(model, layer, false, s.x, s);
+        for (int64_t i = 0; i < a.size(); ++i) a.data[i] += m.data[i];
+        s.x = std::move(a);
       } else {
         s.x = sublayer_without_residual(model, layer, true, s.x, s);
         s.x = sublayer_without_residual(model, layer, false, s.x, s);

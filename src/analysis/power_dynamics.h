@@ -3,7 +3,8 @@
 //
 //   full          the real model: attention sublayer then MLP sublayer, each with the family's norms
 //                 (pre-norm x + f(N(x)), post-LN N(x + f(x)), post-sublayer x + N(f(x)), sandwich
-//                 x + N2(f(N1(x)))), Gemma 4's per-layer-input branch and layer scalar included.
+//                 x + N2(f(N1(x)))), Gemma 4's per-layer-input branch and layer scalar included; a
+//                 parallel-residual block (GPT-NeoX) x + attn(N1(x)) + mlp(N2(x)).
 //   attn-only     the attention sublayer alone, with the family's norms (the FFN removed).
 //   attn-only-l2  the paper's idealisation, the same for every family: every norm replaced by one L2
 //                 normalisation x ↦ x/‖x‖ after the update,  x^{t+1}_i = (x_i + A_t(G x)_i) / ‖x_i + A_t(G x)_i‖,
@@ -15,7 +16,8 @@
 //                 consensus tokens.
 //
 // Without the residual the "x +" term of every sublayer is dropped (f(N(x)), N(f(x)), N2(f(N1(x))), and
-// A_t(x)/‖A_t(x)‖ in attn-only-l2); Gemma 4's per-layer-input branch, itself residual, is then left out.
+// A_t(x)/‖A_t(x)‖ in attn-only-l2); Gemma 4's per-layer-input branch, itself residual, is then left out. A
+// parallel block without its residual is attn(N1(x)) + mlp(N2(x)) (the layer's input term dropped).
 #pragma once
 
 #include <span>

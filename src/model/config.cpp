@@ -99,6 +99,9 @@ void ModelConfig::validate(const std::string& origin) const {
   if (embed_dim() != d_model && !mlm_head && !tied_embeddings)
     fail("{}: a factorised embedding ({} != d_model {}) is only supported with a tied MLM head", origin, embed_dim(), d_model);
   if (d_per_layer_input > 0) positive("vocab_size_per_layer_input", d_vocab_per_layer);
+  if (parallel_residual && (norm_placement != NormPlacement::Pre || d_per_layer_input > 0 || layer_scalar))
+    fail("{}: a parallel-residual block is only supported with pre-norms and without per-layer inputs or layer "
+         "scalars", origin);
   if (!layers.empty() && static_cast<int64_t>(layers.size()) != n_layers)
     fail("{}: {} per-layer settings for {} layers", origin, layers.size(), n_layers);
   for (int64_t l = 0; l < n_layers; ++l) {
@@ -523,6 +526,65 @@ ModelConfig parse_gpt_neo(const nlohmann::json& j, const std::string& origin, co
   return c;
 }
 
+// GPTNeoXForCausalLM (HF GPTNeoXConfig defaults): fused per-head query_key_value, partial rotary (rotary_pct),
+// parallel attention + MLP (use_parallel_residual), LayerNorm, biases everywhere, untied embed_out.
+ModelConfig parse_gpt_neox(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+      "rotary_pct", "partial_rotary_factor", "rotary_emb_base", "rope_theta", "rope_scaling", "rope_parameters",
+      "classifier_dropout", "max_position_embeddings", "layer_norm_eps", "use_parallel_residual", "attention_bias"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c;
+  c.family = "gpt_neox";
+  c.format = "hf";
+  c.d_vocab = get_int(j, "vocab_size", 50432, origin);
+  c.d_model = get_int(j, "hidden_size", 6144, origin);
+  c.n_layers = get_layer_count(j, "num_hidden_layers", 44, origin);
+  c.n_heads = c.n_kv_heads = get_int(j, "num_attention_heads", 64, origin);
+  if (c.n_heads <= 0) fail("{}: num_attention_heads must be positive", origin);
+  c.d_head = c.d_model / c.n_heads;
+  if (c.d_head * c.n_heads != c.d_model)
+    fail("{}: hidden_size {} is not a multiple of num_attention_heads {}", origin, c.d_model, c.n_heads);
+  c.d_mlp = get_int(j, "intermediate_size", 24576, origin);
+  c.n_ctx = get_int(j, "max_position_embeddings", 2048, origin);
+  c.norm = NormKind::LayerNorm;
+  c.norm_eps = get_or<double>(j, "layer_norm_eps", 1e-5, origin);
+  c.activation = parse_activation(get_or<std::string>(j, "hidden_act", "gelu", origin), "hidden_act", origin);
+  c.gated_mlp = false;
+  c.attn_qkv_bias = c.attn_o_bias = get_or<bool>(j, "attention_bias", true, origin);
+  c.mlp_bias = true;
+  c.attn_scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  c.parallel_residual = get_or<bool>(j, "use_parallel_residual", true, origin);
+  c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, origin);
+
+  // RoPE over the first int(d_head * rotary_pct) dimensions of each head (transformers 5 writes rope_theta and
+  // partial_rotary_factor, possibly inside rope_parameters).
+  c.rope.style = RopeStyle::RotateHalf;
+  c.rope.theta = get_or<double>(j, "rotary_emb_base", get_or<double>(j, "rope_theta", 10000.0, origin), origin);
+  double pct = get_or<double>(j, "rotary_pct", get_or<double>(j, "partial_rotary_factor", 0.25, origin), origin);
+  const char* scaling_key = j.contains("rope_parameters") && j["rope_parameters"].is_object() ? "rope_parameters"
+                            : j.contains("rope_scaling") && j["rope_scaling"].is_object()  ? "rope_scaling"
+                                                                                          : nullptr;
+  if (scaling_key) {
+    nlohmann::json s = j[scaling_key];
+    if (s.contains("partial_rotary_factor")) {
+      pct = get_or<double>(s, "partial_rotary_factor", pct, origin);
+      s.erase("partial_rotary_factor");
+    }
+    parse_rope_object(s, c.rope, origin);
+    if (c.rope.scaling != "default" && c.rope.scaling != "linear")
+      fail("{}: gpt_neox {} type '{}' is not supported (supported: default, linear)", origin, scaling_key, c.rope.scaling);
+  }
+  if (!(pct >= 0 && pct <= 1)) fail("{}: rotary_pct must be in [0, 1], got {}", origin, pct);
+  c.rope.partial_rotary_factor = pct;
+  const int64_t rotary_dims = c.rope.rotary_dim(c.d_head);  // int(d_head * rotary_pct), as GPTNeoXAttention
+  if (rotary_dims == 0) c.rope.style = RopeStyle::None;
+  if (rotary_dims % 2 != 0)
+    fail("{}: rotary_pct {} gives {} rotary dimensions of a {}-dim head; RoPE needs an even number", origin, pct,
+         rotary_dims, c.d_head);
+  return c;
+}
+
 // Settings shared by the BERT-style encoders: post-LN, absolute learned positions, token types, embedding
 // LayerNorm, bidirectional attention, MLM head tied to the word embeddings.
 void encoder_common(const nlohmann::json& j, ModelConfig& c, const std::string& origin) {
@@ -786,12 +848,13 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& origin, 
   else if (type == "phi3") c = parse_phi3(j, origin, opts);
   else if (type == "gpt2") c = parse_gpt2(j, origin, opts);
   else if (type == "gpt_neo") c = parse_gpt_neo(j, origin, opts);
+  else if (type == "gpt_neox") c = parse_gpt_neox(j, origin, opts);
   else if (type == "bert") c = parse_bert(j, origin, opts);
   else if (type == "albert") c = parse_albert(j, origin, opts);
   else if (type == "olmo3") c = parse_olmo3(j, origin, opts);
   else if (type == "gemma4") c = parse_gemma4(j, origin, opts);
   else if (type == "gemma4_text") c = parse_gemma4_text(j, origin, opts);
-  else fail("{}: unknown model_type '{}' (supported: llama, mistral, qwen2, phi3, gpt2, gpt_neo, bert, albert, olmo3, gemma4, gemma4_text)", origin, type);
+  else fail("{}: unknown model_type '{}' (supported: llama, mistral, qwen2, phi3, gpt2, gpt_neo, gpt_neox, bert, albert, olmo3, gemma4, gemma4_text)", origin, type);
   if (!c.bos_id && !c.eos_id) parse_token_ids(j, c);  // gemma4 takes them from text_config
   c.source = j;
   c.validate(origin);

@@ -3,6 +3,7 @@
 //
 // A family is a set of feature values, not a code path. The generic block (model/transformer.cpp) reads:
 //   norm_placement   where each sublayer's norms sit (pre-norm, post-LN, post-sublayer, sandwich)
+//   parallel_residual  attention and MLP read the same stream (GPT-NeoX use_parallel_residual)
 //   learned_positions / n_token_types / embed_scale / d_embed (+ embedding LayerNorm, mapping_in)
 //   qk_norm, v_norm, attn_scale, per-layer windows / RoPE / head sizes / KV sources (`layers`)
 //   per_layer_input (Gemma 4 PLE), layer_scalar, final_logit_softcap, mlm_head
@@ -87,13 +88,17 @@ struct LayerConfig {
 };
 
 struct ModelConfig {
-  std::string family;  // "llama", "mistral", "qwen2", "phi3", "gpt2", "gpt_neo", "bert", "albert", "olmo3", "gemma4"
+  std::string family;  // "llama", "mistral", "qwen2", "phi3", "gpt2", "gpt_neo", "gpt_neox", "bert", "albert", "olmo3", "gemma4"
   std::string format;  // "hf", "llama2c", "gguf"
   int64_t d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, d_head = 0, d_mlp = 0, d_vocab = 0;
   int64_t n_ctx = 0;  // maximum positions (max_position_embeddings / n_positions / seq_len)
   NormKind norm = NormKind::RMSNorm;
   double norm_eps = 1e-5;
   NormPlacement norm_placement = NormPlacement::Pre;
+  // Parallel block (GPT-NeoX use_parallel_residual, Pre placement only): both sublayers read the layer's input,
+  //   resid_post = resid_pre + attn(N1(resid_pre)) + mlp(N2(resid_pre)).
+  // hook_resid_mid is then resid_pre + attn_out, a point the MLP does not read (see model/transformer.h).
+  bool parallel_residual = false;
   Activation activation = Activation::SiLU;
   bool gated_mlp = true;  // SwiGLU / GeGLU: down(act(gate x) * up x)
   bool attn_qkv_bias = false, attn_o_bias = false, mlp_bias = false;
@@ -144,8 +149,8 @@ struct ConfigParseOptions {
   bool allow_unknown_keys = false;  // unknown config.json keys are an error unless allowed (then a warning)
 };
 
-// Parses a Hugging Face config.json (dispatching on model_type: llama, mistral, qwen2, phi3, gpt2, gpt_neo, bert,
-// albert, olmo3, gemma4 / gemma4_text).
+// Parses a Hugging Face config.json (dispatching on model_type: llama, mistral, qwen2, phi3, gpt2, gpt_neo,
+// gpt_neox, bert, albert, olmo3, gemma4 / gemma4_text).
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts = {});
 ModelConfig read_hf_config(const fs::path& config_json, const ConfigParseOptions& opts = {});
 

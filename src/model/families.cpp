@@ -1,5 +1,6 @@
 #include "model/families.h"
 
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -231,6 +232,39 @@ FamilyTable gpt_neo_table() {
   return t;
 }
 
+// GPT-NeoX / Pythia (GPTNeoXForCausalLM): query_key_value fuses q, k and v per head ([q_h; k_h; v_h] for each
+// head h), nn.Linear everywhere, untied embed_out. Older files carry the buffers attention.bias (causal mask),
+// attention.masked_bias and attention.rotary_emb.inv_freq.
+FamilyTable gpt_neox_table() {
+  FamilyTable t{.family = "gpt_neox", .format = "hf", .ignored_suffixes = {".rotary_emb.inv_freq"},
+                .prefixes = {"gpt_neox."}};
+  auto& s = t.tensors;
+  const std::string h = "{p}layers.{l}.";
+  auto qkv_shape = [](C c, int64_t) { return Shape{3 * c.q_dim(), c.d_model}; };
+  auto qkv_vec = [](C c, int64_t) { return Shape{3 * c.q_dim()}; };
+  s.push_back(weight(Role::Embed, "{p}embed_in.weight", embed_shape));
+  layer_norm(s, Role::AttnNorm, h + "input_layernorm", model_vec);
+  const Role qkv[3] = {Role::AttnQ, Role::AttnK, Role::AttnV};
+  for (int i = 0; i < 3; ++i) {
+    TensorSpec w = weight(qkv[i], h + "attention.query_key_value.weight", qkv_shape);
+    TensorSpec b = bias(qkv[i], h + "attention.query_key_value.bias", qkv_vec, qkv_bias);
+    w.fused_index = b.fused_index = i;
+    w.fused_count = b.fused_count = 3;
+    w.fused_per_head = b.fused_per_head = true;
+    s.push_back(w);
+    s.push_back(b);
+  }
+  linear(s, Role::AttnO, h + "attention.dense", o_shape, model_vec, o_bias);
+  layer_norm(s, Role::MlpNorm, h + "post_attention_layernorm", model_vec);
+  linear(s, Role::MlpUp, h + "mlp.dense_h_to_4h", up_shape, mlp_vec, mlp_bias);
+  linear(s, Role::MlpDown, h + "mlp.dense_4h_to_h", down_shape, model_vec, mlp_bias);
+  layer_norm(s, Role::FinalNorm, "{p}final_layer_norm", model_vec);
+  s.push_back(weight(Role::Unembed, "embed_out.weight", embed_shape, Layout::OutIn, untied));
+  s.push_back(ignored(h + "attention.bias"));
+  s.push_back(ignored(h + "attention.masked_bias"));
+  return t;
+}
+
 // Embedding tables and MLM head shared by BERT and ALBERT. The MLM decoder weight is tied to the word
 // embeddings and its bias to "<head>bias", so save_pretrained omits both decoder tensors; original Google
 // conversions store them: accepted and ignored when tied, as HF re-ties them on load.
@@ -391,6 +425,7 @@ std::vector<FamilyTable> build_tables() {
   tables.push_back(gpt2_table());
   tables.push_back(gguf_gpt2_table());
   tables.push_back(gpt_neo_table());
+  tables.push_back(gpt_neox_table());
   tables.push_back(bert_table());
   tables.push_back(albert_table());
   tables.push_back(olmo3_table());
@@ -501,6 +536,7 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
   LayerWeights unused_layer;
   std::set<std::string> used;
   std::map<std::string, const float*> widened;  // vectors widened once, even when several specs slice them
+  std::map<std::string, StoredMatrix> regrouped;  // per-head fused matrices regrouped once (fused_per_head)
   const std::string prefix = detect_prefix(table, store);
   for (const auto& spec : table.tensors) {
     const bool layered = per_layer(spec.role) || spec.role == Role::IgnoredPerLayer;
@@ -520,12 +556,39 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
       if (!is_float(t->dtype))
         fail("tensor '{}' has dtype {}, expected a floating-point type (float32, float16, bfloat16 or a GGUF quantization)", name, dtype_name(t->dtype));
       if (used.insert(name).second) m.sources.push_back({name, layered ? l : -1});
+      // Output-axis index of element e of part `part` in a per-head fused tensor: [head][part][d_head] order.
+      const int64_t head_dim = spec.fused_per_head ? expected[0] / (spec.fused_count * c.n_heads) : 0;
+      auto per_head_index = [&](int64_t part, int64_t e) {
+        return ((e / head_dim) * spec.fused_count + part) * head_dim + e % head_dim;
+      };
       // Vectors as float32 pointers: in place when already aligned float32, else widened once and owned.
       auto vector_data = [&]() -> const float* {
         if (auto it = widened.find(name); it != widened.end()) return it->second;
         auto buffer = std::make_shared<FloatBuffer>(store.floats(name));
+        if (spec.fused_per_head) {  // regrouped to [part][head][d_head]
+          const int64_t n = expected[0] / spec.fused_count;
+          std::vector<float> out(expected[0]);
+          for (int64_t part = 0; part < spec.fused_count; ++part)
+            for (int64_t e = 0; e < n; ++e) out[part * n + e] = buffer->data()[per_head_index(part, e)];
+          buffer = std::make_shared<FloatBuffer>(std::move(out));
+        }
         m.owners.push_back(buffer);
         return widened[name] = buffer->data();
+      };
+      // The per-head fused matrix with its rows regrouped to [part][head][d_head], in the stored dtype (each
+      // row, quantized blocks included, is copied whole).
+      auto regrouped_matrix = [&]() -> StoredMatrix {
+        if (auto it = regrouped.find(name); it != regrouped.end()) return it->second;
+        const StoredMatrix whole = matrix_of(*t);
+        const int64_t n = whole.rows / spec.fused_count, row_bytes = whole.row_bytes;
+        auto bytes = std::make_shared<std::vector<std::byte>>(whole.rows * row_bytes);
+        for (int64_t part = 0; part < spec.fused_count; ++part)
+          for (int64_t e = 0; e < n; ++e)
+            std::memcpy(bytes->data() + (part * n + e) * row_bytes, whole.row(per_head_index(part, e)), row_bytes);
+        m.owners.push_back(bytes);
+        StoredMatrix copy = whole;
+        copy.data = bytes->data();
+        return regrouped[name] = copy;
       };
       LayerWeights& L = per_layer(spec.role) ? stored[l] : unused_layer;
       if (Linear* lin = linear_for(L, m, spec.role)) {
@@ -543,7 +606,8 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorStore& store, const 
         if (spec.part == Part::Bias) {
           lin->b = vector_data() + offset;
         } else {
-          const StoredMatrix whole = matrix_of(*t);
+          TDYN_CHECK(!spec.fused_per_head || !in_out);
+          const StoredMatrix whole = spec.fused_per_head ? regrouped_matrix() : matrix_of(*t);
           lin->in_out = in_out;
           lin->out = size;
           lin->in = in_out ? expected[0] : expected[1];

@@ -39,6 +39,10 @@ struct TensorSpec {
   // gives their sizes (Phi-3 qkv_proj with grouped-query k|v). The shape above is the whole fused tensor's.
   int fused_index = 0, fused_count = 1;
   std::function<std::vector<int64_t>(const ModelConfig&, int64_t layer)> fused_sizes = nullptr;
+  // The fused parts alternate per head instead: [n_heads][fused_count][d_head] along the output axis (GPT-NeoX
+  // query_key_value holds q_h, k_h, v_h for each head h). Bound through a copy regrouped to
+  // [fused_count][n_heads][d_head], made once per tensor; nn.Linear [out, in] layout only.
+  bool fused_per_head = false;
 };
 
 struct FamilyTable {

@@ -23,7 +23,8 @@ void gated_activate(Activation a, const float* gate, float* up, int64_t n);
 // x = cap * tanh(x / cap) elementwise (Gemma final logit soft-capping).
 void softcap_inplace(float* x, int64_t n, double cap);
 
-// Rotates each head of x [rows, n_heads*d_head] in place; row r is at position start_pos + r.
+// Rotates each head of x [rows, n_heads*d_head] in place; row r is at position start_pos + r. inv_freq has one
+// entry per rotating pair: d_head / 2, or fewer when only the leading dimensions rotate (partial rotary).
 void apply_rope(RopeStyle style, const std::vector<double>& inv_freq, float* x, int64_t rows, int64_t n_heads,
                 int64_t d_head, int64_t start_pos);
 

@@ -287,18 +287,22 @@ void Transformer::attention_block(int64_t l, Tensor& x, int64_t start, KVCache* 
 }
 
 void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, ActivationCache* hooks,
-                            int64_t start) const {
+                            int64_t start, const Tensor* resid_pre) const {
   const ModelConfig& c = config();
   const LayerWeights& L = model_->weights.layers[l];
   const int64_t n = x.dim(0), d = c.d_model;
+  // A parallel block's MLP reads the layer's input, not the stream after attention.
+  if (c.parallel_residual && (!resid_pre || resid_pre->shape != x.shape))
+    fail("layer {} is a parallel-residual block: its MLP step needs the layer's input (hook_resid_pre)", l);
+  const Tensor& input = c.parallel_residual ? *resid_pre : x;
   Tensor f;
   if (has_pre_norm(c.norm_placement)) {
     Tensor h({n, d});
-    apply_norm(c.norm, x.ptr(), n, d, L.mlp_norm, c.norm_eps, h.ptr());
+    apply_norm(c.norm, input.ptr(), n, d, L.mlp_norm, c.norm_eps, h.ptr());
     hook(hooks, l, "ln2.hook_normalized", h.ptr(), {n, d});
     f = mlp(l, h, hooks, start);
   } else {
-    f = mlp(l, x, hooks, start);
+    f = mlp(l, input, hooks, start);
   }
   Tensor added = residual_step(c, x, std::move(f), L.mlp_post_norm);
   hook(hooks, l, "hook_mlp_out", added.ptr(), {n, d});
@@ -386,8 +390,9 @@ Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks
   KVCache* kv = cache ? cache : &chunk;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     hook(hooks, l, "hook_resid_pre", x.ptr(), {n, c.d_model});
+    const Tensor resid_pre = c.parallel_residual ? x : Tensor();  // what a parallel block's MLP reads
     attention_block(l, x, start, kv, hooks);
-    mlp_block(l, x, per_layer.empty() ? nullptr : per_layer[l].ptr(), hooks, start);
+    mlp_block(l, x, per_layer.empty() ? nullptr : per_layer[l].ptr(), hooks, start, &resid_pre);
   }
   if (cache) cache->length = start + n;
   return unembed(x, hooks, start);

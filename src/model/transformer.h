@@ -6,6 +6,10 @@
 // sublayer on inputs of their choice:
 //   attention_block:  resid_pre -> resid_mid   (pre-norm, attention, post-norm, residual add, per NormPlacement)
 //   mlp_block:        resid_mid -> resid_post  (likewise; Gemma 4 adds its per-layer-input branch and layer_scalar)
+// A parallel-residual block (GPT-NeoX use_parallel_residual) runs the same two steps, but its MLP reads the
+// layer's input: resid_mid = resid_pre + attn(ln1(resid_pre)), resid_post = resid_mid + mlp(ln2(resid_pre)).
+// Its hook_resid_mid is thus the stream with only the attention output added, a point no sublayer reads, and
+// ln1 / ln2.hook_normalized are both norms of resid_pre.
 //
 // Hook names follow TransformerLens; what each holds for every norm placement:
 //   hook_embed [pos, d_embed]           token embeddings (times embed_scale)
@@ -20,7 +24,8 @@
 //   blocks.{l}.attn.hook_out_proj / mlp.hook_out_proj [pos, d_model]  output projection incl. bias, before any
 //       post-norm (equal to hook_attn_out / hook_mlp_out for Pre and PostResidual placements)
 //   blocks.{l}.hook_attn_out / hook_mlp_out [pos, d_model]   what the sublayer adds to the stream:
-//       Pre, PostSublayer, Sandwich: resid_mid = resid_pre + attn_out, resid_post = resid_mid + mlp_out (exact)
+//       Pre, PostSublayer, Sandwich: resid_mid = resid_pre + attn_out, resid_post = resid_mid + mlp_out (exact;
+//       parallel blocks too, with mlp_out computed from resid_pre)
 //       PostResidual (BERT, ALBERT): resid_mid = LN(resid_pre + attn_out), resid_post = LN(resid_mid + mlp_out)
 //   blocks.{l}.mlp.hook_pre [pos, d_mlp] (gated: the gate), mlp.hook_pre_linear (gated: up), mlp.hook_post
 //   Gemma 4 only: blocks.{l}.hook_resid_after_mlp = resid_mid + mlp_out;
@@ -89,9 +94,10 @@ class Transformer {
   // A KV-shared layer reads its source layer's storage, which must hold this chunk (forward() keeps it).
   void attention_block(int64_t layer, Tensor& x, int64_t start, KVCache* cache, ActivationCache* hooks = nullptr) const;
   // resid_mid -> resid_post in place. per_layer_input: this layer's [n, d_per_layer] (Gemma 4) or null.
-  // `start` (here, in mlp() and unembed()) only numbers the positions in NaN/Inf errors.
+  // `start` (here, in mlp() and unembed()) only numbers the positions in NaN/Inf errors. resid_pre: the layer's
+  // input, which a parallel-residual block's MLP reads (required there, ignored elsewhere).
   void mlp_block(int64_t layer, Tensor& x, const float* per_layer_input, ActivationCache* hooks = nullptr,
-                 int64_t start = 0) const;
+                 int64_t start = 0, const Tensor* resid_pre = nullptr) const;
   // The residual stream after the last layer [n, d_model] -> logits [n, d_vocab] (final norm, MLM head
   // transform, unembedding, soft-capping).
   Tensor unembed(const Tensor& x, ActivationCache* hooks = nullptr, int64_t start = 0) const;

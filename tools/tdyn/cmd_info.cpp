@@ -20,7 +20,10 @@ nlohmann::json describe(const Model& m) {
   }
   nlohmann::json rope = {{"style", to_string(c.rope.style)}, {"theta", c.rope.theta}, {"scaling", c.rope.scaling}};
   if (c.rope.scaling != "default") rope["factor"] = c.rope.factor;
-  if (c.rope.partial_rotary_factor != 1.0) rope["partial_rotary_factor"] = c.rope.partial_rotary_factor;
+  if (c.rope.partial_rotary_factor != 1.0) {
+    rope["partial_rotary_factor"] = c.rope.partial_rotary_factor;
+    rope["rotary_dims"] = c.rope.rotary_dim(c.d_head);  // leading dimensions of each head that rotate
+  }
   // Per-layer sliding windows (0: full causal attention), when any layer has one.
   nlohmann::json windows = nlohmann::json::array();
   bool any_window = false;
@@ -37,7 +40,7 @@ nlohmann::json describe(const Model& m) {
             {"d_head", c.d_head}, {"d_mlp", c.d_mlp}, {"d_vocab", c.d_vocab}, {"n_ctx", c.n_ctx},
             {"norm", to_string(c.norm)}, {"norm_eps", c.norm_eps}, {"activation", to_string(c.activation)},
             {"gated_mlp", c.gated_mlp}, {"attn_scale", c.attn_scale}, {"causal", c.causal},
-            {"tied_embeddings", c.tied_embeddings}, {"rope", rope},
+            {"tied_embeddings", c.tied_embeddings}, {"parallel_residual", c.parallel_residual}, {"rope", rope},
             {"sliding_window", any_window ? windows : nlohmann::json(nullptr)}}},
           {"source_config", c.source},
           {"format_metadata", m.store.metadata()},
@@ -60,7 +63,7 @@ std::function<int()> setup(CLI::App& app) {
     const auto& c = d["config"];
     std::cout << fmt::format("model       {}\nfamily      {}\nformat      {}\nparameters  {}\n", d["path"].get<std::string>(),
                              d["family"].get<std::string>(), d["format"].get<std::string>(), d["parameters"].get<int64_t>());
-    for (auto& [key, value] : c.items()) std::cout << fmt::format("{:<16}{}\n", key, value.dump());
+    for (auto& [key, value] : c.items()) std::cout << fmt::format("{:<18}{}\n", key, value.dump());
     std::cout << fmt::format("\n{} tensors:\n", d["tensors"].size());
     for (const auto& t : d["tensors"])
       std::cout << fmt::format("  {:<56} {:<5} {}\n", t["name"].get<std::string>(), t["dtype"].get<std::string>(),

@@ -354,14 +354,14 @@ int run(const JacobianArgs& a) {
       NpyStream means_npy(out.file(r.prefix + "mean_jacobians.npy"), {K, d, d});
       NpyStream cumulative_npy(out.file(r.prefix + "cumulative_products.npy"), {K, d, d});
       std::optional<SurgerySweep> sweep;
-      if (a.surgery) sweep.emplace(surgery_opts);
+      if (a.surgery) sweep.emplace(surgery_opts, transformer->config().parallel_residual);
       r.mean_metrics.resize(K);
       r.cumulative_metrics.resize(K);
-      linalg::Matrix cumulative;
+      DepthChain<linalg::Matrix> chain(transformer->config().parallel_residual);
       Progress bar(mo.label + "metrics", K, "depths");
       for (int64_t k = 0; k < K; ++k) {
         const linalg::Matrix mean = pass ? pass->mean_jacobian(boundaries[k].hook) : r.jacobians.mean[k];
-        cumulative = k == 0 ? mean : linalg::multiply(mean, cumulative);
+        const linalg::Matrix& cumulative = chain.add(mean);
         r.mean_metrics[k] = operator_metrics(mean, metric_opts);  // LAPACK's own threads do the work at large d
         r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
         if (sweep) sweep->add(mean);
@@ -373,7 +373,8 @@ int run(const JacobianArgs& a) {
       cumulative_npy.finish();
       out.record_file(r.prefix + "mean_jacobians.npy",
                       "float64 [depth, d, d]: mean Jacobians J̄_k (k = 2l attention, 2l+1 MLP of layer l; rows = outputs)");
-      out.record_file(r.prefix + "cumulative_products.npy", "float64 [depth, d, d]: C_k = J̄_k ⋯ J̄_1");
+      out.record_file(r.prefix + "cumulative_products.npy",
+                      "float64 [depth, d, d]: C_k = J̄_k ⋯ J̄_1 (parallel blocks: C_2l+1 = C_2l + (J̄_2l+1 − I) C_2l−1)");
       if (sweep) r.surgery = sweep->points();
       if (opts.mean_of_products) {
         r.product_mean_metrics.resize(K);
