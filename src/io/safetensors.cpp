@@ -145,6 +145,11 @@ void check_safetensors_index(const std::map<std::string, std::string>& weight_ma
 }
 
 void read_safetensors_index(const fs::path& index_file, TensorStore& store) {
+  read_weight_index(index_file, store, [](const fs::path& shard, TensorStore& s) { read_safetensors(shard, s); });
+}
+
+void read_weight_index(const fs::path& index_file, TensorStore& store,
+                       const std::function<void(const fs::path&, TensorStore&)>& read_shard) {
   const std::string name = index_file.string();
   const std::map<std::string, std::string> weight_map = parse_safetensors_index(read_file(index_file), name);
   std::set<std::string> shards;
@@ -152,7 +157,7 @@ void read_safetensors_index(const fs::path& index_file, TensorStore& store) {
   for (const auto& shard : shards) {
     fs::path path = index_file.parent_path() / shard;
     if (!fs::exists(path)) fail("{}: shard '{}' is missing", name, path.string());
-    read_safetensors(path, store);  // duplicates across shards are rejected by TensorStore::add
+    read_shard(path, store);  // duplicates across shards are rejected by TensorStore::add
   }
   check_safetensors_index(weight_map, store, name);
 }

@@ -11,6 +11,7 @@
 // every mapped tensor must be in its shard, and no tensor may appear in two shards.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ void read_safetensors(std::shared_ptr<const MappedFile> file, TensorStore& store
 
 // Reads model.safetensors.index.json and every shard it names.
 void read_safetensors_index(const fs::path& index_file, TensorStore& store);
+// The same for any Hugging Face weight index (pytorch_model.bin.index.json has the same layout), each shard read
+// with `read_shard`.
+void read_weight_index(const fs::path& index_file, TensorStore& store,
+                       const std::function<void(const fs::path&, TensorStore&)>& read_shard);
 // Its two halves: the weight map {tensor: shard file name} of the index text (`name` for errors), and the
 // check, once the shards are in `store`, that every mapped tensor came from its shard.
 std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& name);

@@ -532,16 +532,7 @@ void read_torch(std::shared_ptr<const MappedFile> file, TensorStore& store) {
 }
 
 void read_torch_index(const fs::path& index_file, TensorStore& store) {
-  const std::string name = index_file.string();
-  const std::map<std::string, std::string> weight_map = parse_safetensors_index(read_file(index_file), name);
-  std::set<std::string> shards;
-  for (const auto& [tensor, shard] : weight_map) shards.insert(shard);
-  for (const auto& shard : shards) {
-    fs::path path = index_file.parent_path() / shard;
-    if (!fs::exists(path)) fail("{}: shard '{}' is missing", name, path.string());
-    read_torch(path, store);  // duplicates across shards are rejected by TensorStore::add
-  }
-  check_safetensors_index(weight_map, store, name);
+  read_weight_index(index_file, store, [](const fs::path& shard, TensorStore& s) { read_torch(shard, s); });
 }
 
 namespace {
