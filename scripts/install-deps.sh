@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of tdyn from Debian's archive (Debian 12). Needs root or sudo.
-# --bench also installs what the benchmarks compare against (PyTorch, SciPy, leidenalg).
+# --bench also installs what the benchmarks compare against (SciPy, leidenalg; PyTorch is always installed).
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
@@ -15,9 +15,10 @@ packages=(
   pybind11-dev python3-dev
   python3-numpy
   python3-sentencepiece  # an independent binding the SentencePiece tests compare with (skipped without it)
+  python3-torch  # float64 references of the generated families and torch.save files for the PyTorch reader's tests
 )
 # Reference implementations used only by benchmarks and by the scripts that regenerate test expectations.
-if [ "${1:-}" = "--bench" ]; then packages+=(python3-scipy python3-leidenalg python3-torch bc); fi
+if [ "${1:-}" = "--bench" ]; then packages+=(python3-scipy python3-leidenalg bc); fi
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
