@@ -163,9 +163,9 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
   }
   result.n_significant_column = result.column_fdr.n_rejected;
   result.n_significant_row = result.row_fdr.n_rejected;
-  result.rho_vs_departure = rank_correlation_or_nan(rho, departure);
-  result.rho_vs_symmetry = rank_correlation_or_nan(rho, symmetry);
   result.sign_rule = sign_rule_test(rho, departure, options);
+  result.rho_vs_departure = result.sign_rule.rho;  // the same rank correlation, without its test
+  result.rho_vs_symmetry = rank_correlation_or_nan(rho, symmetry);
   return result;
 }
 
