@@ -1,5 +1,5 @@
 // The real-model bridge of seed 004: the attention of one layer of a checkpoint as the particle system of
-// analysis/particles.h (Geshkovski, Letrouit, Polyanskiy, Rigollet 2023),
+// analysis/particles/dynamics.h (Geshkovski, Letrouit, Polyanskiy, Rigollet 2023),
 //     ẋ_i = Σ_j P_ij O V x_j,   P_ij = softmax_j ⟨Q x_i, K x_j⟩,
 // with the tokens on the unit sphere.
 //
@@ -33,7 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/particles_presets.h"
+#include "analysis/particles/presets.h"
 #include "model/loader.h"
 
 namespace tdyn {

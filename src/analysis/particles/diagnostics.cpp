@@ -1,5 +1,5 @@
 // Diagnostics of particle trajectories against the predictions of Geshkovski et al. (2023).
-#include "analysis/particles_diagnostics.h"
+#include "analysis/particles/diagnostics.h"
 
 #include <lapacke.h>
 

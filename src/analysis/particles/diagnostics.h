@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/particles.h"
+#include "analysis/particles/dynamics.h"
 
 namespace tdyn::particles {
 

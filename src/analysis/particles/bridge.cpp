@@ -1,4 +1,4 @@
-#include "analysis/particles_bridge.h"
+#include "analysis/particles/bridge.h"
 
 #include <cmath>
 #include <string>

@@ -1,5 +1,5 @@
 // Matrix generators, initial distributions and the presets of the paper's experiments.
-#include "analysis/particles_presets.h"
+#include "analysis/particles/presets.h"
 
 #include <cmath>
 #include <map>

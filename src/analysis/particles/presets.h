@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "analysis/particles.h"
+#include "analysis/particles/dynamics.h"
 
 namespace tdyn::particles {
 

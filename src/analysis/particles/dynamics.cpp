@@ -1,5 +1,5 @@
 // Dynamics and integrators of the self-attention particle system (see particles.h for the equations).
-#include "analysis/particles.h"
+#include "analysis/particles/dynamics.h"
 
 #include <cblas.h>
 #include <lapacke.h>

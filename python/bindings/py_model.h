@@ -1,0 +1,38 @@
+// tdyn.Model's C++ side, shared by the binding files that take a loaded model.
+#pragma once
+
+#include <memory>
+
+#include "analysis/jacobian.h"
+#include "core/error.h"
+#include "model/loader.h"
+#include "model/transformer.h"
+
+namespace tdyn::python {
+
+// A loaded checkpoint with its forward pass; the float64 Jacobian weights are made on first use.
+class PyModel {
+ public:
+  explicit PyModel(std::shared_ptr<const Model> model)
+      : model_(std::move(model)), transformer_(std::make_shared<const Transformer>(model_)) {}
+
+  const Model& model() const { return *model_; }
+  const ModelConfig& config() const { return model_->config; }
+  const Transformer& transformer() const { return *transformer_; }
+
+  const JacobianModel& jacobian_model() {
+    if (!jacobians_) jacobians_ = std::make_unique<JacobianModel>(transformer_);
+    return *jacobians_;
+  }
+
+  void check_layer(int64_t layer) const {
+    if (layer < 0 || layer >= config().n_layers) fail("layer {} is outside [0, {})", layer, config().n_layers);
+  }
+
+ private:
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<const Transformer> transformer_;
+  std::unique_ptr<JacobianModel> jacobians_;
+};
+
+}  // namespace tdyn::python
