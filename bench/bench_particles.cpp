@@ -2,8 +2,8 @@
 // one RK4 step, at n tokens in d dimensions. bench/particles_vs_numpy.sh compares them with a numpy baseline.
 #include <benchmark/benchmark.h>
 
-#include "analysis/particles.h"
-#include "analysis/particles_presets.h"
+#include "analysis/particles/dynamics.h"
+#include "analysis/particles/presets.h"
 
 namespace tdyn::particles {
 namespace {

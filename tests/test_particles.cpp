@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/particles.h"
-#include "analysis/particles_diagnostics.h"
-#include "analysis/particles_presets.h"
+#include "analysis/particles/dynamics.h"
+#include "analysis/particles/diagnostics.h"
+#include "analysis/particles/presets.h"
 #include "core/npy.h"
 #include "test_util.h"
 

@@ -12,6 +12,7 @@
 #include "analysis/jacobian_analysis.h"
 #include "analysis/layer_matrix.h"
 #include "convert.h"
+#include "py_model.h"
 #include "model/generate.h"
 #include "model/transformer.h"
 #include "tokenizer/tokenizer.h"
@@ -51,31 +52,6 @@ nlohmann::json describe(const ModelConfig& c) {
           {"bos_id", c.bos_id ? nlohmann::json(*c.bos_id) : nlohmann::json(nullptr)},
           {"eos_id", c.eos_id ? nlohmann::json(*c.eos_id) : nlohmann::json(nullptr)}};
 }
-
-// A loaded checkpoint with its forward pass; the float64 Jacobian weights are made on first use.
-class PyModel {
- public:
-  explicit PyModel(std::shared_ptr<const Model> model)
-      : model_(std::move(model)), transformer_(std::make_shared<const Transformer>(model_)) {}
-
-  const Model& model() const { return *model_; }
-  const ModelConfig& config() const { return model_->config; }
-  const Transformer& transformer() const { return *transformer_; }
-
-  const JacobianModel& jacobian_model() {
-    if (!jacobians_) jacobians_ = std::make_unique<JacobianModel>(transformer_);
-    return *jacobians_;
-  }
-
-  void check_layer(int64_t layer) const {
-    if (layer < 0 || layer >= config().n_layers) fail("layer {} is outside [0, {})", layer, config().n_layers);
-  }
-
- private:
-  std::shared_ptr<const Model> model_;
-  std::shared_ptr<const Transformer> transformer_;
-  std::unique_ptr<JacobianModel> jacobians_;
-};
 
 void require_ids(const Ids& ids) {
   if (ids.empty()) fail("ids: expected at least one token id");

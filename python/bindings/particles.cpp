@@ -1,5 +1,6 @@
 // Self-attention as an interacting particle system (Geshkovski et al. 2023): tdyn.simulate runs a preset or a
-// head given as arrays and returns the trajectories with the diagnostics of the paper's theorems.
+// head given as arrays and returns the trajectories with the diagnostics of the paper's theorems;
+// tdyn.particles runs what `tdyn particles` runs (a preset or a real layer) and returns what it writes.
 #include <optional>
 #include <string>
 #include <variant>
@@ -7,10 +8,10 @@
 #include <pybind11/eigen.h>
 #include <pybind11/stl.h>
 
-#include "analysis/particles.h"
-#include "analysis/particles_diagnostics.h"
-#include "analysis/particles_presets.h"
+#include "analysis/particles/run.h"
 #include "convert.h"
+#include "py_model.h"
+#include "report/particles_output.h"
 
 namespace tdyn::python {
 namespace {
@@ -126,9 +127,112 @@ py::dict simulate_particles(const std::optional<std::string>& preset_name, const
   return result;
 }
 
+// A spec field set only when the caller gave it (None keeps the preset's value).
+template <typename T>
+void override(const std::optional<T>& given, T& field) {
+  if (given) field = *given;
+}
+
+py::dict particles_run(const std::optional<std::string>& preset_name, const py::object& model, int64_t layer,
+                       std::optional<int64_t> head, const std::optional<std::vector<int32_t>>& ids,
+                       const py::dict& spec_overrides, const std::string& integrator, const std::string& variable,
+                       int save_every, int diagnose_every, const std::optional<std::string>& cluster_on,
+                       const std::vector<double>& attention_times, const std::optional<std::string>& out) {
+  const bool from_model = !model.is_none();
+  if (from_model && preset_name) fail("give a preset or a model, not both");
+  ExperimentSpec spec = from_model ? model_layer_defaults() : preset(preset_name.value_or("polytope"));
+  for (const auto& [key, value] : spec_overrides) {
+    const std::string name = py::str(key);
+    if (name == "n") spec.n = value.cast<int64_t>();
+    else if (name == "d") spec.d = value.cast<int64_t>();
+    else if (name == "d_head") spec.d_head = value.cast<int64_t>();
+    else if (name == "T") spec.t_end = value.cast<double>();
+    else if (name == "dt") spec.dt = value.cast<double>();
+    else if (name == "seed") spec.seed = value.cast<uint64_t>();
+    else if (name == "init") spec.initial = value.cast<std::string>();
+    else if (name == "query") spec.query = value.cast<std::string>();
+    else if (name == "key") spec.key = value.cast<std::string>();
+    else if (name == "value") spec.value = value.cast<std::string>();
+    else if (name == "output") spec.output = value.cast<std::string>();
+    else if (name == "ffn") spec.ffn = value.cast<std::string>();
+    else if (name == "sphere") spec.sphere = value.cast<bool>();
+    else fail("unknown argument '{}'", name);
+  }
+  ParticlesOptions options;
+  options.simulation.integrator = parse_integrator(integrator);
+  options.simulation.variable = parse_state_variable(variable);
+  options.simulation.save_every = save_every;
+  options.diagnostics.every = diagnose_every;
+  options.diagnostics.cluster_on = parse_state_variable(cluster_on.value_or(spec.sphere ? "x" : "z"));
+  options.attention_times = attention_times;
+  if (save_every < 1 || diagnose_every < 1) fail("save_every and diagnose_every must be >= 1");
+
+  ParticlesResult r;
+  std::shared_ptr<const Model> loaded;
+  const PyModel* given_model = from_model && py::isinstance<PyModel>(model) ? &model.cast<const PyModel&>() : nullptr;
+  if (from_model && !given_model) loaded = load_model(model.cast<std::string>(), LoadOptions{});
+  {
+    py::gil_scoped_release release;
+    if (from_model) {
+      const Model& m = given_model ? given_model->model() : *loaded;
+      if (!ids && !spec_overrides.contains("init")) fail("a model's particles need ids (its tokens) or init (generated tokens)");
+      r = run_particles(m, m.path.string(), ModelHeadOptions{layer, head.value_or(-1)}, ids ? &*ids : nullptr, spec, options);
+    } else {
+      r = run_particles(spec, options);
+    }
+  }
+  if (out) {
+    ResultsDir dir(*out, "particles", {"tdyn.particles"});
+    write_particles(dir, r, options);
+  }
+
+  py::dict result;
+  result["results"] = to_python(results_json(r));
+  result["options"] = to_python(options_json(r, options));
+  result["model"] = to_python(r.model);
+  result["x0"] = py::cast(r.experiment.x0);
+  result["Q"] = py::cast(r.experiment.system.head.query);
+  result["K"] = py::cast(r.experiment.system.head.key);
+  result["V"] = py::cast(Matrix(r.experiment.system.head.value_map()));
+  result["t"] = py::array_t<double>(static_cast<int64_t>(r.trajectory.times.size()), r.trajectory.times.data());
+  result["x"] = stack(r.trajectory.x);
+  result["z"] = stack(r.trajectory.z);
+  result["P"] = stack(r.attention);
+  std::vector<double> p_times;
+  for (size_t k : r.attention_indices) p_times.push_back(r.trajectory.times[k]);
+  result["P_times"] = py::array_t<double>(static_cast<int64_t>(p_times.size()), p_times.data());
+  return result;
+}
+
 }  // namespace
 
 void bind_particles(py::module_& m) {
+  m.def(
+      "particles",
+      [](const std::optional<std::string>& preset_name, const py::object& model, int64_t layer, std::optional<int64_t> head,
+         const std::optional<std::vector<int32_t>>& ids, const std::string& integrator, const std::string& variable,
+         int save_every, int diagnose_every, const std::optional<std::string>& cluster_on,
+         const std::vector<double>& attention_times, const std::optional<std::string>& out, const py::kwargs& spec) {
+        return particles_run(preset_name, model, layer, head, ids, spec, integrator, variable, save_every, diagnose_every,
+                             cluster_on, attention_times, out);
+      },
+      py::arg("preset") = py::none(), py::kw_only(), py::arg("model") = py::none(), py::arg("layer") = 0,
+      py::arg("head") = py::none(), py::arg("ids") = py::none(), py::arg("integrator") = "euler", py::arg("variable") = "x",
+      py::arg("save_every") = 1, py::arg("diagnose_every") = 1, py::arg("cluster_on") = py::none(),
+      py::arg("attention_times") = std::vector<double>{}, py::arg("out") = py::none(),
+      R"doc(Runs what `tdyn particles` runs and returns what it writes.
+
+preset: one of tdyn.particle_presets() (default 'polytope'), or model: a tdyn.Model or a checkpoint path,
+whose layer `layer` (head `head`, default the whole layer) is simulated from the unit embeddings of `ids`
+(or from tokens made by init=). Keyword overrides as the CLI's flags: n, d, d_head, T, dt, seed, init,
+query, key, value, output (generator specs or .npy paths), ffn, sphere. integrator 'euler', 'rk4' or
+'dopri5'; variable 'x' or 'z'; cluster_on 'x' or 'z' (default x on the sphere, else z); attention_times
+(default 0, T/2, T). out: also write the CLI's results directory there.
+
+Returns a dict: results, options and model (results.json's sections), and the arrays of the .npy files:
+x0, Q, K, V (the value map W = O V used), t, x, z [saves, n, d], P [times, n, n], P_times.)doc");
+
+
   m.def("simulate", &simulate_particles, py::arg("preset") = py::none(), py::kw_only(), py::arg("Q") = py::none(),
         py::arg("K") = py::none(), py::arg("V") = py::none(), py::arg("O") = py::none(), py::arg("x0") = py::none(),
         py::arg("n") = py::none(), py::arg("d") = py::none(), py::arg("T") = py::none(), py::arg("dt") = py::none(),

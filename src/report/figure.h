@@ -14,7 +14,7 @@ struct Series {
   std::string label;
   std::vector<std::vector<double>> columns;  // equal-length columns: x, y (and more for `using`)
   std::string style = "lines";               // gnuplot "with" clause: "lines", "points pt 7 ps 0.5", "image", ...
-  std::string using_spec;                    // gnuplot "using"; default "1:2" (or "1:2:3" for image)
+  std::string using_spec = {};               // gnuplot "using"; default "1:2" (or "1:2:3" for image)
 };
 
 struct Figure {

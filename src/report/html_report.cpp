@@ -378,7 +378,7 @@ PaperSummary residual_summary(const ReportPart* jacobian, const ReportPart* init
 
 // Seed 004 (Geshkovski et al.): tokens of self-attention dynamics cluster. Which theorem applies depends on the
 // run (the spectrum of V, the sphere), so the particles analysis decides the rule and writes its verdicts
-// (results.verdicts, analysis/particles_diagnostics.h); the report shows them as written.
+// (results.verdicts, analysis/particles/diagnostics.h); the report shows them as written.
 PaperSummary particles_summary(const ReportPart* part) {
   PaperSummary s{"004", "Clusters in self-attention dynamics (Geshkovski, Letrouit, Polyanskiy, Rigollet)", {}};
   const std::string c1 = "Tokens moved by self-attention cluster onto the limit the theorem for this V predicts (polytope "
