@@ -744,7 +744,7 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
     writer->section(kComplete, 0, totals);
     writer->sync();
   }
-  if (!me.root()) finish_worker();
+  if (!me.root()) return PassFile::worker_share();
   PassFile file = PassFile::open(path);
   if (control.file.empty()) file.remove_when_done();
   return file;

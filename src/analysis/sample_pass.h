@@ -67,6 +67,10 @@ class PassFile {
   // section, or a pass that did not finish ("unfinished pass").
   static PassFile open(const fs::path& path);
 
+  // What run_pass returns on an MPI worker rank, whose share went to rank 0: no file, no sums.
+  static PassFile worker_share() { return PassFile(); }
+  bool is_worker_share() const { return path_.empty(); }
+
   const fs::path& path() const { return path_; }
   const nlohmann::json& header() const { return header_; }  // {"identity": ..., "spec": ..., "ranks": N}
   const nlohmann::json& identity() const { return header_.at("identity"); }
@@ -122,8 +126,8 @@ int64_t samples_of_this_rank(int64_t n_samples, const PassSpec& spec);
 
 // Runs the pass over `samples` (on this rank's chunks under MPI), writes `control.file` and returns it opened.
 // With PassSpec::jacobians, `jacobians` must be a JacobianModel of `transformer`; its layers are released as the
-// pass leaves them. A worker rank (MPI rank > 0) delivers its share of every layer to rank 0 and then ends the
-// process. The working buffers beside the file are removed once the pass completes. Throws Error when no sample
+// pass leaves them. A worker rank (MPI rank > 0) delivers its share of every layer to rank 0 and returns a
+// PassFile whose worker_share() is true, holding nothing: the caller ends the rank. The working buffers beside the file are removed once the pass completes. Throws Error when no sample
 // gave 2 tokens (correlations) or no position (Jacobians).
 PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
                   const PassSpec& spec, const nlohmann::json& identity, const PassControl& control = {});

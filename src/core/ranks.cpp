@@ -87,11 +87,6 @@ double broadcast_from_root(double value) {
   return value;
 }
 
-void finish_worker() {
-  finalize_ranks();
-  std::exit(0);
-}
-
 void abort_ranks(int code) {
 #ifdef TDYN_HAVE_MPI
   if (g_mpi && g_ranks.size > 1) MPI_Abort(MPI_COMM_WORLD, code);

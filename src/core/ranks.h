@@ -27,8 +27,6 @@ std::vector<std::vector<double>> gather_to_root(const std::vector<double>& mine)
 
 // Every rank gets rank 0's value (the others' arguments are ignored).
 double broadcast_from_root(double value);
-// Ends a worker rank once its share is delivered: finalises MPI and exits with status 0.
-[[noreturn]] void finish_worker();
 // Ends the run on every rank after an error on one (no-op without MPI; returns only then).
 void abort_ranks(int code);
 // Finalises MPI before a normal exit (no-op without MPI).

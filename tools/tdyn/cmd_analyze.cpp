@@ -156,7 +156,7 @@ int run_analyze(AnalyzeArgs& a) {
     out.results()["pass"] = record;
     out.record_file("pass/pass.tdynpass", "the shared forward pass: Jacobian and correlation sums over the samples (tdyn pass file)");
   }
-  if (!ranks().root()) return 0;  // unreachable: worker ranks end inside the pass
+  if (!ranks().root()) return 0;  // unreachable: worker ranks end once the pass is done (obtain_pass)
   Progress progress("analyze", static_cast<int64_t>(kParts.size()), "part");
   for (const std::string& name : kParts) {
     const fs::path dir = out_dir / name;

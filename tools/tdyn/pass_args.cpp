@@ -1,5 +1,6 @@
 #include "pass_args.h"
 
+#include <cstdlib>
 #include <iostream>
 
 #include "core/error.h"
@@ -87,6 +88,11 @@ PassFile obtain_pass(const PassArgs& args, const Transformer& transformer, const
   Progress progress(label, n_layers * samples_of_this_rank(static_cast<int64_t>(samples.size()), spec), "sample-layers");
   control.progress = [&progress](int64_t done) { progress.advance(done); };
   PassFile pass = run_pass(transformer, jacobians, samples, spec, identity, control);
+  if (pass.is_worker_share()) {
+    // This rank's share is with rank 0, which writes every output.
+    finalize_ranks();
+    std::exit(0);
+  }
   if (!keep) pass.remove_when_done();
   return pass;
 }
