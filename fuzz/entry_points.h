@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/npy.h"
 #include "io/gguf.h"
+#include "io/hub_cache.h"
 #include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
@@ -250,6 +251,58 @@ inline void model(std::string_view input) {
   const int64_t vocab = transformer.config().d_vocab;
   const std::vector<int32_t> ids = {0, static_cast<int32_t>(std::min<int64_t>(1, vocab - 1))};
   transformer.forward(ids);
+}
+
+// True when `path`, with every symlink on the way resolved, lies inside `dir` (itself resolved).
+inline bool resolves_inside(const fs::path& dir, const fs::path& path) {
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(path, ec);
+  if (ec) return false;
+  const fs::path relative = real.lexically_relative(fs::weakly_canonical(dir, ec));
+  return !ec && !relative.empty() && *relative.begin() != "..";
+}
+
+// A Hugging Face hub cache directory built in a scratch directory from the input, then resolved as every MODEL
+// argument is (`DIR@REVISION`, or the bare `DIR` meaning main), and the snapshot it names listed. Part 0: the
+// revision (empty: the bare directory). Each further part is one entry of the cache: "file PATH\nCONTENT",
+// "dir PATH" or "link PATH\nTARGET" (a symlink, as the cache links snapshot files to ../../blobs/HASH). Entries
+// whose path or link target would leave the cache are skipped (the fuzzer is not to walk the machine's file
+// system), as are entries the file system refuses; at most 64 entries are made.
+inline void hub_cache(std::string_view input) {
+  const auto parts = split_parts(input);
+  static const fs::path root = fs::temp_directory_path() / fmt::format("tdyn_fuzz_hub_cache_{}", ::getpid());
+  const fs::path cache = root / "models--org--name";
+  fs::remove_all(root);
+  fs::create_directories(cache);
+  for (size_t i = 1; i < std::min<size_t>(parts.size(), 65); ++i) {
+    const std::string_view entry = parts[i];
+    const size_t space = entry.find(' '), newline = entry.find('\n');
+    if (space == std::string_view::npos || (newline != std::string_view::npos && newline < space)) continue;
+    const std::string_view kind = entry.substr(0, space);
+    const std::string_view path_text = entry.substr(space + 1, newline == std::string_view::npos ? newline : newline - space - 1);
+    const std::string_view content = newline == std::string_view::npos ? std::string_view() : entry.substr(newline + 1);
+    if (path_text.empty() || path_text.find('\0') != std::string_view::npos || content.find('\0') != std::string_view::npos)
+      continue;
+    const fs::path path = cache / fs::path(path_text);
+    std::error_code ec;
+    if (fs::path(path_text).is_absolute() || !resolves_inside(cache, path.parent_path())) continue;
+    fs::create_directories(path.parent_path(), ec);
+    if (!resolves_inside(cache, path.parent_path())) continue;
+    if (kind == "file") {
+      if (resolves_inside(cache, path)) write_scratch(path, content);
+    } else if (kind == "dir") {
+      fs::create_directories(path, ec);
+    } else if (kind == "link" && !fs::path(content).is_absolute() && resolves_inside(cache, path.parent_path() / fs::path(content))) {
+      fs::create_symlink(fs::path(content), path, ec);
+    }
+  }
+  const std::string revision(parts[0]);
+  const fs::path snapshot = resolve_checkpoint(revision.empty() ? cache.string() : cache.string() + "@" + revision);
+  std::error_code ec;
+  size_t files = 0;
+  for (auto it = fs::recursive_directory_iterator(snapshot, ec); !ec && it != fs::recursive_directory_iterator() && files < 1000;
+       it.increment(ec))
+    files += it->is_regular_file(ec);
 }
 
 }  // namespace tdyn::fuzz

@@ -31,7 +31,8 @@ const std::map<std::string, Entry> kEntries = {
     {"tokenizer_json", tokenizer_json}, {"tokenizer_llama2c", tokenizer_llama2c},
     {"vocab_txt", vocab_txt},         {"gpt2_bpe", gpt2_bpe},
     {"char_vocab", char_vocab},       {"model", model},
-    {"sentencepiece_model", sentencepiece_model}, {"torch", torch_checkpoint}};
+    {"sentencepiece_model", sentencepiece_model}, {"torch", torch_checkpoint},
+    {"hub_cache", hub_cache}};
 
 void seed(const std::string& target, const std::string& name, const std::string& bytes) {
   fs::create_directories(g_out / target);
@@ -448,6 +449,27 @@ void tokenizers() {
               ["i", -3.0], ["▁the", -1.0]]}})");
 }
 
+// Hub caches: refs naming commits, snapshots linking into blobs/, a revision by ref, by commit prefix, and the
+// bare directory (main).
+void hub_caches() {
+  const std::string main_commit = "4a6b3c9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f7", step_commit = "9f8e7d6c5b4a39281706f5e4d3c2b1a098765432";
+  const std::vector<std::string> cache = {
+      "file refs/main\n" + main_commit,
+      "file refs/step1000\n" + step_commit,
+      "file blobs/0c1d\n{\"model_type\": \"gpt2\"}",
+      "link snapshots/" + main_commit + "/config.json\n../../blobs/0c1d",
+      "link snapshots/" + step_commit + "/config.json\n../../blobs/0c1d",
+  };
+  auto with_revision = [&](const std::string& revision) {
+    std::vector<std::string> parts = {revision};
+    parts.insert(parts.end(), cache.begin(), cache.end());
+    return join_parts(parts);
+  };
+  seed("hub_cache", "bare_directory", with_revision(""));
+  seed("hub_cache", "ref", with_revision("step1000"));
+  seed("hub_cache", "commit_prefix", with_revision(step_commit.substr(0, 7)));
+}
+
 }  // namespace
 }  // namespace tdyn::fuzz
 
@@ -463,6 +485,7 @@ int main(int argc, char** argv) {
   fuzz::readers();
   fuzz::models();
   fuzz::tokenizers();
+  fuzz::hub_caches();
   fs::remove_all(fuzz::g_scratch);
   std::printf("%d seed(s) rejected by their entry point\n", fuzz::g_rejected);
   return 0;

@@ -1,6 +1,7 @@
 #include "fixture_check.h"
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "io/safetensors.h"
@@ -94,6 +95,37 @@ int check_fixture(const fs::path& model_dir, const fs::path& refs_file, FixtureR
     if (!elsewhere) ADD_FAILURE() << "reference " << key << " in " << refs_file << " was not compared";
   }
   return r.compared;
+}
+
+fs::path prefix_refs(const fs::path& refs_file, int64_t n, const fs::path& out) {
+  TensorStore refs;
+  read_safetensors(refs_file, refs);
+  std::map<std::string, TensorToWrite> cut;
+  for (const std::string& key : refs.names()) {
+    const TensorInfo& t = refs.get(key);
+    const size_t element = dtype_size(t.dtype);
+    const char* bytes = reinterpret_cast<const char*>(t.data);
+    if (key.rfind("seq", 0) != 0) {
+      cut[key] = {t.dtype, t.shape, std::string(bytes, t.nbytes)};
+      continue;
+    }
+    if (key.find(".pos") != std::string::npos) continue;  // per-position Jacobians
+    const int64_t T = refs.get(key.substr(0, key.find('.')) + ".input_ids").shape[0];
+    EXPECT_LE(n, T) << key;
+    if (key.ends_with("hook_pattern")) {  // [H, T, T] -> [H, n, n]
+      std::string s;
+      for (int64_t h = 0; h < t.shape[0]; ++h)
+        for (int64_t q = 0; q < n; ++q) s.append(bytes + ((h * T + q) * T) * element, n * element);
+      cut[key] = {t.dtype, {t.shape[0], n, n}, s};
+      continue;
+    }
+    EXPECT_EQ(t.shape[0], T) << key << ": not a per-position reference";
+    Shape shape = t.shape;
+    shape[0] = n;
+    cut[key] = {t.dtype, shape, std::string(bytes, t.nbytes / T * n)};
+  }
+  write_safetensors(out, cut);
+  return out;
 }
 
 }  // namespace tdyn::test

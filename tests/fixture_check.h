@@ -34,4 +34,10 @@ struct FixtureReport {
 // Returns the number of tensors compared.
 int check_fixture(const fs::path& model_dir, const fs::path& refs_file, FixtureReport* report = nullptr);
 
+// Writes to `out` the references of `refs_file` cut to each sequence's first `n` positions (ids, every [T, ...]
+// activation, patterns [H, n, n]; per-position Jacobians dropped) and returns `out`. A causal model's activations
+// at those positions do not depend on the later ones, so a model that matches the reference only up to position n
+// (a conversion that dropped a sliding window of n) is checked there at the full tolerances.
+fs::path prefix_refs(const fs::path& refs_file, int64_t n, const fs::path& out);
+
 }  // namespace tdyn::test

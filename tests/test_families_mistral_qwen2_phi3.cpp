@@ -12,6 +12,7 @@
 #include "analysis/jacobian.h"
 #include "core/npy.h"
 #include "fixture_check.h"
+#include "generated_fixtures.h"
 #include "io/safetensors.h"
 #include "model/families.h"
 #include "model/loader.h"
@@ -19,50 +20,7 @@
 namespace tdyn {
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
-
-// The generated fixtures (DIR/<family>/{config.json, model.safetensors, refs.safetensors}). Made once per
-// generator version: the directory name carries a hash of the generator and of the shared modules it imports,
-// and it is filled under a private name then renamed, so parallel test processes never see half of it.
-// Returns an empty path with `why` set when the generator cannot run here (a skip, not a failure).
-fs::path generated_fixtures(std::string* why) {
-  static std::string skip_reason;
-  static const fs::path dir = [&]() -> fs::path {
-    const fs::path script = test::source_dir() / "tests/refgen/extra_families.py";
-    const fs::path gen = test::shared_dir() / "fixtures/_gen";
-    if (!fs::exists(gen / "families.py")) {
-      skip_reason = "shared fixture generator not found: " + gen.string() + " (set TDYN_SHARED to the shared/ directory)";
-      return {};
-    }
-    if (!fs::exists(kPython) || std::system(fmt::format("{} -c 'import torch' 2>/dev/null", kPython).c_str()) != 0) {
-      skip_reason = fmt::format("{} with torch is needed to generate the Mistral/Qwen2/Phi-3 references", kPython);
-      return {};
-    }
-    std::string sources = read_file(script);
-    for (const char* m : {"families.py", "nn64.py", "refs.py", "sfio.py", "make_fixtures.py"}) sources += read_file(gen / m);
-    const fs::path out = fs::temp_directory_path() / fmt::format("tdyn_refgen_extra_{:016x}", std::hash<std::string>{}(sources));
-    if (fs::exists(out / "phi3/refs.safetensors")) return out;
-    const fs::path tmp = fs::path(out.string() + fmt::format(".tmp{}", ::getpid()));
-    fs::remove_all(tmp);
-    const std::string cmd = fmt::format("{} -B {} --shared {} --out {}", kPython, test::shell_quote(script.string()),
-                                        test::shell_quote(test::shared_dir().string()), test::shell_quote(tmp.string()));
-    std::cout << "[ refgen   ] " << cmd << std::endl;
-    const int status = std::system(cmd.c_str());
-    // A failing generator (a self-check of the references) is a test failure, not a skip.
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error(fmt::format("reference generator failed: {}", cmd));
-    std::error_code ec;
-    fs::rename(tmp, out, ec);  // another process may have renamed its copy first: keep that one
-    fs::remove_all(tmp, ec);
-    return out;
-  }();
-  if (why) *why = skip_reason;
-  return dir;
-}
-
-#define REQUIRE_GENERATED(dir)                                   \
-  std::string why_;                                              \
-  const fs::path dir = generated_fixtures(&why_);                \
-  if (dir.empty()) GTEST_SKIP() << why_;
+#define REQUIRE_GENERATED(dir) TDYN_REQUIRE_GENERATED(dir, extra_family_fixtures)
 
 class GeneratedFamily : public ::testing::TestWithParam<const char*> {};
 

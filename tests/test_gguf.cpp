@@ -21,6 +21,7 @@
 #include "model/init.h"
 #include "model/loader.h"
 #include "model/transformer.h"
+#include "gguf_convert.h"
 #include "test_util.h"
 
 namespace tdyn {
@@ -32,8 +33,6 @@ std::string random_bytes(size_t n, uint32_t seed) {
   for (auto& c : s) c = static_cast<char>(rng() & 0xff);
   return s;
 }
-
-std::string raw_bytes(const TensorInfo& t) { return std::string(reinterpret_cast<const char*>(t.data), t.nbytes); }
 
 // ---------------------------------------------------------------------------------------------------------
 // (a) Round trip: every metadata value type, every tensor dtype, bit-exact.
@@ -108,7 +107,7 @@ TEST(GgufRoundTrip, EveryValueTypeAndDtypeBitExact) {
       const TensorInfo& got = store.get(t.name);
       EXPECT_EQ(got.dtype, t.dtype) << t.name;
       EXPECT_EQ(got.shape, t.shape) << t.name;
-      EXPECT_EQ(raw_bytes(got), t.bytes) << t.name;
+      EXPECT_EQ(test::raw_bytes(got), t.bytes) << t.name;
       if (!t.bytes.empty()) EXPECT_EQ(reinterpret_cast<uintptr_t>(got.data) % alignment, 0u) << t.name;
     }
     // Conversions through the store: BF16 is the top half of a float32.
@@ -146,106 +145,11 @@ TEST(GgufWriter, RejectsWhatLlamaCppCouldNotRead) {
 // ---------------------------------------------------------------------------------------------------------
 // (b) HF Llama fixtures converted to GGUF, run, and compared with the float64 references.
 
-// HF stores each head's q/k rows in rotate-half order: rows i and i + d_head/2 form RoPE pair i, rotated
-// together by the angle pos * inv_freq[i]. GGUF (llama.cpp) rotates adjacent pairs: rows 2i and 2i + 1 form
-// pair i. Moving, within every head, HF row i to row 2i and HF row i + d_head/2 to row 2i + 1 makes the
-// interleaved rotation act on exactly the pairs HF rotates, with the same frequency. Permuting q and k the
-// same way leaves every score q.k unchanged (a dot product does not depend on the order of its terms), so
-// attention, and everything after it, is identical; v and o keep their order. This is llama.cpp's
-// converter's permutation: reshape rows as [head, 2, d_head/2] and swap the last two axes.
-std::string rotate_half_rows_to_interleaved(const TensorInfo& t, int64_t n_heads) {
-  const int64_t rows = t.shape[0], d_head = rows / n_heads, half = d_head / 2;
-  const size_t row_bytes = t.nbytes / rows;
-  std::string out(t.nbytes, '\0');
-  for (int64_t h = 0; h < n_heads; ++h) {
-    for (int64_t i = 0; i < half; ++i) {
-      for (int64_t which = 0; which < 2; ++which) {
-        int64_t hf_row = h * d_head + which * half + i;
-        int64_t gguf_row = h * d_head + 2 * i + which;
-        std::memcpy(out.data() + gguf_row * row_bytes, t.data + hf_row * row_bytes, row_bytes);
-      }
-    }
-  }
-  return out;
-}
-
-// llama.cpp's tensor name for an HF Llama tensor name.
-std::string gguf_name(const std::string& hf) {
-  static const std::vector<std::pair<std::string, std::string>> per_layer = {
-      {"input_layernorm.weight", "attn_norm.weight"},   {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},     {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"}};
-  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-  if (hf == "model.norm.weight") return "output_norm.weight";
-  if (hf == "lm_head.weight") return "output.weight";
-  const std::string prefix = "model.layers.";
-  if (hf.rfind(prefix, 0) == 0) {
-    size_t dot = hf.find('.', prefix.size());
-    std::string layer = hf.substr(prefix.size(), dot - prefix.size()), role = hf.substr(dot + 1);
-    for (const auto& [from, to] : per_layer) {
-      if (role == from) return "blk." + layer + "." + to;
-    }
-  }
-  ADD_FAILURE() << "no GGUF name for HF tensor " << hf;
-  return hf;
-}
-
-// Converts an HF Llama directory (config.json + model.safetensors, any float dtype) to a GGUF file the way
-// llama.cpp's converter does; llama3 rope scaling becomes the rope_freqs.weight divisors. With `quantize`,
-// every F32 matrix whose rows are whole blocks is stored as that type (the others stay F32, as llama.cpp
-// falls back for rows it cannot quantize).
+// An HF Llama directory converted to a GGUF file as llama.cpp's converter does (tests/gguf_convert.h).
 void convert_hf_llama(const fs::path& hf_dir, const fs::path& out, bool write_vocab_size,
                       std::optional<DType> quantize = std::nullopt) {
-  const ModelConfig c = read_hf_config(hf_dir / "config.json");
-  TensorStore hf;
-  read_safetensors(hf_dir / "model.safetensors", hf);
-
-  GgufMetadata m = {
-      {"general.architecture", GgufValue::string("llama")},
-      {"general.name", GgufValue::string(hf_dir.filename().string())},
-      {"llama.context_length", GgufValue::uint32(static_cast<uint32_t>(c.n_ctx))},
-      {"llama.embedding_length", GgufValue::uint32(static_cast<uint32_t>(c.d_model))},
-      {"llama.block_count", GgufValue::uint32(static_cast<uint32_t>(c.n_layers))},
-      {"llama.feed_forward_length", GgufValue::uint32(static_cast<uint32_t>(c.d_mlp))},
-      {"llama.rope.dimension_count", GgufValue::uint32(static_cast<uint32_t>(c.d_head))},
-      {"llama.attention.head_count", GgufValue::uint32(static_cast<uint32_t>(c.n_heads))},
-      {"llama.attention.head_count_kv", GgufValue::uint32(static_cast<uint32_t>(c.n_kv_heads))},
-      {"llama.attention.layer_norm_rms_epsilon", GgufValue::float32(static_cast<float>(c.norm_eps))},
-      {"llama.rope.freq_base", GgufValue::float32(static_cast<float>(c.rope.theta))},
-      {"tokenizer.ggml.bos_token_id", GgufValue::uint32(static_cast<uint32_t>(*c.bos_id))},
-      {"tokenizer.ggml.eos_token_id", GgufValue::uint32(static_cast<uint32_t>(*c.eos_id))},
-  };
-  if (write_vocab_size) m.push_back({"llama.vocab_size", GgufValue::uint32(static_cast<uint32_t>(c.d_vocab))});
-
-  std::vector<GgufTensor> tensors;
-  for (const auto& name : hf.names()) {
-    const TensorInfo& t = hf.get(name);
-    std::string bytes = raw_bytes(t);
-    if (name.find("q_proj") != std::string::npos) bytes = rotate_half_rows_to_interleaved(t, c.n_heads);
-    if (name.find("k_proj") != std::string::npos) bytes = rotate_half_rows_to_interleaved(t, c.n_kv_heads);
-    if (quantize && t.dtype == DType::F32 && t.shape.size() == 2 &&
-        t.shape.back() % dtype_layout(*quantize).block_elements == 0) {
-      std::vector<float> values(bytes.size() / sizeof(float));
-      std::memcpy(values.data(), bytes.data(), bytes.size());
-      tensors.push_back(gguf_quantized_tensor(gguf_name(name), t.shape, *quantize, values.data()));
-      continue;
-    }
-    tensors.push_back({gguf_name(name), t.dtype, t.shape, std::move(bytes)});
-  }
-  if (c.rope.scaling == "llama3") {
-    // llama.cpp divides each default frequency by a stored factor: divisor = default / llama3-scaled.
-    RopeConfig unscaled = c.rope;
-    unscaled.scaling = "default";
-    std::vector<double> plain = rope_inv_freq(unscaled, c.d_head), scaled = rope_inv_freq(c.rope, c.d_head);
-    std::vector<float> divisors;
-    for (size_t i = 0; i < plain.size(); ++i) divisors.push_back(static_cast<float>(plain[i] / scaled[i]));
-    tensors.push_back(gguf_f32_tensor("rope_freqs.weight", {static_cast<int64_t>(divisors.size())}, divisors.data()));
-  } else {
-    ASSERT_EQ(c.rope.scaling, "default");
-  }
-  write_gguf(out, m, tensors);
+  const test::GgufModel g = test::convert_hf_llama(hf_dir, {.write_vocab_size = write_vocab_size, .quantize = quantize});
+  write_gguf(out, g.metadata, g.tensors);
 }
 
 // Runs the GGUF model on the reference sequences and compares logits with the manifest tolerance (or a
@@ -449,7 +353,7 @@ TEST(GgufConfig, RejectsWhatTheForwardPassCannotRun) {
     std::erase_if(m, [&](const auto& kv) { return kv.first == key; });
     return m;
   };
-  expect_error(with("general.architecture", GgufValue::string("falcon")), "architecture 'falcon' is not supported (supported: llama, gpt2)");
+  expect_error(with("general.architecture", GgufValue::string("falcon")), "architecture 'falcon' is not supported (supported: llama (Llama, Mistral), qwen2, phi3, gpt2, gptneox)");
   expect_error(without("llama.block_count"), "no 'llama.block_count'");
   expect_error(with("llama.block_count", GgufValue::string("3")), "'llama.block_count' must be an integer");
   expect_error(with("llama.rope.dimension_count", GgufValue::uint32(2)), "partial rotary");

@@ -21,6 +21,7 @@
 #include "core/files.h"
 #include "core/npy.h"
 #include "fixture_check.h"
+#include "generated_fixtures.h"
 #include "io/safetensors.h"
 #include "model/ops.h"
 
@@ -29,55 +30,7 @@ namespace {
 
 using linalg::Matrix;
 
-// The generated fixtures, made once into the build tree and reused by every test process while the generator is
-// unchanged (under a file lock, into a temporary directory then renamed, so no process sees half a fixture).
-// Empty when shared/fixtures/_gen, /usr/bin/python3 or its torch is missing; *why says which.
-fs::path neox_fixtures(std::string* why) {
-  const fs::path gen = test::shared_dir() / "fixtures" / "_gen" / "nn64.py";
-  const fs::path script = test::source_dir() / "tests" / "refgen" / "gpt_neox.py";
-  auto none = [&](const std::string& reason) {
-    *why = reason;
-    return fs::path();
-  };
-  if (!fs::exists(gen)) return none("shared fixture generator not found: " + gen.string() + " (set TDYN_SHARED)");
-  if (!fs::exists("/usr/bin/python3")) return none("/usr/bin/python3 not found");
-  const fs::path root = test::cli_path().parent_path() / "test_data";
-  const fs::path dir = root / "gpt_neox", stamp = dir / "generator.stamp";
-  const std::string version = std::to_string(fs::last_write_time(script).time_since_epoch().count());
-  auto fresh = [&] { return fs::exists(stamp) && read_file(stamp) == version; };
-  if (fresh()) return dir;
-  // One process generates; the others (ctest runs tests in parallel processes) wait for it here.
-  fs::create_directories(root);
-  const int lock = ::open((root / "gpt_neox.lock").c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) return none("cannot lock " + (root / "gpt_neox.lock").string());
-  struct Unlock {
-    int fd;
-    ~Unlock() { ::close(fd); }  // closing releases the lock
-  } unlock{lock};
-  if (fresh()) return dir;
-  const fs::path tmp = root / ("gpt_neox.tmp" + std::to_string(::getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  const std::string cmd = fmt::format("/usr/bin/python3 -B {} {} {}", test::shell_quote(script.string()),
-                                      test::shell_quote(test::shared_dir().string()), test::shell_quote(tmp.string()));
-  const int rc = std::system(cmd.c_str());
-  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) return none("/usr/bin/python3 has no torch module");
-  if (rc != 0) {
-    ADD_FAILURE() << "reference generator failed (" << rc << "): " << cmd;
-    return none("reference generator failed");
-  }
-  std::ofstream(tmp / "generator.stamp") << version;
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  fs::rename(tmp, dir, ec);
-  if (ec) return none("cannot move the generated references to " + dir.string() + ": " + ec.message());
-  return dir;
-}
-
-#define TDYN_REQUIRE_NEOX(var)                                 \
-  std::string why_##var;                                       \
-  const fs::path var = neox_fixtures(&why_##var);              \
-  if (var.empty()) GTEST_SKIP() << why_##var
+#define TDYN_REQUIRE_NEOX(var) TDYN_REQUIRE_GENERATED(var, gpt_neox_fixtures)
 
 std::vector<int32_t> ints32(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
 

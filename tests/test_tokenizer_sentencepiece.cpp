@@ -48,7 +48,7 @@ std::vector<std::string> passages() {
   return out;
 }
 
-// A Unigram and a BPE model trained once for the whole suite.
+// A Unigram, a BPE, a word and a char model trained once for the whole suite.
 class SentencePieceModels : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -60,6 +60,8 @@ class SentencePieceModels : public ::testing::Test {
     write_file_atomic(*dir_ / "train.txt", slice);
     train("unigram", 400, "");
     train("bpe", 400, " --byte_fallback=true");
+    train("word", 400, "");
+    train("char", 100, " --hard_vocab_limit=false");  // as many pieces as the text has characters
     // Three custom rules (Ａ -> A, ﬁ -> fi, ideographic space -> space): a charsmap of 1 kB instead of nmt_nfkc's
     // 240 kB, cheap enough to break in hundreds of ways.
     write_file_atomic(*dir_ / "rules.tsv", "FF21\t41\nFB01\t66 69\n3000\t20\n");
@@ -126,6 +128,26 @@ TEST_F(SentencePieceModels, IdsEqualTheLibrarysOwnEncoding) {
     }
     EXPECT_GT(tokens, 5000) << type;
     if (type == "unigram") EXPECT_GT(unknown, 0) << "the texts should include characters outside the vocabulary";
+  }
+}
+
+// Word and char models (model_type word / char): the library's own ids and decoding, as for Unigram and BPE.
+TEST_F(SentencePieceModels, WordAndCharModelsEqualTheLibrary) {
+  for (const std::string type : {"word", "char"}) {
+    auto sp = library(type);
+    auto tok = load_tokenizer(model(type));
+    EXPECT_EQ(tok->kind(), "sentencepiece-" + type);
+    EXPECT_EQ(tok->vocab_size(), sp->GetPieceSize());
+    int64_t tokens = 0;
+    for (const std::string& text : passages()) {
+      const std::vector<int32_t> expected = library_ids(*sp, text);
+      ASSERT_EQ(tok->encode(text, false), expected) << type << ": '" << text << "'";
+      std::string decoded;
+      ASSERT_TRUE(sp->Decode(std::vector<int>(expected.begin(), expected.end()), &decoded).ok());
+      EXPECT_EQ(tok->decode(expected), decoded) << type << ": '" << text << "'";
+      tokens += static_cast<int64_t>(expected.size());
+    }
+    EXPECT_GT(tokens, 5000) << type;
   }
 }
 

@@ -107,41 +107,69 @@ const LlamaNames kHfLlamaNames = {
     "model.layers.{l}.post_attention_layernorm", "model.layers.{l}.mlp.gate_proj", "model.layers.{l}.mlp.up_proj",
     "model.layers.{l}.mlp.down_proj", "model.norm", "lm_head", ".bias", ".weight"};
 
-// Phi-3 (Phi3ForCausalLM): Llama with q|k|v fused into self_attn.qkv_proj and gate|up into mlp.gate_up_proj,
-// both along the output rows; every part is used in place as a row slice.
-FamilyTable phi3_table() {
-  FamilyTable t{.family = "phi3", .format = "hf", .ignored_suffixes = {".rotary_emb.inv_freq"}, .prefixes = {"model."}};
+// llama.cpp's names of the same tensors (GGUF arch "llama", and "qwen2" with its q/k/v biases).
+const LlamaNames kGgufLlamaNames = {
+    "token_embd", "blk.{l}.attn_norm", "blk.{l}.attn_q", "blk.{l}.attn_k", "blk.{l}.attn_v", "blk.{l}.attn_output",
+    "blk.{l}.ffn_norm", "blk.{l}.ffn_gate", "blk.{l}.ffn_up", "blk.{l}.ffn_down", "output_norm", "output", ".bias",
+    ".weight"};
+
+// Phi-3 (Phi3ForCausalLM): Llama with q|k|v fused into one qkv projection and gate|up into one MLP input
+// projection, both along the output rows; every part is used in place as a row slice.
+struct Phi3Names {
+  std::string embed, attn_norm, qkv, o, mlp_norm, gate_up, down, final_norm, unembed;
+};
+
+FamilyTable phi3_table(const std::string& format, const Phi3Names& n, FamilyTable t) {
+  t.family = "phi3";
+  t.format = format;
   auto& s = t.tensors;
-  const std::string h = "{p}layers.{l}.";
   auto qkv_shape = [](C c, int64_t l) { return Shape{(c.n_heads + 2 * c.n_kv_heads) * c.layer(l).d_head, c.d_model}; };
   auto qkv_sizes = [](C c, int64_t l) {
     const int64_t hd = c.layer(l).d_head;
     return std::vector<int64_t>{c.n_heads * hd, c.n_kv_heads * hd, c.n_kv_heads * hd};
   };
   auto gate_up_shape = [](C c, int64_t l) { return Shape{2 * c.layer(l).d_mlp, c.d_model}; };
-  s.push_back(weight(Role::Embed, "{p}embed_tokens.weight", embed_shape));
-  s.push_back(vec(Role::AttnNorm, h + "input_layernorm.weight", model_vec));
+  s.push_back(weight(Role::Embed, n.embed, embed_shape));
+  s.push_back(vec(Role::AttnNorm, n.attn_norm, model_vec));
   const Role qkv[3] = {Role::AttnQ, Role::AttnK, Role::AttnV};
   for (int i = 0; i < 3; ++i) {
-    TensorSpec w = weight(qkv[i], h + "self_attn.qkv_proj.weight", qkv_shape);
+    TensorSpec w = weight(qkv[i], n.qkv, qkv_shape);
     w.fused_index = i;
     w.fused_count = 3;
     w.fused_sizes = qkv_sizes;
     s.push_back(w);
   }
-  s.push_back(weight(Role::AttnO, h + "self_attn.o_proj.weight", o_shape));
-  s.push_back(vec(Role::MlpNorm, h + "post_attention_layernorm.weight", model_vec));
+  s.push_back(weight(Role::AttnO, n.o, o_shape));
+  s.push_back(vec(Role::MlpNorm, n.mlp_norm, model_vec));
   const Role gate_up[2] = {Role::MlpGate, Role::MlpUp};  // Phi3MLP: gate, up = gate_up_proj(x).chunk(2)
   for (int i = 0; i < 2; ++i) {
-    TensorSpec w = weight(gate_up[i], h + "mlp.gate_up_proj.weight", gate_up_shape);
+    TensorSpec w = weight(gate_up[i], n.gate_up, gate_up_shape);
     w.fused_index = i;
     w.fused_count = 2;
     s.push_back(w);
   }
-  s.push_back(weight(Role::MlpDown, h + "mlp.down_proj.weight", down_shape));
-  s.push_back(vec(Role::FinalNorm, "{p}norm.weight", model_vec));
-  s.push_back(weight(Role::Unembed, "lm_head.weight", embed_shape, Layout::OutIn, untied));
+  s.push_back(weight(Role::MlpDown, n.down, down_shape));
+  s.push_back(vec(Role::FinalNorm, n.final_norm, model_vec));
+  s.push_back(weight(Role::Unembed, n.unembed, embed_shape, Layout::OutIn, untied));
   return t;
+}
+
+// Hugging Face names; llama.cpp's converter keeps both fusions, as attn_qkv and ffn_up (gate | up rows).
+FamilyTable hf_phi3_table() {
+  const std::string h = "{p}layers.{l}.";
+  return phi3_table("hf",
+                    {"{p}embed_tokens.weight", h + "input_layernorm.weight", h + "self_attn.qkv_proj.weight",
+                     h + "self_attn.o_proj.weight", h + "post_attention_layernorm.weight", h + "mlp.gate_up_proj.weight",
+                     h + "mlp.down_proj.weight", "{p}norm.weight", "lm_head.weight"},
+                    {.ignored_suffixes = {".rotary_emb.inv_freq"}, .prefixes = {"model."}});
+}
+FamilyTable gguf_phi3_table() {
+  const std::string h = "blk.{l}.";
+  return phi3_table("gguf",
+                    {"token_embd.weight", h + "attn_norm.weight", h + "attn_qkv.weight", h + "attn_output.weight",
+                     h + "ffn_norm.weight", h + "ffn_up.weight", h + "ffn_down.weight", "output_norm.weight",
+                     "output.weight"},
+                    {});
 }
 
 // GPT-2 (GPT2LMHeadModel). Conv1D [in, out] weights used in place; c_attn is q|k|v fused along its output
@@ -182,14 +210,16 @@ FamilyTable gpt2_table() {
 
 // GPT-2 as llama.cpp's converter writes it (arch "gpt2"): every Conv1D [in, out] weight transposed to nn.Linear
 // [out, in] layout, c_attn kept fused as attn_qkv (q | k | v rows), and the tied head written out again as
-// output.weight (so a tdyn GGUF GPT-2 is untied unless that tensor is absent).
-FamilyTable gguf_gpt2_table() {
-  FamilyTable t{.family = "gpt2", .format = "gguf"};
+// output.weight (so a tdyn GGUF GPT-2 is untied unless that tensor is absent). GPT-NeoX (arch "gptneox") has the
+// same tensors without the position table: its converter regroups query_key_value's per-head [q_h; k_h; v_h] rows
+// to q | k | v, and writes embed_out as output.weight.
+FamilyTable gguf_gpt_table(const std::string& family, bool learned_positions) {
+  FamilyTable t{.family = family, .format = "gguf"};
   auto& s = t.tensors;
   auto qkv_shape = [](C c, int64_t) { return Shape{3 * c.q_dim(), c.d_model}; };
   auto qkv_vec = [](C c, int64_t) { return Shape{3 * c.q_dim()}; };
   s.push_back(weight(Role::Embed, "token_embd.weight", embed_shape));
-  s.push_back(weight(Role::PosEmbed, "position_embd.weight", pos_shape));
+  if (learned_positions) s.push_back(weight(Role::PosEmbed, "position_embd.weight", pos_shape));
   layer_norm(s, Role::AttnNorm, "blk.{l}.attn_norm", model_vec);
   const Role qkv[3] = {Role::AttnQ, Role::AttnK, Role::AttnV};
   for (int i = 0; i < 3; ++i) {
@@ -408,7 +438,7 @@ std::vector<FamilyTable> build_tables() {
   // MistralForCausalLM and Qwen2ForCausalLM: Llama's names (Qwen2 adds q/k/v biases, bound through attn_qkv_bias).
   tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}, "mistral"));
   tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}, "qwen2"));
-  tables.push_back(phi3_table());
+  tables.push_back(hf_phi3_table());
   // llama2.c legacy .bin (names as in Meta's original checkpoints; see io/llama2c.h). Interleaved RoPE pairs.
   tables.push_back(llama_table("llama2c",
                                {"tok_embeddings", "layers.{l}.attention_norm", "layers.{l}.attention.wq",
@@ -417,15 +447,15 @@ std::vector<FamilyTable> build_tables() {
                                 "layers.{l}.feed_forward.w2", "norm", "output", ".bias", ".weight"},
                                {}));
   // GGUF (llama.cpp naming). Interleaved RoPE pairs, as llama.cpp's converter stores q/k.
-  tables.push_back(llama_table("gguf",
-                               {"token_embd", "blk.{l}.attn_norm", "blk.{l}.attn_q", "blk.{l}.attn_k", "blk.{l}.attn_v",
-                                "blk.{l}.attn_output", "blk.{l}.ffn_norm", "blk.{l}.ffn_gate", "blk.{l}.ffn_up",
-                                "blk.{l}.ffn_down", "output_norm", "output", ".bias", ".weight"},
-                               {"rope_freqs.weight"}));
+  tables.push_back(llama_table("gguf", kGgufLlamaNames, {"rope_freqs.weight"}));
+  // GGUF Qwen2 (llama.cpp arch "qwen2"): the same names with q/k/v biases, rotate-half RoPE pairs.
+  tables.push_back(llama_table("gguf", kGgufLlamaNames, {}, "qwen2"));
+  tables.push_back(gguf_phi3_table());
   tables.push_back(gpt2_table());
-  tables.push_back(gguf_gpt2_table());
+  tables.push_back(gguf_gpt_table("gpt2", /*learned_positions=*/true));
   tables.push_back(gpt_neo_table());
   tables.push_back(gpt_neox_table());
+  tables.push_back(gguf_gpt_table("gpt_neox", /*learned_positions=*/false));
   tables.push_back(bert_table());
   tables.push_back(albert_table());
   tables.push_back(olmo3_table());
