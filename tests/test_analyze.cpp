@@ -185,7 +185,8 @@ TEST(Analyze, Stories260KEndToEnd) {
     EXPECT_TRUE(fs::exists(dir / part / "results.json")) << part;
   }
   const std::string html = read_file(dir / "index.html");
-  for (const char* s : {"id=\"summary\"", "Seed 000", "Seed 003", "Seed 004", "id=\"part-power\"", "id=\"part-jacobian\"",
+  for (const char* s : {"id=\"summary\"", "<h3>Transformer layers and the power method", "<h3>Residual-stream Jacobians and network topology",
+                        "<h3>Clusters in self-attention dynamics", "id=\"part-power\"", "id=\"part-jacobian\"",
                         "id=\"part-topology\"", "id=\"part-particles\"", "<img src=\"power/eigenvalues.svg\"",
                         "<img src=\"jacobian/cumulative_effective_rank.svg\"", "<img src=\"topology/coupling_vs_depth.svg\"",
                         "<img src=\"particles/trajectories.svg\""})

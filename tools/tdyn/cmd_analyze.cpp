@@ -1,12 +1,15 @@
-// tdyn analyze MODEL --out DIR: every analysis of the three papers on one model, then the report.
-//   DIR/power      seed 000: layer matrices, spectra, token alignment (tdyn power)
-//   DIR/jacobian   seed 003: mean Jacobians, cumulative products, metrics, Schur surgery (tdyn jacobian --surgery)
-//   DIR/init       seed 003's control: the same architecture's random initialisation (tdyn init, in DIR/init/model) through
-//                  tdyn jacobian and tdyn topology (DIR/init/topology) on the same token ids (DIR/init/samples.ids); off
-//                  with --no-init-control
-//   DIR/topology   seed 003: correlation graphs, signed Leiden, coupling with the Jacobian gains (tdyn topology)
-//   DIR/particles  seed 004: one attention head of the model simulated as interacting particles (tdyn particles
-//                  --from-model)
+// tdyn analyze MODEL --out DIR: every analysis of the three papers (README.md, "The three papers") on one model,
+// then the report.
+//   DIR/power      the power-method paper: layer matrices, spectra, token alignment (tdyn power)
+//   DIR/jacobian   the residual-stream paper: mean Jacobians, cumulative products, metrics, Schur surgery
+//                  (tdyn jacobian --surgery)
+//   DIR/init       the residual-stream paper's control: the same architecture's random initialisation (tdyn init, in
+//                  DIR/init/model) through tdyn jacobian and tdyn topology (DIR/init/topology) on the same token ids
+//                  (DIR/init/samples.ids); off with --no-init-control
+//   DIR/topology   the residual-stream paper: correlation graphs, signed Leiden, coupling with the Jacobian gains
+//                  (tdyn topology)
+//   DIR/particles  the clustering paper: one attention head of the model simulated as interacting particles
+//                  (tdyn particles --from-model)
 //   DIR/pass       the forward pass over the samples that power, jacobian and topology share (pass.tdynpass)
 //   DIR/index.html the report; DIR/results.json which parts ran, their command lines, status and timings, and the
 //                  report's verdicts ("verdicts").
