@@ -120,6 +120,48 @@ TEST(Analyze, BottleneckVerdictAgainstRandomInit) {
   EXPECT_EQ(verdict_of(none, "003", "bottleneck"), "not computed");
 }
 
+// --tokenizer reaches the shared pass and every part that tokenizes text: the model's own tokenizer named explicitly
+// runs, each part's command line carries it, and GPT-2's tokenizer (ids up to 50256) is refused by the pass for
+// stories260K's vocabulary of 512, before any part runs.
+TEST(Analyze, TokenizerGoesToThePassAndEveryPart) {
+  TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  TDYN_REQUIRE_SHARED("tokenizers/gpt2/encoder.json");
+  TDYN_REQUIRE_SHARED("data/wikitext-2/wiki.test.raw");
+  const fs::path dir = test::scratch_dir("analyze_tokenizer");
+  const fs::path model = test::shared_dir() / "models/stories260K/stories260K.bin";
+  const fs::path tokenizer = test::shared_dir() / "models/stories260K/tok512.bin";
+  const std::string inputs = fmt::format("{} --data {} --samples 4 --max-len 16 --particles-tokens 8 --particles-T 1", model.string(),
+                                         (test::shared_dir() / "data/wikitext-2/wiki.test.raw").string());
+  std::string out, err;
+  ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet analyze {} --tokenizer {} --out {}", inputs, tokenizer.string(),
+                                      (dir / "own").string()),
+                          &out, &err),
+            0)
+      << err;
+  const json results = json::parse(read_file(dir / "own/results.json"));
+  const std::string absolute = fs::absolute(tokenizer).lexically_normal().string();
+  EXPECT_EQ(results["options"]["tokenizer"], absolute);
+  for (const char* part : {"power", "jacobian", "init", "topology", "particles"}) {
+    const json& record = results["results"]["parts"][part];
+    EXPECT_EQ(record["status"], "ok") << part << ": " << record.dump();
+    const auto argv = record["argv"].get<std::vector<std::string>>();
+    const auto flag = std::find(argv.begin(), argv.end(), "--tokenizer");
+    if (std::string(part) == "init") {
+      EXPECT_EQ(flag, argv.end()) << "init reads token ids, it has nothing to tokenize";
+    } else {
+      ASSERT_NE(flag, argv.end()) << part;
+      ASSERT_NE(flag + 1, argv.end()) << part;
+      EXPECT_EQ(*(flag + 1), absolute) << part;
+    }
+  }
+  EXPECT_EQ(test::run_cli(fmt::format("--threads 1 --quiet analyze {} --tokenizer {} --out {}", inputs,
+                                      (test::shared_dir() / "tokenizers/gpt2/encoder.json").string(), (dir / "gpt2").string()),
+                          &out, &err),
+            1);
+  EXPECT_NE(err.find("outside the vocabulary [0, 512)"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(dir / "gpt2/power"));
+}
+
 TEST(Analyze, Stories260KEndToEnd) {
   TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
   TDYN_REQUIRE_SHARED("data/wikitext-2/wiki.test.raw");
@@ -143,7 +185,8 @@ TEST(Analyze, Stories260KEndToEnd) {
     EXPECT_TRUE(fs::exists(dir / part / "results.json")) << part;
   }
   const std::string html = read_file(dir / "index.html");
-  for (const char* s : {"id=\"summary\"", "Seed 000", "Seed 003", "Seed 004", "id=\"part-power\"", "id=\"part-jacobian\"",
+  for (const char* s : {"id=\"summary\"", "<h3>Transformer layers and the power method", "<h3>Residual-stream Jacobians and network topology",
+                        "<h3>Clusters in self-attention dynamics", "id=\"part-power\"", "id=\"part-jacobian\"",
                         "id=\"part-topology\"", "id=\"part-particles\"", "<img src=\"power/eigenvalues.svg\"",
                         "<img src=\"jacobian/cumulative_effective_rank.svg\"", "<img src=\"topology/coupling_vs_depth.svg\"",
                         "<img src=\"particles/trajectories.svg\""})

@@ -1,4 +1,4 @@
-// Layer matrices F_t = O_t V_t and offsets c_t = O_t b_V + b_O (seed 000) against the fixtures' float64
+// Layer matrices F_t = O_t V_t and offsets c_t = O_t b_V + b_O (the power-method paper) against the fixtures' float64
 // references blocks.{l}.layer_matrix / layer_matrix_bias, for every family; plus the uniform-attention identity
 // attn_out = F x̄ + c through the real attention code, and the llama2.c / HF-layout agreement of stories260K.
 #include <gtest/gtest.h>

@@ -152,7 +152,7 @@ TEST(LinalgEigen, SortByModulusKeepsPairsAdjacent) {
 
   const Matrix a = random_gaussian(40, 40, 2);
   const Eigendecomposition e = sorted_by_modulus(eigen_general(a, true));
-  for (Index i = 1; i < 40; ++i) EXPECT_GE(std::abs(e.eigenvalues[i - 1]), std::abs(e.eigenvalues[i]));
+  for (Index i = 1; i < 40; ++i) EXPECT_GE(std::abs(e.eigenvalues[i - 1]), std::abs(e.eigenvalues[i]) * (1 - 1e-9));
   expect_conjugate_pairs_adjacent(e.eigenvalues);
   const ComplexMatrix residual = a.cast<Complex>() * e.eigenvectors - e.eigenvectors * e.eigenvalues.asDiagonal();
   EXPECT_LE(residual.norm(), 1e-11 * a.norm());
@@ -282,6 +282,69 @@ TEST(LinalgSchur, RealSchurFormGivesTheComplexSchurDeparture) {
     EXPECT_LE(worst, 1e-10 * std::max(1.0, j.norm()));
   }
   EXPECT_LE(real_schur_form(q * normal * q.transpose()).strictly_upper_norm(), 1e-14);
+}
+
+// Q B Qᵀ, B block diagonal: a 2 × 2 block [[a, −b], [b, a]] per eigenvalue a + ib of `pairs` (b > 0; it gives
+// a ± ib), then the reals on the diagonal; Q a seeded random orthogonal matrix. Each entry then gets relative noise of
+// `noise` (0: none), as from round-off in whatever computed the matrix.
+Matrix with_spectrum(const std::vector<Complex>& pairs, const std::vector<double>& reals, uint64_t seed, double noise) {
+  const Index d = static_cast<Index>(2 * pairs.size() + reals.size());
+  Matrix b = Matrix::Zero(d, d);
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    const Index i = static_cast<Index>(2 * p);
+    b(i, i) = b(i + 1, i + 1) = pairs[p].real();
+    b(i, i + 1) = -pairs[p].imag();
+    b(i + 1, i) = pairs[p].imag();
+  }
+  for (size_t r = 0; r < reals.size(); ++r) b(2 * pairs.size() + r, 2 * pairs.size() + r) = reals[r];
+  const Matrix q = Eigen::HouseholderQR<Matrix>(random_gaussian(d, d, seed)).householderQ();
+  Matrix a = q * b * q.transpose();
+  std::mt19937_64 generator(seed + 1000);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  for (Index j = 0; j < d; ++j)
+    for (Index i = 0; i < d; ++i) a(i, j) *= 1 + noise * uniform(generator);
+  return a;
+}
+
+void expect_order(const ComplexVector& got, const std::vector<Complex>& expected, const std::string& what) {
+  ASSERT_GE(got.size(), static_cast<Index>(expected.size())) << what;
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_LE(std::abs(got[i] - expected[i]), 1e-9 * std::abs(expected[i])) << what << ": entry " << i << " is " << got[i];
+}
+
+// Equal moduli (four conjugate pairs and two reals on the circle |λ| = 5) come out in one canonical order —
+// modulus, then real part, then imaginary part, descending — however round-off perturbs the matrix: dgeev's
+// pairs are exact conjugates but their moduli differ in the last bits between pairs, and Arnoldi's halves of a
+// pair differ too.
+TEST(LinalgEigen, CanonicalOrderOfEqualModuliSurvivesRoundOff) {
+  const std::vector<Complex> pairs = {{-3, 4}, {4, 3}, {0, 5}, {3, 4}};
+  std::vector<double> reals = {-5, 0.3, 5};
+  for (int i = 1; i <= 29; ++i) reals.push_back((i % 2 ? 0.009 : -0.009) * i);  // d = 40, the rest of |λ| < 0.3
+  const std::vector<Complex> expected = {{5, 0},  {4, 3},  {4, -3},  {3, 4},  {3, -4}, {0, 5},
+                                         {0, -5}, {-3, 4}, {-3, -4}, {-5, 0}, {0.3, 0}};
+  for (const uint64_t seed : {1, 2, 3, 4, 5, 6, 7, 8}) {
+    for (const double noise : {0.0, 1e-15, 1e-14}) {
+      const Matrix a = with_spectrum(pairs, reals, seed, noise);
+      const std::string what = fmt::format("seed {}, noise {:g}", seed, noise);
+      expect_order(sorted_by_modulus(eigen_general(a)).eigenvalues, expected, "dgeev, " + what);
+      const TopEigenpairs top = top_eigenpairs(a, 10);
+      expect_order(top.eigenvalues, {expected.begin(), expected.begin() + 10}, "Arnoldi, " + what);
+      for (Index j = 0; j < 10; ++j)
+        EXPECT_LE((a.cast<Complex>() * top.eigenvectors.col(j) - top.eigenvalues[j] * top.eigenvectors.col(j)).norm(), 1e-8)
+            << "the eigenvectors follow their eigenvalues: " << what << ", entry " << j;
+    }
+  }
+  // The values alone, each half of a pair with its own round-off, in every input order: one output.
+  ComplexVector values(6);
+  values << Complex(3, -4) * (1 + 2e-16), Complex(0, 5) * (1 - 1e-16), Complex(4, 3) * (1 - 3e-16), Complex(3, 4),
+      Complex(0, -5) * (1 + 1e-16) + Complex(1e-16, 0), Complex(4, -3) * (1 + 1e-16);
+  std::vector<Index> permutation = {0, 1, 2, 3, 4, 5};
+  const ComplexVector first = values(order_by_modulus(values));
+  do {
+    const ComplexVector shuffled = values(permutation);
+    EXPECT_EQ(shuffled(order_by_modulus(shuffled)), first);
+  } while (std::next_permutation(permutation.begin(), permutation.end()));
+  expect_order(first, {{4, 3}, {4, -3}, {3, 4}, {3, -4}, {0, 5}, {0, -5}}, "values");
 }
 
 TEST(LinalgTopEigs, SpectraMatchesFullSpectrumOnRandom300) {

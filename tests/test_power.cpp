@@ -1,4 +1,4 @@
-// The power-method analysis (seed 000, SPEC §2): spectra of F_t, the token-dynamics modes, alignment statistics,
+// The power-method analysis (the power-method paper, SPEC §2): spectra of F_t, the token-dynamics modes, alignment statistics,
 // shared-weight iteration regimes on constructed models, rank-1 steering through the real forward pass, and the
 // `tdyn power` command.
 #include <cmath>

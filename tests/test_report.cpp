@@ -116,12 +116,14 @@ TEST(Report, SyntheticAnalyzeDirectory) {
   const std::string html = read_file(index);
 
   // Sections: the summary, one per paper, one per part (the skipped one says so).
-  for (const char* s : {"id=\"summary\"", "Seed 000", "Seed 003", "Seed 004", "id=\"part-power\"", "id=\"part-jacobian\"",
+  for (const char* s : {"id=\"summary\"", "<h3>Transformer layers and the power method", "<h3>Residual-stream Jacobians and network topology",
+                        "<h3>Clusters in self-attention dynamics", "id=\"part-power\"", "id=\"part-jacobian\"",
                         "id=\"part-init\"", "Random initialisation", "id=\"part-topology\"", "id=\"part-particles\"",
                         "skipped (--skip)", "<details>", "<th style=\"width:18%\">control</th>"})
     EXPECT_NE(html.find(s), std::string::npos) << "missing " << s;
 
-  // Verdicts from the synthetic numbers: every seed 000/003 rule passes except the missing coupling.
+  // Verdicts from the synthetic numbers: every rule of the power-method and residual-stream papers passes except
+  // the missing coupling.
   const auto papers = summarize_claims(load_report_parts(dir));
   ASSERT_EQ(papers.size(), 3u);
   EXPECT_EQ(papers[0].checks[0].verdict, Verdict::kPass);
@@ -370,7 +372,7 @@ TEST(Report, SingleResultsDirectoryAndMissingKeys) {
   EXPECT_NO_THROW(render_html_report(dir));
 }
 
-// Seed 004's verdicts are decided by the particles analysis (results.verdicts); the report shows each as written,
+// The clustering paper's verdicts are decided by the particles analysis (results.verdicts); the report shows each as written,
 // "differs" included, and an older results.json without them as "not computed".
 TEST(Report, ParticlesVerdictsAreShownAsWritten) {
   const fs::path dir = test::scratch_dir("report_particles_verdicts");

@@ -1,4 +1,4 @@
-// Layer matrices of seed 000 (Li & Altafini, "Analogies between Transformer Layers and Power Method"):
+// Layer matrices of the power-method paper (Li & Altafini, "Analogies between Transformer Layers and Power Method"):
 //
 //   F_t = O_t V_t = Σ_h O_t^(h) V_t^(h)      (d_model × d_model, column vectors: y = F x)
 //   c_t = O_t b_V + b_O                      (the constant offset the biases add; left out of F_t)

@@ -1,4 +1,4 @@
-// The power-method analysis of seed 000 (Li & Altafini, "Analogies between Transformer Layers and Power
+// The analysis of the power-method paper (Li & Altafini, "Analogies between Transformer Layers and Power
 // Method"; SPEC §2): spectra of the layer matrices F_t = O_t V_t, alignment of real token states with their
 // dominant eigenvectors, iteration of one layer far past the model's depth, and rank-1 steering of the last
 // layer. Pure functions from a model (and token samples) to result structs; tools/tdyn/cmd_power.cpp writes

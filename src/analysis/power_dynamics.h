@@ -1,4 +1,4 @@
-// Token dynamics of seed 000: the residual stream of one sequence moved layer by layer, in one of the modes
+// Token dynamics of the power-method paper: the residual stream of one sequence moved layer by layer, in one of the modes
 // SPEC §2 names. Layer t maps the token states x^t [pos, d_model] to x^{t+1}:
 //
 //   full          the real model: attention sublayer then MLP sublayer, each with the family's norms

@@ -1,4 +1,4 @@
-// One pass over the samples, shared by the analyses that read the residual stream (seed 003). It runs the model
+// One pass over the samples, shared by the analyses that read the residual stream (the residual-stream paper). It runs the model
 // layer by layer over all samples ("layer-major"): every sample crosses layer l, the sums of that layer's
 // boundaries are finished and written to the pass file, and only then does layer l + 1 start. So whatever the
 // depth, memory holds one layer's float64 weights (JacobianModel) and one layer's accumulators; the samples'

@@ -1,4 +1,4 @@
-// The model-facing half of the topology analysis (SPEC §3 "Topology"; seed 003, "위상 분석" and "위상-역학
+// The model-facing half of the topology analysis (SPEC §3 "Topology"; the residual-stream paper, "위상 분석" and "위상-역학
 // 결합"): a trained model's residual stream at every layer boundary → streaming Pearson correlation of the d
 // units over all tokens of all samples → signed sparse graph → signed Leiden CPM communities → boundary nodes
 // (participation coefficient) → coupling of boundary score with the Jacobian gain of the sublayer map leaving

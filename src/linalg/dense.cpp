@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <tuple>
@@ -101,22 +102,43 @@ Eigendecomposition eigen_general(const Eigen::Ref<const Matrix>& a, bool want_ve
   return result;
 }
 
+namespace {
+
+// Two moduli, or two real parts, closer than this times the modulus are a tie: round-off (dgeev's or Arnoldi's,
+// ~1e-15 relative) lies far inside it, so it cannot decide the order of a conjugate pair or of equal moduli.
+constexpr double kTieTolerance = 1e-9;
+
+using OrderIterator = std::vector<Index>::iterator;
+
+// Sorts [first, last) by key, largest first, and returns where each run of tied keys begins (neighbours within
+// kTieTolerance · |λ|), then last. Runs chain: round-off-sized steps never separate what they join.
+std::vector<OrderIterator> sort_into_tied_runs(const ComplexVector& eigenvalues, OrderIterator first, OrderIterator last,
+                                               double (*key)(const Complex&)) {
+  std::stable_sort(first, last, [&](Index i, Index j) { return key(eigenvalues[i]) > key(eigenvalues[j]); });
+  std::vector<OrderIterator> starts = {first};
+  for (OrderIterator it = first; it != last && std::next(it) != last; ++it) {
+    const Complex a = eigenvalues[*it], b = eigenvalues[*std::next(it)];
+    if (key(a) - key(b) > kTieTolerance * std::abs(a)) starts.push_back(std::next(it));
+  }
+  starts.push_back(last);
+  return starts;
+}
+
+double modulus_of(const Complex& z) { return std::abs(z); }
+double real_of(const Complex& z) { return z.real(); }
+double imag_of(const Complex& z) { return z.imag(); }
+
+}  // namespace
+
 std::vector<Index> order_by_modulus(const ComplexVector& eigenvalues) {
   std::vector<Index> order(eigenvalues.size());
   std::iota(order.begin(), order.end(), Index{0});
-  std::stable_sort(order.begin(), order.end(), [&](Index i, Index j) {
-    const Complex a = eigenvalues[i], b = eigenvalues[j];
-    const double modulus_a = std::abs(a), modulus_b = std::abs(b);
-    if (modulus_a != modulus_b) return modulus_a > modulus_b;
-    if (a.real() != b.real()) return a.real() > b.real();
-    return a.imag() > b.imag();
-  });
-  // An iterative solver returns a conjugate pair whose moduli differ in the last bits, so the pair could come out
-  // either way round between runs; a pair equal up to round-off is put +Im first, as an exact pair is.
-  for (size_t k = 0; k + 1 < order.size(); ++k) {
-    const Complex a = eigenvalues[order[k]], b = eigenvalues[order[k + 1]];
-    const double tolerance = 1e-9 * std::abs(a);
-    if (a.imag() < 0 && -a.imag() > tolerance && std::abs(a - std::conj(b)) <= tolerance) std::swap(order[k], order[k + 1]), ++k;
+  // Modulus, then real part within tied moduli, then imaginary part within tied real parts: a conjugate pair
+  // whose halves differ in the last bits (as an iterative solver returns it) still comes out +Im first.
+  const std::vector<OrderIterator> by_modulus = sort_into_tied_runs(eigenvalues, order.begin(), order.end(), modulus_of);
+  for (size_t m = 0; m + 1 < by_modulus.size(); ++m) {
+    const std::vector<OrderIterator> by_real = sort_into_tied_runs(eigenvalues, by_modulus[m], by_modulus[m + 1], real_of);
+    for (size_t r = 0; r + 1 < by_real.size(); ++r) sort_into_tied_runs(eigenvalues, by_real[r], by_real[r + 1], imag_of);
   }
   return order;
 }

@@ -44,9 +44,9 @@ struct Eigendecomposition {
 // All eigenvalues of a square matrix, and the right eigenvectors when want_vectors.
 Eigendecomposition eigen_general(const Eigen::Ref<const Matrix>& a, bool want_vectors = false);
 
-// Permutation that sorts eigenvalues by modulus, largest first. Ties are broken by real part, then imaginary
-// part, both descending, so a conjugate pair (equal modulus and real part) stays adjacent with +Im first; so does
-// a pair that is conjugate only up to round-off (relative 1e-9), whichever of the two has the larger modulus.
+// Permutation that sorts eigenvalues canonically: by modulus, largest first; ties by real part, then imaginary part,
+// both descending. Ties are equal up to round-off (within 1e-9 · |λ|), so a conjugate pair (equal modulus and real
+// part) stays adjacent with +Im first, and equal moduli keep one order, whichever half the round-off favours.
 std::vector<Index> order_by_modulus(const ComplexVector& eigenvalues);
 
 // The same decomposition with eigenvalues (and eigenvectors, if present) in order_by_modulus order.

@@ -40,9 +40,11 @@ std::optional<TopEigenpairs> run_arnoldi(Operator& op, Index k, const TopEigenOp
   }
   if (solver.info() != Spectra::CompInfo::Successful) return std::nullopt;
 
+  // Spectra orders by modulus alone, so equal moduli (a conjugate pair) come out in whichever order round-off gives.
+  const Eigendecomposition sorted = sorted_by_modulus({solver.eigenvalues(), solver.eigenvectors()});
   TopEigenpairs result;
-  result.eigenvalues = solver.eigenvalues();
-  result.eigenvectors = solver.eigenvectors();
+  result.eigenvalues = sorted.eigenvalues;
+  result.eigenvectors = sorted.eigenvectors;
   for (Index j = 0; j < result.eigenvectors.cols(); ++j) result.eigenvectors.col(j).normalize();
   result.iterations = solver.num_iterations();
   result.operator_applications = solver.num_operations();

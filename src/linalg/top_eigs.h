@@ -34,8 +34,8 @@ struct TopEigenOptions {
 };
 
 struct TopEigenpairs {
-  // Sorted by modulus, largest first. When the k-th and (k+1)-th eigenvalues form a conjugate pair only one
-  // of them is returned (Arnoldi does not enlarge k to complete the pair).
+  // Sorted by modulus, largest first, ties as order_by_modulus breaks them. When the k-th and (k+1)-th
+  // eigenvalues form a conjugate pair only one of them is returned (Arnoldi does not enlarge k to complete the pair).
   ComplexVector eigenvalues;   // (k)
   ComplexMatrix eigenvectors;  // (d × k), unit-norm columns, A v = λ v
   Index iterations = 0;        // Arnoldi restarts used

@@ -134,7 +134,7 @@ std::string num_or_missing(std::optional<double> v) { return v ? num(*v) : std::
 // claim: a number that a model without the claimed property would also reach does not pass. They are deliberately
 // simple so that a reader can redo them from results.json; docs/report.md lists them and says why each control.
 
-// Seed 000 (Li & Altafini): layers act like steps of the power method on F_t = O_t V_t.
+// The power-method paper (Li & Altafini): layers act like steps of the power method on F_t = O_t V_t.
 PaperSummary power_summary(const ReportPart* part) {
   PaperSummary s{"000", "Transformer layers and the power method (Li & Altafini)", {}};
   const Claim c1{"gamma", "Tokens leaving layer t align with its dominant eigenvector v₁,t well above chance.",
@@ -215,7 +215,7 @@ std::optional<double> bottleneck_ratio(const ReportPart* part) {
   return *last / *first;
 }
 
-// Seed 003: Jacobian spectral geometry (from `jacobian`, with the random initialisation's `jacobian` as the
+// The residual-stream paper: Jacobian spectral geometry (from `jacobian`, with the random initialisation's `jacobian` as the
 // bottleneck's control) and activation-graph topology (from `topology`).
 PaperSummary residual_summary(const ReportPart* jacobian, const ReportPart* init, const ReportPart* topology,
                               const ReportPart* init_topology) {
@@ -376,7 +376,7 @@ PaperSummary residual_summary(const ReportPart* jacobian, const ReportPart* init
   return s;
 }
 
-// Seed 004 (Geshkovski et al.): tokens of self-attention dynamics cluster. Which theorem applies depends on the
+// The clustering paper (Geshkovski et al.): tokens of self-attention dynamics cluster. Which theorem applies depends on the
 // run (the spectrum of V, the sphere), so the particles analysis decides the rule and writes its verdicts
 // (results.verdicts, analysis/particles/diagnostics.h); the report shows them as written.
 PaperSummary particles_summary(const ReportPart* part) {
@@ -446,7 +446,7 @@ constexpr Caption kCaptions[] = {
     {"steering_sweep", "Rank-1 steering of the last layer: as c/|λ₁| grows, u should become the dominant eigenvector "
                        "(alignment → 1), the final tokens align with u, and the output distribution moves (KL)."},
     {"*cumulative_effective_rank", "Effective rank of the cumulative products C_k against depth: a falling curve is the "
-                                   "bottleneck of seed 003 (Llama 3.1 8B: ≈436 → ≈7)."},
+                                   "bottleneck of the residual-stream paper (Llama 3.1 8B: ≈436 → ≈7)."},
     {"*surgery", "Schur surgery: effective rank of the full-depth product when the non-normal part N is scaled by α. A rank "
                  "rising as α → 0 means non-normality makes the bottleneck; the random-N control should not do the same."},
     {"*metric_henrici_normalized", "Normalised Henrici departure from normality per depth: high early and low late is the "
@@ -588,11 +588,11 @@ const char* verdict_text(Verdict v) {
 
 std::string part_title(const ReportPart& p) {
   const std::string command = text_at(p.json, "/command");
-  if (command == "power") return "Power method (seed 000)";
+  if (command == "power") return "Power method (the power-method paper)";
   if (command == "jacobian")
-    return p.name == kInitPart ? "Random initialisation: Jacobians, the control (seed 003)" : "Residual-stream Jacobians (seed 003)";
-  if (command == "topology") return "Activation-graph topology (seed 003)";
-  if (command == "particles") return "Self-attention particles (seed 004)";
+    return p.name == kInitPart ? "Random initialisation: Jacobians, the control (the residual-stream paper)" : "Residual-stream Jacobians (the residual-stream paper)";
+  if (command == "topology") return "Activation-graph topology (the residual-stream paper)";
+  if (command == "particles") return "Self-attention particles (the clustering paper)";
   return command.empty() ? p.name : command;
 }
 
@@ -606,9 +606,9 @@ void summary_tables(std::string& h, const std::vector<PaperSummary>& papers) {
        "not; <b>shown</b>: reported without a verdict; <b>not computed</b>: the analysis, the control or the key is "
        "missing.</p>\n";
   for (const auto& paper : papers) {
-    h += fmt::format("<h3>Seed {}: {}</h3>\n<div class=\"scroll-x\"><table>\n<tr><th style=\"width:30%\">claim</th><th>this model</th><th>verdict</th>"
+    h += fmt::format("<h3>{}</h3>\n<div class=\"scroll-x\"><table>\n<tr><th style=\"width:30%\">claim</th><th>this model</th><th>verdict</th>"
                      "<th style=\"width:18%\">control</th><th style=\"width:24%\">rule</th></tr>\n",
-                     paper.seed, html_escape(paper.title));
+                     html_escape(paper.title));
     for (const auto& c : paper.checks)
       h += fmt::format("<tr><td>{}</td><td>{}</td><td><span class=\"verdict {}\">{}</span></td><td class=\"rule\">{}{}</td>"
                        "<td class=\"rule\">{}</td></tr>\n",

@@ -34,7 +34,7 @@ struct ModelArgs {
 };
 
 // The inputs of an analysis: --data FILE | --prompt TEXT | --ids LIST, --samples, --max-len, --min-len,
-// --sample-seed, --tokenizer. Defaults follow seed 003 (S = 1000 WikiText-2 test passages).
+// --sample-seed, --tokenizer. Defaults follow the residual-stream paper (S = 1000 WikiText-2 test passages).
 struct SampleArgs {
   SampleOptions options;
   std::string tokenizer;

@@ -1,12 +1,15 @@
-// tdyn analyze MODEL --out DIR: every analysis of the three papers on one model, then the report.
-//   DIR/power      seed 000: layer matrices, spectra, token alignment (tdyn power)
-//   DIR/jacobian   seed 003: mean Jacobians, cumulative products, metrics, Schur surgery (tdyn jacobian --surgery)
-//   DIR/init       seed 003's control: the same architecture's random initialisation (tdyn init, in DIR/init/model) through
-//                  tdyn jacobian and tdyn topology (DIR/init/topology) on the same token ids (DIR/init/samples.ids); off
-//                  with --no-init-control
-//   DIR/topology   seed 003: correlation graphs, signed Leiden, coupling with the Jacobian gains (tdyn topology)
-//   DIR/particles  seed 004: one attention head of the model simulated as interacting particles (tdyn particles
-//                  --from-model)
+// tdyn analyze MODEL --out DIR: every analysis of the three papers (README.md, "The three papers") on one model,
+// then the report.
+//   DIR/power      the power-method paper: layer matrices, spectra, token alignment (tdyn power)
+//   DIR/jacobian   the residual-stream paper: mean Jacobians, cumulative products, metrics, Schur surgery
+//                  (tdyn jacobian --surgery)
+//   DIR/init       the residual-stream paper's control: the same architecture's random initialisation (tdyn init, in
+//                  DIR/init/model) through tdyn jacobian and tdyn topology (DIR/init/topology) on the same token ids
+//                  (DIR/init/samples.ids); off with --no-init-control
+//   DIR/topology   the residual-stream paper: correlation graphs, signed Leiden, coupling with the Jacobian gains
+//                  (tdyn topology)
+//   DIR/particles  the clustering paper: one attention head of the model simulated as interacting particles
+//                  (tdyn particles --from-model)
 //   DIR/pass       the forward pass over the samples that power, jacobian and topology share (pass.tdynpass)
 //   DIR/index.html the report; DIR/results.json which parts ran, their command lines, status and timings, and the
 //                  report's verdicts ("verdicts").
@@ -51,7 +54,7 @@ constexpr uint64_t kInitSeed = 0;
 struct AnalyzeArgs {
   ModelArgs model;
   PassArgs pass;
-  std::string data, out_dir, skip;
+  std::string data, tokenizer, out_dir, skip;
   int64_t samples = 200, max_len = 128;
   int64_t head_layer = 0, head = 0, particles_tokens = 32;
   double particles_t = 20;  // a real head on the sphere clusters between T = 10 and 15 on stories260K; 5 is too short
@@ -108,16 +111,18 @@ int run_analyze(AnalyzeArgs& a) {
       throw CLI::ValidationError("--skip", fmt::format("unknown part '{}' (parts: {})", part, fmt::join(kSkippable, ", ")));
     skip.insert(part);
   }
-  // An absolute corpus path, so every part's command line reproduces from any directory.
+  // Absolute corpus and tokenizer paths, so every part's command line reproduces from any directory.
   if (a.data.empty()) a.data = default_corpus().string();
   a.data = fs::absolute(a.data).lexically_normal().string();
+  if (!a.tokenizer.empty()) a.tokenizer = fs::absolute(a.tokenizer).lexically_normal().string();
   const fs::path out_dir = fs::absolute(a.out_dir).lexically_normal();
   auto model = a.model.load();
 
   ResultsDir out(out_dir, "analyze", invocation());
   out.model() = {{"path", a.model.path}, {"family", model->config.family}, {"d_model", model->config.d_model},
                  {"n_layers", model->config.n_layers}};
-  out.options() = {{"data", a.data}, {"samples", a.samples}, {"max_len", a.max_len}, {"skip", std::vector<std::string>(skip.begin(), skip.end())},
+  out.options() = {{"data", a.data}, {"tokenizer", a.tokenizer.empty() ? "the one shipped with MODEL" : a.tokenizer},
+                   {"samples", a.samples}, {"max_len", a.max_len}, {"skip", std::vector<std::string>(skip.begin(), skip.end())},
                    {"jacobian", "--surgery (alphas and positions: the jacobian command's defaults)"},
                    {"init_control", a.no_init_control ? nlohmann::json(false)
                                                       : nlohmann::json{{"seed", kInitSeed}, {"rule", "tdyn init's (the family's published init rule)"},
@@ -141,6 +146,10 @@ int run_analyze(AnalyzeArgs& a) {
   if (a.model.allow_unknown_config_keys) loading.push_back("--allow-unknown-config-keys");
   if (a.model.no_check_weights) loading.push_back("--no-check-weights");
   common.insert(common.end(), loading.begin(), loading.end());
+  // --tokenizer goes to every part that tokenizes text (init reads the token ids written here instead).
+  std::vector<std::string> tokenizer;
+  if (!a.tokenizer.empty()) tokenizer = {"--tokenizer", a.tokenizer};
+  common.insert(common.end(), tokenizer.begin(), tokenizer.end());
   fs::path pass_file;
   std::vector<Sample> samples;
   if (!skip.count("power") || !skip.count("jacobian") || !skip.count("topology")) {
@@ -149,6 +158,7 @@ int run_analyze(AnalyzeArgs& a) {
     samples_args.options.data = a.data;
     samples_args.options.samples = a.samples;
     samples_args.options.max_len = a.max_len;
+    samples_args.tokenizer = a.tokenizer;
     samples = samples_args.load(a.model.path, model->config.d_vocab);
     if (samples.empty()) fail("no samples to analyse in {} (check --data)", a.data);
     nlohmann::json record;
@@ -176,6 +186,7 @@ int run_analyze(AnalyzeArgs& a) {
       argv.insert(argv.end(), {"--from-model", a.model.path, "--layer", std::to_string(a.head_layer), "--head", std::to_string(a.head),
                                "--data", a.data, "--n", std::to_string(a.particles_tokens), "--T", fmt::format("{}", a.particles_t)});
       argv.insert(argv.end(), loading.begin(), loading.end());
+      argv.insert(argv.end(), tokenizer.begin(), tokenizer.end());
     } else if (name == "init") {
       // The random initialisation, then its Jacobians on the shared samples' token ids.
       const fs::path checkpoint = dir / "model", ids = dir / "samples.ids";
@@ -245,6 +256,7 @@ std::function<int()> setup(CLI::App& app) {
   a->model.add_to(cmd);
   cmd->add_option("--out", a->out_dir, "Results directory (one subdirectory per part)")->required();
   cmd->add_option("--data", a->data, "Text file of passages (or token ids) for every part (default: the WikiText-2 test split)");
+  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file for every part (default: the one shipped with MODEL)");
   cmd->add_option("--samples", a->samples, "S: passages per part (the papers use 1000; 200 keeps a laptop run short)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--max-len", a->max_len, "Tokens per sample")->capture_default_str()->check(CLI::PositiveNumber);

@@ -1,4 +1,4 @@
-// tdyn power MODEL --out DIR: the power-method analysis of seed 000 (Li & Altafini, SPEC §2) — layer matrices
+// tdyn power MODEL --out DIR: the analysis of the power-method paper (Li & Altafini, SPEC §2) — layer matrices
 // F_t = O_t V_t and their spectra, token alignment with the dominant eigenvectors over real text, shared-weight
 // iteration of one layer, and rank-1 steering of the last layer — written to a results directory (SPEC §5).
 #include <charconv>

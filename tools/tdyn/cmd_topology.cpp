@@ -1,5 +1,5 @@
 // tdyn topology MODEL --out DIR: activation-graph communities, boundary nodes and their coupling to the Jacobian
-// gains (seed 003, SPEC §3 "Topology"), for one checkpoint and optionally others (--compare) and a random
+// gains (the residual-stream paper, SPEC §3 "Topology"), for one checkpoint and optionally others (--compare) and a random
 // initialisation of the same architecture (--random-init), the paper's training-vs-architecture comparison.
 //
 // Layout of DIR: the first MODEL's results at the top (results.json, tables, arrays, figures) plus the
