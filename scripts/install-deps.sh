@@ -16,6 +16,7 @@ packages=(
   python3-numpy
   python3-sentencepiece  # an independent binding the SentencePiece tests compare with (skipped without it)
   python3-torch  # float64 references of the generated families and torch.save files for the PyTorch reader's tests
+  python3-venv python3-pip python3-setuptools python3-wheel  # `pip install .` (and its test in a fresh venv)
 )
 # Reference implementations used only by benchmarks and by the scripts that regenerate test expectations.
 if [ "${1:-}" = "--bench" ]; then packages+=(python3-scipy python3-leidenalg bc); fi

@@ -1,4 +1,4 @@
-// The real-model bridge of seed 004 (analysis/particles/bridge.h) and `tdyn particles --from-model`: one head's
+// The real-model bridge of the clustering paper (analysis/particles/bridge.h) and `tdyn particles --from-model`: one head's
 // Q, K, V, O and the initial tokens against a computation from the raw tensors of the checkpoint (read from the
 // tensor store by name, not through the bound weights), the whole layer against the layer matrix F_t and the
 // per-head scores, grouped-query attention, the errors, and CLI runs on stories260K.

@@ -1,5 +1,5 @@
-// The real-model bridge of seed 004: the attention of one layer of a checkpoint as the particle system of
-// analysis/particles/dynamics.h (Geshkovski, Letrouit, Polyanskiy, Rigollet 2023),
+// The real-model bridge of the clustering paper (004): the attention of one layer of a checkpoint as the
+// particle system of analysis/particles/dynamics.h (Geshkovski, Letrouit, Polyanskiy, Rigollet 2023),
 //     ẋ_i = Σ_j P_ij O V x_j,   P_ij = softmax_j ⟨Q x_i, K x_j⟩,
 // with the tokens on the unit sphere.
 //
@@ -16,8 +16,8 @@
 // The whole layer (options.head = -1), treated as one head of width n_heads·d_head:
 //   Q = β [W_q[0]; …; W_q[H−1]] G,  K = [W_k[kv(0)]; …; W_k[kv(H−1)]] G,  V = (expanded W_v) G,  O = W_o,
 // so ⟨Q x, K y⟩ = Σ_h ⟨Q_h x, K_h y⟩ (the sum of the heads' scores) and the tokens move by
-// W = O V = F_t G, F_t the layer matrix of seed 000 (analysis/layer_matrix.h). One softmax over the summed
-// scores is an idealisation: the model applies one softmax per head and sums the heads' outputs.
+// W = O V = F_t G, F_t the layer matrix of the power-method paper (000; analysis/layer_matrix.h). One softmax
+// over the summed scores is an idealisation: the model applies one softmax per head and sums the heads' outputs.
 //
 // Left out, as in the paper's model (the record lists the ones the model has): RoPE, QK-norm, Gemma's value
 // norm, the causal mask and sliding windows, attention biases, LayerNorm's mean subtraction and bias, post-norms,
