@@ -4,7 +4,8 @@
 //   DIR/init       seed 003's control: the same architecture's random initialisation (tdyn init, in DIR/init/model) through
 //                  tdyn jacobian and tdyn topology (DIR/init/topology) on the same token ids (DIR/init/samples.ids); off
 //                  with --no-init-control
-//   DIR/topology   seed 003: correlation graphs, signed Leiden, coupling with the Jacobian gains (tdyn topology)
+//   DIR/topology   seed 003: correlation graphs, signed Leiden, coupling with the Jacobian gains (tdyn topology), and
+//                  the NMI of its communities with the initialisation's (--communities-control DIR/init/topology)
 //   DIR/particles  seed 004: one attention head of the model simulated as interacting particles (tdyn particles
 //                  --from-model)
 //   DIR/pass       the forward pass over the samples that power, jacobian and topology share (pass.tdynpass)
@@ -199,6 +200,10 @@ int run_analyze(AnalyzeArgs& a) {
       argv.push_back(a.model.path);
       argv.insert(argv.end(), common.begin(), common.end());
       if (name == "jacobian") argv.push_back("--surgery");
+      // The initialisation's communities (its topology ran before this part): an independent draw, whose units are
+      // not the trained model's, so the report shows their NMI without judging it (docs/topology.md).
+      if (name == "topology" && parts["init"].value("status", "") == "ok" && fs::exists(out_dir / "init" / "topology" / "membership.npy"))
+        argv.insert(argv.end(), {"--communities-control", (out_dir / "init" / "topology").string(), "--communities-control-independent"});
       argv.insert(argv.end(), {"--from-pass", pass_file.string()});
     }
     argv.insert(argv.end(), {"--out", dir.string()});
