@@ -257,7 +257,8 @@ std::function<int()> setup(CLI::App& app) {
   cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,jacobian,topology,particles");
   cmd->add_flag("--no-init-control", a->no_init_control,
                "Do not run the random initialisation (tdyn init, seed 0) through jacobian and topology on the same samples; "
-               "the bottleneck and coupling verdicts then have no control and say not computed");
+               "the bottleneck and coupling verdicts then have no control and say not computed, and the communities get no NMI "
+               "with the initialisation's");
   cmd->add_option("--particles-layer", a->head_layer, "Layer whose attention head is simulated as particles")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--particles-head", a->head, "That head's index")->capture_default_str()->check(CLI::NonNegativeNumber);
