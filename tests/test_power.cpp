@@ -240,7 +240,12 @@ TEST(PowerDynamics, TokenDynamicsStatistics) {
     EXPECT_NEAR(l.mean_norm_after, 1.0, 1e-5);  // L2 mode
     EXPECT_TRUE(l.f.gamma_covariance >= 0 && l.f.gamma_covariance <= 1) << l.f.gamma_covariance;
     EXPECT_TRUE(std::isnan(l.identity_plus_f.gamma_covariance));  // F's control only
+    // The cross-layer alignment's diagonal is γ_t; its other entries are alignments too.
+    EXPECT_NEAR(d.cross_alignment(l.layer, l.layer), l.f.gamma, 1e-15);
+    for (int64_t s = 0; s < 3; ++s) EXPECT_TRUE(d.cross_alignment(l.layer, s) >= 0 && d.cross_alignment(l.layer, s) <= 1);
   }
+  ASSERT_EQ(d.cross_alignment.rows(), 3);
+  ASSERT_EQ(d.cross_alignment.cols(), 3);
 }
 
 // Repeated states: in a causal model, a token whose prefix an earlier sample had; in an encoder, only a token of

@@ -283,6 +283,78 @@ TEST(Report, PowerVerdictsAgainstTheirControls) {
   EXPECT_EQ(check(papers, "000", "rho").verdict, Verdict::kNotComputed);
 }
 
+// The power-method paper's tests over the layers: alignment with the own layer's v₁ against the other layers', and γ_t against
+// the spectral gap. Each passes only with its permutation test, and is shown unjudged where it cannot be tested.
+TEST(Report, CrossLayerVerdictsOfPower) {
+  const fs::path dir = test::scratch_dir("report_power_layers");
+  auto verdict = [&](const char* id, json cross, json gap) {
+    json results = power_results();
+    if (!cross.is_null()) results["cross_layer_alignment"] = cross;
+    if (!gap.is_null()) results["gamma_vs_gap"] = gap;
+    fs::remove_all(dir);
+    write_part(dir / "power", "power", results, json::object(), {});
+    return check(summarize_claims(load_report_parts(dir)), "000", id);
+  };
+  auto cross = [](int layers, double own, double other, json p, bool shared = false) {
+    json mean = json::array();
+    for (int t = 0; t < layers; ++t) {
+      json row = json::array();
+      for (int s = 0; s < layers; ++s) row.push_back(t == s ? own : other);
+      mean.push_back(row);
+    }
+    return json{{"mean", mean}, {"diagonal_mean", own}, {"off_diagonal_mean", other}, {"p_permutation", p}, {"shared_weights", shared}};
+  };
+  auto gap = [](int layers, double rho, json p) { return json{{"layers", layers}, {"rho", rho}, {"p_permutation", p}}; };
+  ClaimCheck c = verdict("alignment_local", cross(5, 0.4, 0.2, 1.0 / 120), nullptr);
+  EXPECT_EQ(c.verdict, Verdict::kPass) << c.observed;
+  EXPECT_NEAR(c.value, 0.4, 1e-15);
+  EXPECT_NEAR(c.control_value, 0.2, 1e-15);
+  // The diagonal above the rest on average, but the permutations of the layers reach it often: row or column
+  // effects, not the own layer's v₁. Differs; so does a diagonal below the rest.
+  EXPECT_EQ(verdict("alignment_local", cross(5, 0.4, 0.2, 0.3), nullptr).verdict, Verdict::kDiffers);
+  EXPECT_EQ(verdict("alignment_local", cross(5, 0.2, 0.4, 0.01), nullptr).verdict, Verdict::kDiffers);
+  // Three layers, or one shared F: shown, not judged. Without the key: not computed.
+  EXPECT_EQ(verdict("alignment_local", cross(3, 0.4, 0.2, nullptr), nullptr).verdict, Verdict::kInfo);
+  EXPECT_EQ(verdict("alignment_local", cross(5, 0.4, 0.4, 1.0, true), nullptr).verdict, Verdict::kInfo);
+  EXPECT_EQ(verdict("alignment_local", nullptr, nullptr).verdict, Verdict::kNotComputed);
+
+  c = verdict("gamma_gap", nullptr, gap(5, 0.9, 1.0 / 120));
+  EXPECT_EQ(c.verdict, Verdict::kPass) << c.observed;
+  EXPECT_NEAR(c.value, 0.9, 1e-15);
+  EXPECT_EQ(verdict("gamma_gap", nullptr, gap(5, -0.9, 1.0)).verdict, Verdict::kDiffers);
+  EXPECT_EQ(verdict("gamma_gap", nullptr, gap(5, 0.5, 0.2)).verdict, Verdict::kDiffers);
+  EXPECT_EQ(verdict("gamma_gap", nullptr, gap(3, 1.0, nullptr)).verdict, Verdict::kInfo);
+  EXPECT_EQ(verdict("gamma_gap", nullptr, nullptr).verdict, Verdict::kNotComputed);
+}
+
+// The residual-stream paper's communities: judged by their NMI with a control over the same units against the shuffled-unit null,
+// and only shown when the control is an independent random draw (its units are not the model's).
+TEST(Report, CommunitiesJudgedAgainstTheirInitialisation) {
+  const fs::path dir = test::scratch_dir("report_communities");
+  auto verdict = [&](json similarity) {
+    json results = {{"boundaries", json::array({{{"communities", 3}}})}};
+    if (!similarity.is_null()) results["community_similarity"] = similarity;
+    fs::remove_all(dir);
+    write_part(dir / "topology", "topology", results, json::object(), {});
+    return check(summarize_claims(load_report_parts(dir)), "003", "communities_architectural");
+  };
+  auto similarity = [](double nmi, double null, double p, bool independent) {
+    return json{{"mean_nmi", nmi}, {"null_mean", null}, {"p_permutation", p}, {"independent_draw", independent},
+                {"boundaries", json::array({json::object(), json::object()})}};
+  };
+  ClaimCheck c = verdict(similarity(0.45, 0.05, 0.001, false));
+  EXPECT_EQ(c.verdict, Verdict::kPass) << c.observed;
+  EXPECT_NEAR(c.value, 0.45, 1e-15);
+  EXPECT_NEAR(c.control_value, 0.05, 1e-15);
+  // No more shared than the shuffled units: the communities did not persist from the initialisation.
+  EXPECT_EQ(verdict(similarity(0.06, 0.05, 0.3, false)).verdict, Verdict::kDiffers);
+  // An independent draw: the same numbers are shown, never judged.
+  c = verdict(similarity(0.45, 0.05, 0.001, true));
+  EXPECT_EQ(c.verdict, Verdict::kInfo);
+  EXPECT_NE(c.observed.find("independent random draw"), std::string::npos) << c.observed;
+  EXPECT_EQ(verdict(nullptr).verdict, Verdict::kNotComputed);
+}
+
 // results.json's "verdicts": one object per check with a stable id, NaN as null, and the control named.
 TEST(Report, VerdictsJson) {
   const fs::path dir = synthetic_analyze_dir("report_verdicts_json");
@@ -298,7 +370,8 @@ TEST(Report, VerdictsJson) {
     const std::string verdict = c["verdict"];
     EXPECT_TRUE(verdict == "pass" || verdict == "differs" || verdict == "shown" || verdict == "not computed") << verdict;
   }
-  for (const char* id : {"000/gamma", "000/rho", "003/bottleneck", "003/surgery", "003/normality", "003/coupling", "004/clusters"})
+  for (const char* id : {"000/gamma", "000/rho", "000/alignment_local", "000/gamma_gap", "003/bottleneck", "003/surgery",
+                         "003/normality", "003/coupling", "003/communities_architectural", "004/clusters"})
     EXPECT_TRUE(ids.count(id)) << id;
   for (const json& c : v) {
     if (c["claim"] == "bottleneck") {

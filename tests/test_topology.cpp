@@ -414,5 +414,38 @@ TEST(TopologyPartition, NormalizedMutualInformation) {
   EXPECT_EQ(membership, (std::vector<int64_t>{1, 0, 0, 1, 0, 2}));
 }
 
+// The shuffled-unit null against its exact value on 4 units: of the 6 arrangements of {0, 0, 1, 1}, two (a and its
+// complement) have NMI 1 with a, the other four NMI 0, so the null mean is 1/3 and P(null ≥ 1) = 1/3.
+TEST(TopologyPartition, CommunitySimilarityNullOnFourUnits) {
+  const std::vector<std::vector<int64_t>> a = {{0, 0, 1, 1}};
+  const CommunitySimilarity c = community_similarity(a, a, 20000, 3);
+  EXPECT_NEAR(c.nmi[0], 1.0, 1e-15);
+  EXPECT_NEAR(c.null_mean[0], 1.0 / 3, 0.01);  // 3 standard errors of the Monte Carlo mean
+  EXPECT_NEAR(c.p_value[0], 1.0 / 3, 0.01);
+  EXPECT_NEAR(c.p_value_mean, c.p_value[0], 1e-15);  // one boundary: the mean is that boundary
+  EXPECT_THROW(community_similarity(a, {{0, 1, 1}}, 10, 0), Error);
+  EXPECT_THROW(community_similarity(a, {}, 10, 0), Error);
+}
+
+// The same communities relabelled are found far above the null; communities drawn independently of the model's are not.
+TEST(TopologyPartition, CommunitySimilarityPlantedAndIndependent) {
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<int64_t>> model, same, independent;
+  for (int b = 0; b < 3; ++b) {
+    std::vector<int64_t> m(64), r(64);
+    for (int i = 0; i < 64; ++i) m[i] = (i * 7 + b) % 4, r[i] = static_cast<int64_t>(rng() % 4);
+    std::vector<int64_t> relabelled = m;
+    for (auto& v : relabelled) v = 10 + (3 - v);
+    model.push_back(m), same.push_back(relabelled), independent.push_back(r);
+  }
+  const CommunitySimilarity planted = community_similarity(model, same, 999, 0);
+  EXPECT_NEAR(planted.mean_nmi, 1.0, 1e-12);
+  EXPECT_NEAR(planted.p_value_mean, 1.0 / 1000, 1e-15);
+  EXPECT_LT(planted.mean_null, 0.2);
+  const CommunitySimilarity unrelated = community_similarity(model, independent, 999, 0);
+  EXPECT_GT(unrelated.p_value_mean, 0.05);
+  EXPECT_NEAR(unrelated.mean_nmi, unrelated.mean_null, 0.05);
+}
+
 }  // namespace
 }  // namespace tdyn::topology

@@ -289,6 +289,7 @@ TokenDynamics token_dynamics(const Transformer& model, const std::vector<Sample>
   a.samples = static_cast<int64_t>(samples.size());
   for (auto* v : {&a.before_f, &a.after_f, &a.before_if, &a.after_if, &a.norm_before, &a.norm_after, &a.after_covariance})
     v->assign(n_layers, {});
+  a.cross_alignment = Matrix::Zero(n_layers, n_layers);  // sums, divided by the token count below
   for (size_t si = 0; si < samples.size(); ++si) {
     TokenState state = initial_state(model, samples[si].ids, options);
     const int64_t n = state.x.dim(0);
@@ -307,12 +308,14 @@ TokenDynamics token_dynamics(const Transformer& model, const std::vector<Sample>
         a.after_f[t].push_back(alignment(x, basis_f[t]));
         a.after_if[t].push_back(alignment(x, basis_if[t]));
         a.norm_after[t].push_back(x.norm());
+        for (int64_t s = 0; s < n_layers; ++s) a.cross_alignment(t, s) += alignment(x, basis_f[s]);
       }
       const std::vector<double> covariance = token_covariance_alignments(after, basis_f[t].cols(), token_covariance_seed(t, si));
       a.after_covariance[t].insert(a.after_covariance[t].end(), covariance.begin(), covariance.end());
     }
     report_progress(progress, static_cast<int64_t>(si) + 1, a.samples, "token dynamics, samples");
   }
+  if (n_layers > 0 && !a.after_f[0].empty()) a.cross_alignment /= static_cast<double>(a.after_f[0].size());
   mark_repeated_states(samples, model.config().causal, &a);
   return summarize_token_dynamics(std::move(a), spectra, model.config().d_model, options);
 }
@@ -372,6 +375,7 @@ TokenDynamics summarize_token_dynamics(TokenAlignments a, const std::vector<Laye
   }
   out.before = std::move(a.before_f);
   out.after = std::move(a.after_f);
+  out.cross_alignment = std::move(a.cross_alignment);
   return out;
 }
 

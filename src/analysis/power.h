@@ -139,6 +139,8 @@ struct TokenDynamics {
   std::vector<LayerDynamics> layers;
   // Per-token alignments with v_{1,t} of F_t, all samples' tokens concatenated: [n_layers][tokens].
   std::vector<std::vector<double>> before, after;
+  // [t][s] mean over tokens of a(x^{t+1}; v_{1,s}) of F_s (power_layers.h; the diagonal is γ_t); empty when not measured.
+  Matrix cross_alignment;
 };
 
 // Runs every sample through all layers in the chosen mode and measures γ_t, ρ_t for F_t and I + F_t.
@@ -153,6 +155,7 @@ struct TokenAlignments {
   std::vector<std::vector<double>> before_f, after_f, before_if, after_if;  // [layer][token]
   std::vector<std::vector<double>> norm_before, norm_after;                // [layer][token]
   std::vector<std::vector<double>> after_covariance;  // [layer][token] a(x^{t+1}; U), token_covariance_alignments with F's k
+  Matrix cross_alignment;  // [t][s] mean over tokens of a(x^{t+1}; v_{1,s}), F_s's dominant subspace (empty: not measured)
   std::vector<int64_t> sample_of_token;  // [token] index of its sample
   std::vector<char> repeated;            // [token] its state was seen in an earlier sample
 };

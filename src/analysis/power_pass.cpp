@@ -8,6 +8,14 @@ namespace tdyn {
 
 namespace {
 constexpr size_t kProbesPerLayer = 7;  // token_dynamics_probes' order
+
+std::string cross_probe_name(int64_t t, int64_t s) { return fmt::format("power.{}.after.F.v1_of_layer_{}", t, s); }
+
+double mean_of(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
+}
 }  // namespace
 
 std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& spectra) {
@@ -26,6 +34,10 @@ std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& 
     probes.push_back({fmt::format("power.{}.after.norm", t), after, {}});
     probes.push_back({fmt::format("power.{}.after.F.covariance", t), after, f, t});
   }
+  // Then the alignment of the tokens leaving layer t with the dominant subspace of every other layer's F_s.
+  for (int64_t t = 0; t < n_layers; ++t)
+    for (int64_t s = 0; s < n_layers; ++s)
+      if (s != t) probes.push_back({cross_probe_name(t, s), probes[kProbesPerLayer * t + 3].hook, dominant_basis(spectra[s].f)});
   return probes;
 }
 
@@ -43,6 +55,11 @@ TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<S
     a.after_f.push_back(values(3)), a.after_if.push_back(values(4)), a.norm_after.push_back(values(5));
     a.after_covariance.push_back(values(6));
   }
+  const int64_t n_layers = static_cast<int64_t>(spectra.size());
+  a.cross_alignment.resize(n_layers, n_layers);
+  for (int64_t t = 0; t < n_layers; ++t)
+    for (int64_t s = 0; s < n_layers; ++s)
+      a.cross_alignment(t, s) = mean_of(s == t ? a.after_f[t] : pass.probe(cross_probe_name(t, s)));
   mark_repeated_states(samples, causal, &a);
   if (!a.before_f.empty() && a.before_f[0].size() != a.repeated.size())
     fail("token dynamics from a shared pass: the pass has {} tokens, the samples {}", a.before_f[0].size(), a.repeated.size());

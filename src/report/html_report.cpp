@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/power_layers.h"
 #include "core/error.h"
 
 namespace tdyn {
@@ -74,6 +75,8 @@ constexpr double kBottleneckMargin = 0.5;  // r(trained) < 0.5 r(init): a collap
 constexpr double kSurgeryMargin = 0.9;     // the real N's bottleneck at least 10 % deeper than a random N's
 constexpr int kMinCoupledLayers = 1;        // and more than the init's: the paper's init has 0, trained OLMo 3 14–24
 constexpr double kSignRuleLevel = 0.05;    // the sign rule's own test, one rank correlation over the layers
+constexpr double kCommunitiesLevel = 0.05;  // the shuffled-unit test of the communities' NMI with the control's
+constexpr double kLayerTestLevel = 0.05;   // the power-method paper's permutation tests over the layers (power_layers.h)
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -134,6 +137,41 @@ std::string num_or_missing(std::optional<double> v) { return v ? num(*v) : std::
 // claim: a number that a model without the claimed property would also reach does not pass. They are deliberately
 // simple so that a reader can redo them from results.json; docs/report.md lists them and says why each control.
 
+// Why a test over the layers was not judged: too few layers, or one shared F for all of them.
+std::string untestable_layers(const json& power, size_t layers) {
+  const json* shared = find(power, "/results/cross_layer_alignment/shared_weights");
+  if (shared && shared->is_boolean() && shared->get<bool>()) return "shared weights: every layer has the same F and v₁";
+  if (layers < static_cast<size_t>(kMinTestedLayers)) return fmt::format("{} layers, fewer than {} to test", layers, kMinTestedLayers);
+  return "";
+}
+
+ClaimCheck judge_alignment_local(const Claim& c, const json& power) {
+  const size_t layers = array_at(power, "/results/cross_layer_alignment/mean").size();
+  auto own = number(power, "/results/cross_layer_alignment/diagonal_mean"),
+       other = number(power, "/results/cross_layer_alignment/off_diagonal_mean");
+  if (!own || !other) return c.missing("no cross_layer_alignment in results.json (power from before it was measured)");
+  const std::string observed = fmt::format("mean alignment with the own layer's v₁ {} vs the other layers' {}", num(*own), num(*other));
+  const std::string why = untestable_layers(power, layers);
+  if (!why.empty()) return c.judged(observed + " (" + why + ")", Verdict::kInfo, *own, *other);
+  auto p = number(power, "/results/cross_layer_alignment/p_permutation");
+  if (!p) return c.missing("no permutation p-value in results.json");
+  return c.judged(fmt::format("{}, over {} layers (permutation p = {})", observed, layers, num(*p)),
+                  *own > *other && *p < kLayerTestLevel ? Verdict::kPass : Verdict::kDiffers, *own, *other);
+}
+
+ClaimCheck judge_gamma_gap(const Claim& c, const json& power) {
+  const auto layers = number(power, "/results/gamma_vs_gap/layers");
+  if (!layers) return c.missing("no gamma_vs_gap in results.json (power from before it was measured)");
+  auto rho = number(power, "/results/gamma_vs_gap/rho"), p = number(power, "/results/gamma_vs_gap/p_permutation");
+  const std::string observed = fmt::format("Spearman(γ_t, 1 − |λ₂|/|λ₁|) over {} layers = {}", *layers, num_or_missing(rho));
+  const std::string why = untestable_layers(power, static_cast<size_t>(*layers));
+  if (!why.empty() || !rho) return c.judged(observed + " (" + (why.empty() ? "γ_t or the gap constant over the layers" : why) + ")",
+                                            Verdict::kInfo, rho.value_or(NAN));
+  if (!p) return c.missing("no permutation p-value in results.json");
+  return c.judged(fmt::format("{} (one-sided permutation p = {})", observed, num(*p)),
+                  *rho > 0 && *p < kLayerTestLevel ? Verdict::kPass : Verdict::kDiffers, *rho, *p);
+}
+
 // The power-method paper (Li & Altafini): layers act like steps of the power method on F_t = O_t V_t.
 PaperSummary power_summary(const ReportPart* part) {
   PaperSummary s{"000", "Transformer layers and the power method (Li & Altafini)", {}};
@@ -153,8 +191,22 @@ PaperSummary power_summary(const ReportPart* part) {
                  "shown, not judged: how many λ₁ are real, and the median |λ₂|/|λ₁| (results.layers[t].F)", "none (not judged)"};
   const Claim c4{"regime", "A shared layer iterated far past the model's depth settles into the regime its spectrum predicts.",
                  "shown, not judged: the regime classified by the iteration (results.iteration.regime)", "none (not judged)"};
+  const Claim c5{"alignment_local",
+                 "Alignment is local: tokens leaving layer t align with v₁,t, not with one global eigenvector shared by the layers.",
+                 fmt::format("pass when the mean alignment of the tokens leaving each layer with its own v₁,t (the diagonal of "
+                             "results.cross_layer_alignment.mean) exceeds their mean alignment with the other layers' v₁,s "
+                             "(off_diagonal_mean) and the permutation test over layer labels gives p < {} (p_permutation); shown "
+                             "with fewer than {} layers or shared weights",
+                             kLayerTestLevel, kMinTestedLayers),
+                 "the same tokens' alignment with the dominant eigenvectors of the other layers, the layer labels permuted"};
+  const Claim c6{"gamma_gap", "Alignment is weak where the spectral gap is small: γ_t grows with the gap of F_t.",
+                 fmt::format("pass when the Spearman correlation over layers of γ_t with the relative gap 1 − |λ₂|/|λ₁| of F_t "
+                             "(results.gamma_vs_gap.rho) is positive with one-sided permutation p < {} (p_permutation); shown "
+                             "with fewer than {} layers or shared weights",
+                             kLayerTestLevel, kMinTestedLayers),
+                 "the layers' gaps permuted (the permutation null of that rank correlation): its p-value"};
   if (!part) {
-    for (const Claim* c : {&c1, &c2, &c3, &c4}) s.checks.push_back(c->missing("power did not run"));
+    for (const Claim* c : {&c1, &c2, &c3, &c4, &c5, &c6}) s.checks.push_back(c->missing("power did not run"));
     return s;
   }
   const json& layers = array_at(part->json, "/results/layers");
@@ -202,6 +254,8 @@ PaperSummary power_summary(const ReportPart* part) {
   const std::string regime = text_at(part->json, "/results/iteration/regime/description");
   if (regime.empty()) s.checks.push_back(c4.missing("no shared-weight layer iterated; see power --iterate-layer"));
   else s.checks.push_back(c4.judged(regime, Verdict::kInfo));
+  s.checks.push_back(judge_alignment_local(c5, part->json));
+  s.checks.push_back(judge_gamma_gap(c6, part->json));
   return s;
 }
 
@@ -213,6 +267,22 @@ std::optional<double> bottleneck_ratio(const ReportPart* part) {
        last = number(depths->back(), "/cumulative/effective_rank/roy_vetterli");
   if (!first || !last || *first <= 0) return std::nullopt;
   return *last / *first;
+}
+
+ClaimCheck judge_communities_architectural(const Claim& c, const json& topology) {
+  auto nmi = number(topology, "/results/community_similarity/mean_nmi"), null = number(topology, "/results/community_similarity/null_mean"),
+       p = number(topology, "/results/community_similarity/p_permutation");
+  if (!nmi || !null || !p)
+    return c.missing("no community_similarity in results.json; analyze compares with its init part, topology with --communities-control");
+  const std::string observed = fmt::format("mean NMI with the control's communities {} vs {} with its units shuffled (p = {}, {} boundaries)",
+                                           num(*nmi), num(*null), num(*p),
+                                           array_at(topology, "/results/community_similarity/boundaries").size());
+  const json* independent = find(topology, "/results/community_similarity/independent_draw");
+  if (independent && independent->is_boolean() && independent->get<bool>())
+    return c.judged(observed + "; the control is an independent random draw, whose units are not this model's: only the same "
+                               "run's step-0 checkpoint (topology --communities-control) can test the claim",
+                    Verdict::kInfo, *nmi, *null);
+  return c.judged(observed, *nmi > *null && *p < kCommunitiesLevel ? Verdict::kPass : Verdict::kDiffers, *nmi, *null);
 }
 
 // The residual-stream paper: Jacobian spectral geometry (from `jacobian`, with the random initialisation's `jacobian` as the
@@ -257,6 +327,16 @@ PaperSummary residual_summary(const ReportPart* jacobian, const ReportPart* init
                   "the layers' departures shuffled (the permutation null of that rank correlation): its p-value"};
   const Claim c5{"communities", "Signed Leiden CPM finds communities in the correlation graph at every boundary.",
                  "shown, not judged: communities per boundary (results.boundaries[b].communities)", "none (not judged)"};
+
+  const Claim c6{"communities_architectural",
+                 "The mesoscale community structure is partly architectural: communities present at initialisation persist "
+                 "in the trained model.",
+                 fmt::format("pass when the mean NMI over boundaries of the model's communities with the control's, unit by unit "
+                             "(results.community_similarity.mean_nmi), exceeds the shuffled-unit null (null_mean) with permutation "
+                             "p < {} (p_permutation); shown, not judged, when the control is an independent random draw "
+                             "(independent_draw: its units are not the model's, so the NMI is at chance by construction)",
+                             kCommunitiesLevel),
+                 "the initialisation's communities with its units shuffled (same community sizes)"};
 
   const json* depths = jacobian ? find(jacobian->json, "/results/models/0/depths") : nullptr;
   if (!depths || !depths->is_array() || depths->empty()) {
@@ -328,7 +408,7 @@ PaperSummary residual_summary(const ReportPart* jacobian, const ReportPart* init
   }
 
   if (!topology) {
-    for (const Claim* c : {&c4, &c4s, &c5}) s.checks.push_back(c->missing("topology did not run"));
+    for (const Claim* c : {&c4, &c4s, &c5, &c6}) s.checks.push_back(c->missing("topology did not run"));
     return s;
   }
   const auto coupled = number(topology->json, "/results/coupling/coupled_layers");
@@ -373,6 +453,7 @@ PaperSummary residual_summary(const ReportPart* jacobian, const ReportPart* init
                                              *std::max_element(communities.begin(), communities.end()), communities.size(),
                                              num(median(communities))),
                                  Verdict::kInfo, median(communities)));
+  s.checks.push_back(judge_communities_architectural(c6, topology->json));
   return s;
 }
 

@@ -7,7 +7,8 @@
 //                  DIR/init/model) through tdyn jacobian and tdyn topology (DIR/init/topology) on the same token ids
 //                  (DIR/init/samples.ids); off with --no-init-control
 //   DIR/topology   the residual-stream paper: correlation graphs, signed Leiden, coupling with the Jacobian gains
-//                  (tdyn topology)
+//                  (tdyn topology), and the NMI of its communities with the initialisation's
+//                  (--communities-control DIR/init/topology)
 //   DIR/particles  the clustering paper: one attention head of the model simulated as interacting particles
 //                  (tdyn particles --from-model)
 //   DIR/pass       the forward pass over the samples that power, jacobian and topology share (pass.tdynpass)
@@ -210,6 +211,10 @@ int run_analyze(AnalyzeArgs& a) {
       argv.push_back(a.model.path);
       argv.insert(argv.end(), common.begin(), common.end());
       if (name == "jacobian") argv.push_back("--surgery");
+      // The initialisation's communities (its topology ran before this part): an independent draw, whose units are
+      // not the trained model's, so the report shows their NMI without judging it (docs/topology.md).
+      if (name == "topology" && parts["init"].value("status", "") == "ok" && fs::exists(out_dir / "init" / "topology" / "membership.npy"))
+        argv.insert(argv.end(), {"--communities-control", (out_dir / "init" / "topology").string(), "--communities-control-independent"});
       argv.insert(argv.end(), {"--from-pass", pass_file.string()});
     }
     argv.insert(argv.end(), {"--out", dir.string()});
@@ -264,7 +269,8 @@ std::function<int()> setup(CLI::App& app) {
   cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,jacobian,topology,particles");
   cmd->add_flag("--no-init-control", a->no_init_control,
                "Do not run the random initialisation (tdyn init, seed 0) through jacobian and topology on the same samples; "
-               "the bottleneck and coupling verdicts then have no control and say not computed");
+               "the bottleneck and coupling verdicts then have no control and say not computed, and the communities get no NMI "
+               "with the initialisation's");
   cmd->add_option("--particles-layer", a->head_layer, "Layer whose attention head is simulated as particles")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--particles-head", a->head, "That head's index")->capture_default_str()->check(CLI::NonNegativeNumber);

@@ -14,6 +14,7 @@
 #include "pass_args.h"
 #include "report/progress.h"
 #include "command.h"
+#include "analysis/power_layers.h"
 #include "core/npy.h"
 #include "report/figure.h"
 #include "report/results.h"
@@ -181,6 +182,26 @@ void steering_figure(ResultsDir& out, const SteeringResult& s, std::vector<std::
   emit(out, fig, "figure: steering sweep (alignment, spectral ratio, KL) vs c/|lambda1|", notes);
 }
 
+// The power-method paper's claims across layers (power_layers.h): alignment with the own layer's v1 against the other layers', and
+// γ_t against the relative spectral gap.
+void across_layers(ResultsDir& out, const std::vector<LayerSpectrum>& spectra, const TokenDynamics& dyn, bool shared_weights) {
+  const int64_t L = static_cast<int64_t>(spectra.size());
+  const CrossLayerAlignment cross = cross_layer_alignment(dyn.cross_alignment);
+  const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> row_major = cross.mean;
+  out.npy("cross_layer_alignment.npy", row_major.data(), {L, L},
+          "mean over tokens of a(x^{t+1}; v_1,s) [t: tokens leaving layer t, s: dominant subspace of F_s]; diagonal = gamma_t");
+  nlohmann::json j = cross.to_json();
+  // With one stored layer every F_s is the same matrix: nothing to tell the layers' eigenvectors apart.
+  j["shared_weights"] = shared_weights;
+  out.results()["cross_layer_alignment"] = j;
+  std::vector<double> gamma, relative_gap;
+  for (int64_t t = 0; t < L; ++t) {
+    gamma.push_back(dyn.layers[t].f.gamma);
+    relative_gap.push_back(1 - spectra[t].f.modulus_ratio);
+  }
+  out.results()["gamma_vs_gap"] = gamma_gap_test(gamma, relative_gap).to_json();
+}
+
 int run_power(PowerArgs& a) {
   const ProgressFn progress = progress_quiet() ? ProgressFn{} : ProgressFn([](const std::string& line) { std::cerr << "tdyn power: " << line << "\n"; });
   auto model = a.model.load();
@@ -302,6 +323,7 @@ int run_power(PowerArgs& a) {
   out.results()["tokens"] = dyn.tokens;
   out.results()["samples"] = dyn.samples;
   out.results()["random_baseline_approx"] = std::sqrt(2.0 / (M_PI * d));
+  across_layers(out, spectra, dyn, c.n_stored_layers() == 1 && L > 1);
 
   // ---- Shared-weight iteration
   const bool shared_weights = c.n_stored_layers() == 1 && c.n_layers > 1;

@@ -42,6 +42,9 @@ struct TopologyArgs {
   CouplingOptions coupling;
   bool save_correlations = false, save_jacobians = false;
   int64_t draw_boundary = -1;  // −1: the middle boundary
+  std::string communities_control;           // a topology results directory whose communities are compared
+  bool communities_control_independent = false;  // its model is an independent random draw: no unit is the same unit
+  int64_t communities_permutations = 1000;
 };
 
 // A short name for a checkpoint: the file stem, or the directory name for HF directories and files called
@@ -225,6 +228,9 @@ nlohmann::json options_json(const TopologyArgs& a, const std::vector<ResidualBou
       {"save_correlations", a.save_correlations},
       {"save_jacobians", a.save_jacobians},
       {"draw_boundary", a.draw_boundary},
+      {"communities_control", a.communities_control.empty() ? nlohmann::json(false) : nlohmann::json{
+          {"dir", a.communities_control}, {"independent_draw", a.communities_control_independent},
+          {"permutations", a.communities_permutations}}},
   };
 }
 
@@ -475,6 +481,48 @@ void comparison(ResultsDir& out, const std::vector<CheckpointSummary>& summaries
   if (!coupling.series.empty()) emit(out, coupling, "figure: coupling rho vs depth for every checkpoint with significance", notes);
 }
 
+// Partitions [boundary][unit] from a topology directory's membership.npy and its boundary hooks (results.json).
+std::vector<std::vector<int64_t>> memberships(const fs::path& file, int64_t n_boundaries) {
+  const NpyArray array = read_npy(file);
+  if (array.shape.size() != 2 || array.shape[0] != n_boundaries)
+    fail("{}: expected [{} boundaries, d_model] community labels", file.string(), n_boundaries);
+  const std::vector<int64_t> labels = array.as_int64();
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t b = 0; b < n_boundaries; ++b) out.emplace_back(labels.begin() + b * array.shape[1], labels.begin() + (b + 1) * array.shape[1]);
+  return out;
+}
+
+// --communities-control: NMI of this model's communities with those of another topology results directory over the
+// same units and boundaries, against the null of the control's units shuffled (topology::community_similarity).
+nlohmann::json compare_communities(const TopologyArgs& a, ResultsDir& out) {
+  const fs::path control_dir = a.communities_control;
+  const nlohmann::json control = nlohmann::json::parse(read_file(control_dir / "results.json"));
+  const nlohmann::json& own_boundaries = out.results().at("boundaries");
+  const nlohmann::json* control_boundaries = nullptr;
+  if (control.contains("results") && control["results"].is_object() && control["results"].contains("boundaries"))
+    control_boundaries = &control["results"]["boundaries"];
+  if (!control_boundaries || !control_boundaries->is_array() || control_boundaries->size() != own_boundaries.size())
+    fail("--communities-control {}: its results.json has no boundaries matching this run's {}", control_dir.string(), own_boundaries.size());
+  for (size_t b = 0; b < own_boundaries.size(); ++b)
+    if ((*control_boundaries)[b].value("hook", "") != own_boundaries[b]["hook"].get<std::string>())
+      fail("--communities-control {}: boundary {} is {}, here {}", control_dir.string(), b, (*control_boundaries)[b].value("hook", "?"),
+           own_boundaries[b]["hook"].get<std::string>());
+  const int64_t n = static_cast<int64_t>(own_boundaries.size());
+  const topology::CommunitySimilarity c = topology::community_similarity(memberships(out.file("membership.npy"), n),
+                                                                         memberships(control_dir / "membership.npy", n),
+                                                                         a.communities_permutations, a.coupling.seed);
+  nlohmann::json per_boundary = nlohmann::json::array();
+  for (int64_t b = 0; b < n; ++b)
+    per_boundary.push_back({{"hook", own_boundaries[b]["hook"]}, {"nmi", c.nmi[b]}, {"null_mean", c.null_mean[b]}, {"p_permutation", c.p_value[b]}});
+  return {{"control_dir", control_dir.string()},
+          {"control_model", control.contains("model") ? control["model"].value("path", "") : ""},
+          {"independent_draw", a.communities_control_independent},
+          {"statistic", "NMI of the communities of the same unit at the same boundary"},
+          {"null", "the control's units shuffled at every boundary (community sizes kept)"},
+          {"permutations", c.permutations}, {"permutation_seed", a.coupling.seed},
+          {"mean_nmi", c.mean_nmi}, {"null_mean", c.mean_null}, {"p_permutation", c.p_value_mean}, {"boundaries", per_boundary}};
+}
+
 // The architecture of `model` as a Hugging Face config for write_random_init: Llama from its config, any other
 // family from the config.json of its directory.
 nlohmann::json random_init_config(const Model& model, const fs::path& path) {
@@ -494,6 +542,7 @@ int run_topology(TopologyArgs& a) {
   std::vector<std::string> labels;
   std::vector<CheckpointSummary> summaries;
   summaries.push_back(analyse_checkpoint(a, model, a.model.path, checkpoint_label(a.model.path, &labels), samples, out));
+  if (!a.communities_control.empty()) out.results()["community_similarity"] = compare_communities(a, out);
   const LoadOptions load_options = a.model.options();
   for (const std::string& path : a.compare) {
     const std::string label = checkpoint_label(path, &labels);
@@ -557,6 +606,15 @@ std::function<int()> setup(CLI::App& app) {
   cmd->add_option("--fdr-q", a->coupling.fdr_q, "Benjamini-Hochberg level across layers")->capture_default_str()->check(CLI::Range(1e-12, 1.0 - 1e-12));
   cmd->add_flag("--save-correlations", a->save_correlations, "Write every correlation matrix as correlation_HOOK.npy [d, d]");
   cmd->add_flag("--save-jacobians", a->save_jacobians, "Write the mean Jacobians used by the coupling as mean_jacobians.npy");
+  cmd->add_option("--communities-control", a->communities_control,
+                  "A topology results directory of the same architecture on the same samples (e.g. the same run's step-0 "
+                  "checkpoint): NMI of the communities per boundary against its, with a shuffled-unit null "
+                  "(results.community_similarity)");
+  cmd->add_flag("--communities-control-independent", a->communities_control_independent,
+                "The --communities-control model is an independent random draw (tdyn init), so its units are not this model's: "
+                "recorded so that the report shows the NMI without judging it");
+  cmd->add_option("--communities-permutations", a->communities_permutations, "Shuffles of the --communities-control null")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--draw-boundary", a->draw_boundary, "Boundary index whose graph is drawn (default: the middle one)");
   return [a] { return run_topology(*a); };
 }

@@ -9,6 +9,7 @@
 
 #include <boost/math/distributions/students_t.hpp>
 
+#include "analysis/topology/leiden.h"
 #include "core/error.h"
 
 namespace tdyn::topology {
@@ -35,6 +36,8 @@ std::vector<double> standardized(std::span<const double> v, bool* is_constant) {
     for (double& value : out) value /= std::sqrt(norm_squared);
   return out;
 }
+
+double mean_of(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return std::inner_product(a.begin(), a.end(), b.begin(), 0.0);
@@ -138,6 +141,43 @@ FdrResult benjamini_hochberg(std::span<const double> p_values, double q) {
     result.n_rejected += result.rejected[i];
   }
   return result;
+}
+
+CommunitySimilarity community_similarity(const std::vector<std::vector<int64_t>>& model,
+                                         const std::vector<std::vector<int64_t>>& control, int64_t permutations, uint64_t seed) {
+  if (model.size() != control.size()) fail("community similarity: {} boundaries against {} in the control", model.size(), control.size());
+  if (model.empty()) fail("community similarity: no boundaries");
+  if (permutations < 1) fail("community similarity: needs at least 1 permutation, got {}", permutations);
+  const size_t n_boundaries = model.size();
+  CommunitySimilarity c;
+  c.permutations = permutations;
+  c.null_mean.assign(n_boundaries, 0.0);
+  std::vector<int64_t> as_large(n_boundaries, 0);
+  for (size_t b = 0; b < n_boundaries; ++b) {
+    if (model[b].size() != control[b].size())
+      fail("community similarity: boundary {} has {} units, the control {}", b, model[b].size(), control[b].size());
+    c.nmi.push_back(normalized_mutual_information(model[b], control[b]));
+  }
+  c.mean_nmi = mean_of(c.nmi);
+  const double slack = 1e-12;
+  std::mt19937_64 generator(seed);
+  std::vector<std::vector<int64_t>> shuffled = control;
+  int64_t mean_as_large = 0;
+  for (int64_t k = 0; k < permutations; ++k) {
+    double sum = 0;
+    for (size_t b = 0; b < n_boundaries; ++b) {
+      std::shuffle(shuffled[b].begin(), shuffled[b].end(), generator);
+      const double nmi = normalized_mutual_information(model[b], shuffled[b]);
+      c.null_mean[b] += nmi / static_cast<double>(permutations);
+      as_large[b] += nmi >= c.nmi[b] - slack;
+      sum += nmi;
+    }
+    mean_as_large += sum / static_cast<double>(n_boundaries) >= c.mean_nmi - slack;
+  }
+  for (size_t b = 0; b < n_boundaries; ++b) c.p_value.push_back(static_cast<double>(as_large[b] + 1) / static_cast<double>(permutations + 1));
+  c.mean_null = mean_of(c.null_mean);
+  c.p_value_mean = static_cast<double>(mean_as_large + 1) / static_cast<double>(permutations + 1);
+  return c;
 }
 
 }  // namespace tdyn::topology

@@ -49,4 +49,19 @@ struct FdrResult {
 // [0, 1] or q outside (0, 1).
 FdrResult benjamini_hochberg(std::span<const double> p_values, double q);
 
+// How much a model's communities share with those of a control over the same units (the residual-stream paper finds the
+// mesoscale community structure partly architectural, present at initialisation): NMI per boundary of
+// model[b] with control[b] (membership over the same d units), against the null of the control's units shuffled,
+// which keeps both partitions' community sizes and breaks only which unit is in which community. Draw k shuffles
+// every boundary (std::mt19937_64(seed)); p = (1 + #{null ≥ observed}) / (1 + permutations), per boundary and for
+// the mean over boundaries. Throws Error on different boundary counts or unit counts, or permutations < 1.
+struct CommunitySimilarity {
+  std::vector<double> nmi, null_mean, p_value;  // per boundary
+  double mean_nmi = 0, mean_null = 0;           // over boundaries
+  double p_value_mean = 1;                      // of mean_nmi against the null of the mean
+  int64_t permutations = 0;
+};
+CommunitySimilarity community_similarity(const std::vector<std::vector<int64_t>>& model,
+                                         const std::vector<std::vector<int64_t>>& control, int64_t permutations, uint64_t seed);
+
 }  // namespace tdyn::topology
