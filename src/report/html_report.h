@@ -38,10 +38,10 @@ struct ClaimCheck {
   std::string observed;  // what this model shows ("not computed" when the numbers are absent)
   Verdict verdict = Verdict::kNotComputed;
   std::string rule;      // how the verdict follows from results.json
-  std::string id;        // stable short name of the claim ("bottleneck", "surgery", "gamma", ...)
+  std::string id = {};   // stable short name of the claim ("bottleneck", "surgery", "gamma", ...)
   double value = NAN;    // the number judged
   double control_value = NAN;
-  std::string control;   // what the number is judged against
+  std::string control = {};  // what the number is judged against
 };
 
 struct PaperSummary {
