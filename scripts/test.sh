@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite: the Release build under ctest (C++ and Python tests), then the C++
-# tests again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/; all but release_only below), then a short libFuzzer smoke run
-# of every reader (build-fuzz/, clang).
+# tests again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/; all but release_only below), then
+# a short libFuzzer smoke run of every reader (build-fuzz/, clang).
 # Tests that need the shared test data read it from ../shared (or $TDYN_SHARED) and skip when it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
