@@ -127,17 +127,12 @@ py::dict simulate_particles(const std::optional<std::string>& preset_name, const
   return result;
 }
 
-// A spec field set only when the caller gave it (None keeps the preset's value).
-template <typename T>
-void override(const std::optional<T>& given, T& field) {
-  if (given) field = *given;
-}
-
+// tdyn.particles: the keyword arguments past the named ones override the spec, as the CLI's flags do.
 py::dict particles_run(const std::optional<std::string>& preset_name, const py::object& model, int64_t layer,
-                       std::optional<int64_t> head, const std::optional<std::vector<int32_t>>& ids,
-                       const py::dict& spec_overrides, const std::string& integrator, const std::string& variable,
-                       int save_every, int diagnose_every, const std::optional<std::string>& cluster_on,
-                       const std::vector<double>& attention_times, const std::optional<std::string>& out) {
+                       std::optional<int64_t> head, const std::optional<std::vector<int32_t>>& ids, const std::string& integrator,
+                       const std::string& variable, int save_every, int diagnose_every, const std::optional<std::string>& cluster_on,
+                       const std::vector<double>& attention_times, const std::optional<std::string>& out,
+                       const py::kwargs& spec_overrides) {
   const bool from_model = !model.is_none();
   if (from_model && preset_name) fail("give a preset or a model, not both");
   ExperimentSpec spec = from_model ? model_layer_defaults() : preset(preset_name.value_or("polytope"));
@@ -207,15 +202,7 @@ py::dict particles_run(const std::optional<std::string>& preset_name, const py::
 }  // namespace
 
 void bind_particles(py::module_& m) {
-  m.def(
-      "particles",
-      [](const std::optional<std::string>& preset_name, const py::object& model, int64_t layer, std::optional<int64_t> head,
-         const std::optional<std::vector<int32_t>>& ids, const std::string& integrator, const std::string& variable,
-         int save_every, int diagnose_every, const std::optional<std::string>& cluster_on,
-         const std::vector<double>& attention_times, const std::optional<std::string>& out, const py::kwargs& spec) {
-        return particles_run(preset_name, model, layer, head, ids, spec, integrator, variable, save_every, diagnose_every,
-                             cluster_on, attention_times, out);
-      },
+  m.def("particles", &particles_run,
       py::arg("preset") = py::none(), py::kw_only(), py::arg("model") = py::none(), py::arg("layer") = 0,
       py::arg("head") = py::none(), py::arg("ids") = py::none(), py::arg("integrator") = "euler", py::arg("variable") = "x",
       py::arg("save_every") = 1, py::arg("diagnose_every") = 1, py::arg("cluster_on") = py::none(),

@@ -1,5 +1,5 @@
-// One pass over the samples, shared by the analyses that read the residual stream (the residual-stream paper). It runs the model
-// layer by layer over all samples ("layer-major"): every sample crosses layer l, the sums of that layer's
+// One pass over the samples, shared by the analyses that read the residual stream (the residual-stream paper).
+// It runs the model layer by layer over all samples ("layer-major"): every sample crosses layer l, the sums of that layer's
 // boundaries are finished and written to the pass file, and only then does layer l + 1 start. So whatever the
 // depth, memory holds one layer's float64 weights (JacobianModel) and one layer's accumulators; the samples'
 // residual states between layers ([tokens, d] float32 each) sit in a file-backed buffer beside the pass file.
@@ -127,8 +127,9 @@ int64_t samples_of_this_rank(int64_t n_samples, const PassSpec& spec);
 // Runs the pass over `samples` (on this rank's chunks under MPI), writes `control.file` and returns it opened.
 // With PassSpec::jacobians, `jacobians` must be a JacobianModel of `transformer`; its layers are released as the
 // pass leaves them. A worker rank (MPI rank > 0) delivers its share of every layer to rank 0 and returns a
-// PassFile whose worker_share() is true, holding nothing: the caller ends the rank. The working buffers beside the file are removed once the pass completes. Throws Error when no sample
-// gave 2 tokens (correlations) or no position (Jacobians).
+// PassFile whose is_worker_share() is true, holding nothing: the caller ends the rank. The working buffers beside
+// the file are removed once the pass completes. Throws Error when no sample gave 2 tokens (correlations) or no
+// position (Jacobians).
 PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
                   const PassSpec& spec, const nlohmann::json& identity, const PassControl& control = {});
 

@@ -1,7 +1,8 @@
 // The token sequences an analysis runs: passages of a text corpus (WikiText-2 by default), an id file, or a
 // single prompt. The residual-stream paper samples S passages of the WikiText-2 test split; the power-method
-// paper runs real text through the model. Passages are paragraphs (non-empty lines that are not " = Heading = " lines), tokenised with the
-// model's tokenizer (special tokens added as the model expects) and truncated to max_len tokens.
+// paper runs real text through the model. Passages are paragraphs (non-empty lines that are not " = Heading = "
+// lines), tokenised with the model's tokenizer (special tokens added as the model expects) and truncated to
+// max_len tokens.
 #pragma once
 
 #include <cstdint>
