@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <iostream>
 
 #include <fmt/format.h>
 
@@ -67,6 +68,21 @@ void Progress::draw(bool final_line) {
     std::fprintf(stderr, "%s: %s %s\n", label_.c_str(), count.c_str(), timing.c_str());
   }
   std::fflush(stderr);
+}
+
+void StderrProgress::note(const std::string& line) {
+  if (!g_quiet) std::cerr << prefix_ << ": " << line << "\n";
+}
+
+void StderrProgress::loop(const std::string& label, int64_t done, int64_t total, const std::string& unit) {
+  if (!bar_ || label != label_) {
+    bar_ = std::make_unique<Progress>(prefix_ + ": " + label, total, unit);
+    label_ = label;
+    done_ = 0;
+  }
+  bar_->advance(done - done_);
+  done_ = done;
+  if (done >= total) bar_.reset();  // draws the final line
 }
 
 }  // namespace tdyn

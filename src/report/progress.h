@@ -5,7 +5,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "core/progress.h"
 
 namespace tdyn {
 
@@ -29,6 +32,19 @@ class Progress {
   bool tty_, finished_ = false;
   int last_decile_ = 0;
   std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+// The CLI's ProgressSink: notes as "PREFIX: line", loops as a Progress bar each; nothing when quiet.
+class StderrProgress final : public ProgressSink {
+ public:
+  explicit StderrProgress(std::string prefix) : prefix_(std::move(prefix)) {}
+  void note(const std::string& line) override;
+  void loop(const std::string& label, int64_t done, int64_t total, const std::string& unit) override;
+
+ private:
+  std::string prefix_, label_;
+  int64_t done_ = 0;
+  std::unique_ptr<Progress> bar_;  // the loop being drawn
 };
 
 }  // namespace tdyn
