@@ -6,7 +6,10 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "model/weights.h"
 
@@ -52,6 +55,17 @@ struct FamilyTable {
   std::vector<std::string> prefixes = {""};   // alternatives for "{p}", tried in order
   std::vector<std::string> ignored_prefixes = {};  // whole sub-models not run (Gemma 4 vision/audio towers)
 };
+
+// A family as tdyn knows it: the config.json model_type values it parses, and the tensor tables of the formats
+// it comes in. Each is defined in its own file in model/families/, its config parser beside its tables.
+using HfConfigParser = ModelConfig (*)(const nlohmann::json& config, const std::string& origin, const ConfigParseOptions&);
+struct FamilyDefinition {
+  std::vector<std::pair<std::string, HfConfigParser>> model_types;
+  std::vector<FamilyTable> tables;
+};
+
+// Every family, in a fixed order (the order model types are listed in errors).
+const std::vector<FamilyDefinition>& family_definitions();
 
 const FamilyTable& family_table(const std::string& family, const std::string& format);
 

@@ -1,0 +1,169 @@
+// Llama and the decoders that share its tensor names: Mistral (sliding window) and Qwen2 (q/k/v biases), in
+// Hugging Face, llama2.c and GGUF naming.
+#include "model/families/definitions.h"
+
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+#include "model/config_json.h"
+#include "model/family_tables.h"
+
+namespace tdyn {
+namespace {
+
+using namespace config_json;
+using namespace family_tables;
+
+ModelConfig parse_llama(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "rope_parameters", "attention_bias", "mlp_bias", "head_dim", "pretraining_tp"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c;
+  c.family = "llama";
+  c.format = "hf";
+  c.d_vocab = get_int(j, "vocab_size", 32000, origin);
+  c.d_model = get_int(j, "hidden_size", 4096, origin);
+  c.d_mlp = get_int(j, "intermediate_size", 11008, origin);
+  c.n_layers = get_layer_count(j, "num_hidden_layers", 32, origin);
+  c.n_heads = get_int(j, "num_attention_heads", 32, origin);
+  c.n_kv_heads = get_int(j, "num_key_value_heads", c.n_heads, origin);
+  if (c.n_heads <= 0) fail("{}: num_attention_heads must be positive", origin);
+  c.d_head = get_int(j, "head_dim", c.d_model / c.n_heads, origin);
+  c.n_ctx = get_int(j, "max_position_embeddings", 2048, origin);
+  c.norm = NormKind::RMSNorm;
+  c.norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6, origin);
+  std::string act = get_or<std::string>(j, "hidden_act", "silu", origin);
+  if (act != "silu") fail("{}: hidden_act '{}' is not supported for llama (expected silu)", origin, act);
+  c.activation = Activation::SiLU;
+  c.gated_mlp = true;
+  c.attn_qkv_bias = c.attn_o_bias = get_or<bool>(j, "attention_bias", false, origin);
+  c.mlp_bias = get_or<bool>(j, "mlp_bias", false, origin);
+  c.attn_scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  c.rope.style = RopeStyle::RotateHalf;
+  c.rope.theta = get_or<double>(j, "rope_theta", 10000.0, origin);
+  parse_rope_scaling(j, c.rope, origin);
+  c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, origin);
+  return c;
+}
+
+// MistralForCausalLM (HF MistralConfig defaults): Llama with a sliding window (default 4096) on every layer.
+ModelConfig parse_mistral(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "rope_parameters", "sliding_window"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c = llama_style(j, "mistral", {32000, 4096, 14336, 32, 32, 8, 4096 * 32, 1e-6}, origin);
+  window_every_layer(c, window_key(j, "sliding_window", 4096, origin));
+  return c;
+}
+
+// Qwen2ForCausalLM (HF Qwen2Config defaults; Qwen2.5 uses the same class): q/k/v projections with bias, o_proj
+// without. Sliding windows only with use_sliding_window (Qwen2Config sets sliding_window to None otherwise), on
+// the layers that layer_types marks "sliding_attention" - by default those from max_window_layers on.
+ModelConfig parse_qwen2(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "rope_parameters", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c = llama_style(j, "qwen2", {151936, 4096, 22016, 32, 32, 32, 32768, 1e-6}, origin);
+  c.attn_qkv_bias = true;
+  c.attn_o_bias = false;
+  const bool use_window = get_or<bool>(j, "use_sliding_window", false, origin);
+  const int64_t window = use_window ? window_key(j, "sliding_window", 4096, origin) : 0;
+  const int64_t max_window_layers = get_int(j, "max_window_layers", 28, origin);
+  std::vector<std::string> types;
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    types = parse_layer_types(j, c.n_layers, origin);
+  } else {
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      types.push_back(window > 0 && l >= max_window_layers ? "sliding_attention" : "full_attention");
+  }
+  c.layers.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (types[l] != "sliding_attention") continue;
+    if (window == 0)
+      fail("{}: layer_types marks layer {} sliding_attention but there is no window (use_sliding_window {}, "
+           "sliding_window {})", origin, l, use_window, j.contains("sliding_window") ? j["sliding_window"].dump() : "absent");
+    c.layers[l].sliding_window = window;
+  }
+  return c;
+}
+
+// Llama (HF, llama2.c, GGUF naming).
+struct LlamaNames {
+  std::string embed, attn_norm, q, k, v, o, mlp_norm, gate, up, down, final_norm, unembed, bias_suffix, weight_suffix;
+};
+
+FamilyTable llama_table(const std::string& format, const LlamaNames& n, std::vector<std::string> ignored,
+                        const std::string& family = "llama") {
+  const std::string& W = n.weight_suffix;
+  const std::string& B = n.bias_suffix;
+  FamilyTable t{.family = family, .format = format, .ignored_suffixes = std::move(ignored)};
+  t.tensors = {
+      weight(Role::Embed, n.embed + W, embed_shape),
+      vec(Role::AttnNorm, n.attn_norm + W, model_vec),
+      weight(Role::AttnQ, n.q + W, q_shape),
+      weight(Role::AttnK, n.k + W, kv_shape),
+      weight(Role::AttnV, n.v + W, kv_shape),
+      weight(Role::AttnO, n.o + W, o_shape),
+      bias(Role::AttnQ, n.q + B, q_vec, qkv_bias),
+      bias(Role::AttnK, n.k + B, kv_vec, qkv_bias),
+      bias(Role::AttnV, n.v + B, kv_vec, qkv_bias),
+      bias(Role::AttnO, n.o + B, model_vec, o_bias),
+      vec(Role::MlpNorm, n.mlp_norm + W, model_vec),
+      weight(Role::MlpGate, n.gate + W, up_shape),
+      weight(Role::MlpUp, n.up + W, up_shape),
+      weight(Role::MlpDown, n.down + W, down_shape),
+      bias(Role::MlpGate, n.gate + B, mlp_vec, mlp_bias),
+      bias(Role::MlpUp, n.up + B, mlp_vec, mlp_bias),
+      bias(Role::MlpDown, n.down + B, model_vec, mlp_bias),
+      vec(Role::FinalNorm, n.final_norm + W, model_vec),
+      weight(Role::Unembed, n.unembed + W, embed_shape, Layout::OutIn, untied),
+  };
+  return t;
+}
+
+// Hugging Face names of LlamaForCausalLM, shared by MistralForCausalLM and Qwen2ForCausalLM.
+const LlamaNames kHfLlamaNames = {
+    "model.embed_tokens", "model.layers.{l}.input_layernorm", "model.layers.{l}.self_attn.q_proj",
+    "model.layers.{l}.self_attn.k_proj", "model.layers.{l}.self_attn.v_proj", "model.layers.{l}.self_attn.o_proj",
+    "model.layers.{l}.post_attention_layernorm", "model.layers.{l}.mlp.gate_proj", "model.layers.{l}.mlp.up_proj",
+    "model.layers.{l}.mlp.down_proj", "model.norm", "lm_head", ".bias", ".weight"};
+
+// llama.cpp's names of the same tensors (GGUF arch "llama", and "qwen2" with its q/k/v biases).
+const LlamaNames kGgufLlamaNames = {
+    "token_embd", "blk.{l}.attn_norm", "blk.{l}.attn_q", "blk.{l}.attn_k", "blk.{l}.attn_v", "blk.{l}.attn_output",
+    "blk.{l}.ffn_norm", "blk.{l}.ffn_gate", "blk.{l}.ffn_up", "blk.{l}.ffn_down", "output_norm", "output", ".bias",
+    ".weight"};
+
+}  // namespace
+
+FamilyDefinition llama_family() {
+  FamilyDefinition f;
+  f.model_types = {{"llama", parse_llama}, {"mistral", parse_mistral}, {"qwen2", parse_qwen2}};
+  auto& tables = f.tables;
+  // Hugging Face LlamaForCausalLM. q/k rows are permuted for RoPE's rotate-half layout.
+  tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}));
+  // MistralForCausalLM and Qwen2ForCausalLM: Llama's names (Qwen2 adds q/k/v biases, bound through attn_qkv_bias).
+  tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}, "mistral"));
+  tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}, "qwen2"));
+  // llama2.c legacy .bin (names as in Meta's original checkpoints; see io/llama2c.h). Interleaved RoPE pairs.
+  tables.push_back(llama_table("llama2c",
+                               {"tok_embeddings", "layers.{l}.attention_norm", "layers.{l}.attention.wq",
+                                "layers.{l}.attention.wk", "layers.{l}.attention.wv", "layers.{l}.attention.wo",
+                                "layers.{l}.ffn_norm", "layers.{l}.feed_forward.w1", "layers.{l}.feed_forward.w3",
+                                "layers.{l}.feed_forward.w2", "norm", "output", ".bias", ".weight"},
+                               {}));
+  // GGUF (llama.cpp naming). Interleaved RoPE pairs, as llama.cpp's converter stores q/k.
+  tables.push_back(llama_table("gguf", kGgufLlamaNames, {"rope_freqs.weight"}));
+  // GGUF Qwen2 (llama.cpp arch "qwen2"): the same names with q/k/v biases, rotate-half RoPE pairs.
+  tables.push_back(llama_table("gguf", kGgufLlamaNames, {}, "qwen2"));
+  return f;
+}
+
+}  // namespace tdyn
