@@ -17,37 +17,49 @@ using test::shared_dir;
 
 fs::path gpt2_dir() { return shared_dir() / "tokenizers" / "gpt2"; }
 
-std::vector<std::string> split_words(std::string_view text, SplitRegex regex) {
+std::vector<std::string> split_words(std::string_view text, const char* pattern) {
   std::vector<std::string> words;
-  for (const auto& [begin, end] : find_regex_matches(text, regex)) words.emplace_back(text.substr(begin, end - begin));
+  for (const auto& [begin, end] : SplitRegex(pattern).matches(text)) words.emplace_back(text.substr(begin, end - begin));
   return words;
 }
 
 using Words = std::vector<std::string>;
 
 TEST(TokSplitRegex, Gpt2Pattern) {
-  EXPECT_EQ(split_words("Hello   world  \n\nDon't 1234 ok!!  ?", SplitRegex::Gpt2),
+  EXPECT_EQ(split_words("Hello   world  \n\nDon't 1234 ok!!  ?", kGpt2SplitPattern),
             (Words{"Hello", "  ", " world", "  \n", "\n", "Don", "'t", " 1234", " ok", "!!", " ", " ?"}));
-  EXPECT_EQ(split_words("I'M (hello) x\xC2\xB2 na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC", SplitRegex::Gpt2),
+  EXPECT_EQ(split_words("I'M (hello) x\xC2\xB2 na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC", kGpt2SplitPattern),
             (Words{"I", "'", "M", " (", "hello", ")", " x", "\xC2\xB2", " na\xC3\xAFve", " \xE6\x97\xA5\xE6\x9C\xAC"}));
-  EXPECT_EQ(split_words("trailing  ", SplitRegex::Gpt2), (Words{"trailing", "  "}));
-  EXPECT_EQ(split_words(" ", SplitRegex::Gpt2), (Words{" "}));
+  EXPECT_EQ(split_words("trailing  ", kGpt2SplitPattern), (Words{"trailing", "  "}));
+  EXPECT_EQ(split_words(" ", kGpt2SplitPattern), (Words{" "}));
   // U+00A0 (no-break space) is whitespace for \s, but only a plain ' ' may lead a word.
-  EXPECT_EQ(split_words("a\xC2\xA0\xC2\xA0" "b", SplitRegex::Gpt2), (Words{"a", "\xC2\xA0", "\xC2\xA0", "b"}));
+  EXPECT_EQ(split_words("a\xC2\xA0\xC2\xA0" "b", kGpt2SplitPattern), (Words{"a", "\xC2\xA0", "\xC2\xA0", "b"}));
 }
 
 TEST(TokSplitRegex, Llama3Pattern) {
-  EXPECT_EQ(split_words("Hello   world  \n\nDon't 1234 ok!!  ?", SplitRegex::Llama3),
+  EXPECT_EQ(split_words("Hello   world  \n\nDon't 1234 ok!!  ?", kLlama3SplitPattern),
             (Words{"Hello", "  ", " world", "  \n\n", "Don", "'t", " ", "123", "4", " ok", "!!", " ", " ?"}));
-  EXPECT_EQ(split_words("I'M (hello) x\xC2\xB2 !!\n\nok", SplitRegex::Llama3),
+  EXPECT_EQ(split_words("I'M (hello) x\xC2\xB2 !!\n\nok", kLlama3SplitPattern),
             (Words{"I", "'M", " (", "hello", ")", " x", "\xC2\xB2", " !!\n\n", "ok"}));
-  EXPECT_EQ(split_words("\tab  \n x", SplitRegex::Llama3), (Words{"\tab", "  \n", " x"}));
+  EXPECT_EQ(split_words("\tab  \n x", kLlama3SplitPattern), (Words{"\tab", "  \n", " x"}));
 }
 
-TEST(TokSplitRegex, RecognisesOnlyKnownPatterns) {
-  EXPECT_EQ(recognise_split_regex(kGpt2SplitPattern), SplitRegex::Gpt2);
-  EXPECT_EQ(recognise_split_regex(kLlama3SplitPattern), SplitRegex::Llama3);
-  EXPECT_FALSE(recognise_split_regex(R"(\w+|[^\w\s]+)"));
+// \s is the White_Space property, as in the reference library's regex engine: vertical tab and U+0085 (NEL)
+// included (were they not, ` ?[^\s\p{L}\p{N}]+` would take " \x85" and "\x0B\x0B" whole).
+TEST(TokSplitRegex, WhitespaceIsTheUnicodeProperty) {
+  EXPECT_EQ(split_words("a\x0B\x0B" "b \xC2\x85x", kGpt2SplitPattern), (Words{"a", "\x0B", "\x0B", "b", " ", "\xC2\x85", "x"}));
+  // (?i:...) folds with Unicode case folding: U+017F (long s) is an 's'.
+  EXPECT_EQ(split_words("it'\xC5\xBF", kLlama3SplitPattern), (Words{"it", "'\xC5\xBF"}));
+}
+
+// Any pattern ICU compiles is accepted: Qwen2's splits numbers into single digits.
+TEST(TokSplitRegex, OtherPatternsAndErrors) {
+  const char* qwen2 = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  EXPECT_EQ(split_words("abc 1234!", qwen2), (Words{"abc", " ", "1", "2", "3", "4", "!"}));
+  EXPECT_EQ(split_words("a1b2", R"(\p{N})"), (Words{"1", "2"}));  // the matches only: split behaviours keep the rest
+  EXPECT_EQ(split_words("", kGpt2SplitPattern), Words{});
+  test::expect_error_contains([] { SplitRegex("(unclosed"); }, "cannot be compiled");
+  test::expect_error_contains([] { SplitRegex(kGpt2SplitPattern).matches("ab\xFF"); }, "UTF-8");
 }
 
 TEST(TokByteLevel, MappingIsGpt2s) {
@@ -165,10 +177,15 @@ TEST_F(TokGpt2, TokenizerJsonGivesTheSameIds) {
   EXPECT_EQ(llama3_split->encode(" 1234567"), (std::vector<int32_t>{220, 10163, 29228, 22}));
   EXPECT_EQ(llama3_split->decode(llama3_split->encode(text)), text);
 
-  // A split regex tdyn does not implement is refused, not approximated.
-  root["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = R"(\w+|[^\w\s]+)";
+  // Another pattern (Qwen2's) splits digits one by one: '1' .. '7' are ids 16 .. 22.
+  root["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   write_file_atomic(dir / "tokenizer.json", root.dump());
-  EXPECT_THROW(load_tokenizer(dir / "tokenizer.json"), Error);
+  EXPECT_EQ(load_tokenizer(dir / "tokenizer.json")->encode(" 1234567"), (std::vector<int32_t>{220, 16, 17, 18, 19, 20, 21, 22}));
+  // A pattern that does not compile is refused, naming where it is.
+  root["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = R"((\w+)";
+  write_file_atomic(dir / "tokenizer.json", root.dump());
+  test::expect_error_contains([&] { load_tokenizer(dir / "tokenizer.json"); }, "pre_tokenizer");
 }
 
 }  // namespace

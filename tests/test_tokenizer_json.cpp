@@ -148,6 +148,27 @@ TEST(TokSpBpe, ReportsWhatItDoesNotSupport) {
   EXPECT_THROW(write_and_load("tok_sp_bpe_bad", root), Error);
 }
 
+// Replace and Split take any regex: here digits are dropped before the model sees the text, and runs of spaces
+// collapse (ALBERT's " {2,}"), so the ids equal those of the text without them.
+TEST(TokRegexStages, ReplaceAndSplitTakeAnyRegex) {
+  Json root = unigram_json();
+  auto replace = [](const char* regex, const char* content) {
+    return Json::object({{"type", "Replace"}, {"pattern", Json::object({{"Regex", regex}})}, {"content", content}});
+  };
+  root["normalizer"]["normalizers"].push_back(replace("\\p{N}+", ""));
+  root["normalizer"]["normalizers"].push_back(replace(" {2,}", " "));
+  Json& pre = root["pre_tokenizer"]["pretokenizers"];
+  pre.insert(pre.begin(), Json::object({{"type", "Split"}, {"pattern", Json::object({{"Regex", "[!?]"}})}, {"behavior", "Removed"}}));
+  auto tok = write_and_load("tok_regex_stages", root);
+  auto plain = write_and_load("tok_regex_plain", unigram_json());
+  EXPECT_EQ(tok->encode("Hello 42   world!?", true), plain->encode("hello world", true));
+  EXPECT_EQ(tok->encode("he2llo", true), plain->encode("hello", true));
+
+  root["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "[unclosed";
+  test::expect_error_contains([&] { write_and_load("tok_regex_bad", root); }, "pre_tokenizer");
+  test::expect_error_contains([&] { write_and_load("tok_regex_bad", root); }, "cannot be compiled");
+}
+
 // Llama 3 features: ignore_merges, added tokens with rstrip, BOS/EOS named by tokenizer_config.json.
 TEST(TokBpeOptions, IgnoreMergesAddedTokensAndConfig) {
   Json root = {

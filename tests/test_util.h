@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "core/files.h"
 
 namespace tdyn::test {
@@ -31,6 +32,17 @@ inline fs::path scratch_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
+}
+
+// Runs `fn`, which must throw tdyn::Error with `phrase` in its message.
+template <typename Fn>
+void expect_error_contains(Fn&& fn, const std::string& phrase) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one saying '" << phrase << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << "message: " << e.what();
+  }
 }
 
 #define TDYN_REQUIRE_SHARED(rel)                                                                  \

@@ -275,7 +275,7 @@ std::unique_ptr<Tokenizer> byte_level_bpe_tokenizer(const Keys& keys) {
   if (pre == "gpt-2" || pre == "phi-2" || pre == "roberta-bpe") {
     parts.pre_tokenizers.push_back(make_byte_level_pre_tokenizer(false, true));
   } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
-    parts.pre_tokenizers.push_back(make_regex_split_pre_tokenizer(SplitRegex::Llama3, SplitBehavior::Isolated, false));
+    parts.pre_tokenizers.push_back(make_regex_split_pre_tokenizer(SplitRegex(kLlama3SplitPattern), SplitBehavior::Isolated, false));
     parts.pre_tokenizers.push_back(make_byte_level_pre_tokenizer(false, false));
     options.ignore_merges = true;  // as llama.cpp does for Llama 3
     add_bos_default = true;

@@ -15,6 +15,15 @@ namespace {
 
 const char* const kMetaspace = "\xE2\x96\x81";  // "▁", SentencePiece's visible space
 
+// A Regex pattern of the file, with the error saying where it is when ICU cannot compile it.
+SplitRegex compile_regex(const std::string& pattern, const std::string& where) {
+  try {
+    return SplitRegex(pattern);
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+}
+
 // Reads the parts of one tokenizer.json, with messages that say where in the file a problem is.
 class TokenizerJsonReader {
  public:
@@ -152,24 +161,12 @@ void TokenizerJsonReader::read_normalizer(const Json& n, const std::string& path
         !pattern["String"].get<std::string>().empty()) {
       std::string from = pattern["String"].get<std::string>();
       out.push_back([from, content](std::string_view s) { return replace_all(s, from, content); });
-    } else if (pattern.is_object() && pattern.value("Regex", "") == " {2,}") {
-      // ALBERT / T5 collapse runs of spaces.
-      out.push_back([content](std::string_view s) {
-        std::string collapsed;
-        for (size_t i = 0; i < s.size();) {
-          size_t j = i;
-          while (j < s.size() && s[j] == ' ') ++j;
-          if (j - i >= 2) {
-            collapsed += content;
-            i = j;
-          } else {
-            collapsed += s[i++];
-          }
-        }
-        return collapsed;
-      });
+    } else if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
+      // ALBERT and T5 collapse runs of spaces with " {2,}".
+      const SplitRegex regex = compile_regex(pattern["Regex"].get<std::string>(), w);
+      out.push_back([regex, content](std::string_view s) { return replace_matches(s, regex.matches(s), content); });
     } else {
-      fail("{}: Replace pattern {} is not supported (only a literal String or the Regex \" {{2,}}\")", w, pattern.dump());
+      fail("{}: Replace pattern {} must be {{\"String\": ...}} (non-empty) or {{\"Regex\": ...}}", w, pattern.dump());
     }
   } else if (type == "Prepend") {
     std::string prefix = json_string(n, "prepend", "", w);
@@ -240,11 +237,7 @@ void TokenizerJsonReader::read_pre_tokenizer(const Json& p, const std::string& p
         !pattern["String"].get<std::string>().empty()) {
       out.push_back(make_literal_split_pre_tokenizer(pattern["String"].get<std::string>(), *behavior, invert));
     } else if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
-      std::string regex = pattern["Regex"].get<std::string>();
-      auto known = recognise_split_regex(regex);
-      if (!known)
-        fail("{}: split regex '{}' is not implemented (tdyn implements GPT-2's and Llama 3's split patterns)", w, regex);
-      out.push_back(make_regex_split_pre_tokenizer(*known, *behavior, invert));
+      out.push_back(make_regex_split_pre_tokenizer(compile_regex(pattern["Regex"].get<std::string>(), w), *behavior, invert));
     } else {
       fail("{}: split pattern {} must be {{\"String\": ...}} or {{\"Regex\": ...}}", w, pattern.dump());
     }

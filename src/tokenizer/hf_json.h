@@ -5,7 +5,7 @@
 //   "normalizer":     null | {"type": Sequence | Lowercase | NFD | NFKD | NFC | NFKC | StripAccents |
 //                               Replace (String pattern, or Regex " {2,}") | Prepend | Strip | BertNormalizer |
 //                               Precompiled (base64 SentencePiece charsmap, see sentencepiece.h)}
-//   "pre_tokenizer":  null | {"type": Sequence | ByteLevel | Split (String pattern, or the GPT-2 / Llama 3 Regex) |
+//   "pre_tokenizer":  null | {"type": Sequence | ByteLevel | Split (String pattern, or any Regex ICU compiles) |
 //                               Metaspace | WhitespaceSplit | BertPreTokenizer}
 //   "model":          {"type": "BPE", "vocab": {piece: id}, "merges": ["a b", ...] or [["a", "b"], ...],
 //                      "unk_token", "fuse_unk", "byte_fallback", "ignore_merges"}

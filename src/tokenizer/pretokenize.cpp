@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
+
+#include <unicode/regex.h>
+#include <unicode/utext.h>
 
 #include "core/error.h"
 #include "tokenizer/unicode.h"
@@ -12,123 +16,43 @@ const char* const kGpt2SplitPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N
 const char* const kLlama3SplitPattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-std::optional<SplitRegex> recognise_split_regex(std::string_view pattern) {
-  if (pattern == kGpt2SplitPattern) return SplitRegex::Gpt2;
-  if (pattern == kLlama3SplitPattern) return SplitRegex::Llama3;
-  return std::nullopt;
-}
+// ICU's limit on one match, in its engine's steps (roughly milliseconds): a pattern that backtracks
+// catastrophically on some text stops with an error instead of hanging the run.
+constexpr int32_t kMatchTimeLimit = 10000;
 
-namespace {
-
-using unicode::is_letter;
-using unicode::is_number;
-using unicode::is_regex_space;
-
-bool is_other(char32_t c) { return !is_regex_space(c) && !is_letter(c) && !is_number(c); }
-bool is_newline(char32_t c) { return c == '\r' || c == '\n'; }
-
-// A matcher sees the text as code points and returns where the match starting at `i` ends (always > i).
-class CodePointMatcher {
- public:
-  explicit CodePointMatcher(const std::vector<char32_t>& cps) : cps_(cps), n_(cps.size()) {}
-
-  // 's|'t|'re|'ve|'m|'ll|'d, optionally ASCII-case-insensitive (with U+017F LONG S folding to 's', as the
-  // Unicode case folding of the reference regex engines does).
-  size_t contraction(size_t i, bool ignore_case) const {
-    if (cps_[i] != '\'') return i;
-    static const char* const suffixes[] = {"s", "t", "re", "ve", "m", "ll", "d"};
-    for (const char* suffix : suffixes) {
-      size_t j = i + 1;
-      for (const char* p = suffix; *p; ++p, ++j) {
-        if (j >= n_ || fold(cps_[j], ignore_case) != static_cast<char32_t>(*p)) goto next_suffix;
-      }
-      return j;
-    next_suffix:;
-    }
-    return i;
-  }
-
-  template <typename Class>
-  size_t run(size_t i, Class in_class, size_t max_length = SIZE_MAX) const {
-    size_t j = i;
-    while (j < n_ && j - i < max_length && in_class(cps_[j])) ++j;
-    return j;
-  }
-
-  // ` ?X+` for a character class X: the optional leading space is taken only when X follows it.
-  template <typename Class>
-  size_t optional_space_then_run(size_t i, Class in_class) const {
-    size_t start = (cps_[i] == ' ' && i + 1 < n_ && in_class(cps_[i + 1])) ? i + 1 : i;
-    return in_class(cps_[start]) ? run(start, in_class) : i;
-  }
-
-  // \s+(?!\S)|\s+ : a whitespace run, giving its last character back to a following non-space when the run is
-  // longer than one (so " world" keeps its space).
-  size_t trailing_whitespace(size_t i) const {
-    size_t j = run(i, is_regex_space);
-    if (j == i) return i;
-    if (j == n_ || j - i == 1) return j;
-    return j - 1;
-  }
-
-  char32_t at(size_t i) const { return cps_[i]; }
-  size_t size() const { return n_; }
-
- private:
-  static char32_t fold(char32_t c, bool ignore_case) {
-    if (!ignore_case) return c;
-    if (c >= 'A' && c <= 'Z') return c - 'A' + 'a';
-    if (c == 0x17F) return 's';
-    return c;
-  }
-  const std::vector<char32_t>& cps_;
-  size_t n_;
+struct SplitRegex::Compiled {
+  std::unique_ptr<icu::RegexPattern> pattern;
 };
 
-size_t match_gpt2(const CodePointMatcher& m, size_t i) {
-  size_t end;
-  if ((end = m.contraction(i, false)) > i) return end;
-  if ((end = m.optional_space_then_run(i, is_letter)) > i) return end;
-  if ((end = m.optional_space_then_run(i, is_number)) > i) return end;
-  if ((end = m.optional_space_then_run(i, is_other)) > i) return end;
-  return m.trailing_whitespace(i);
+SplitRegex::SplitRegex(std::string_view pattern) : pattern_(pattern) {
+  UErrorCode status = U_ZERO_ERROR;
+  UParseError where{};
+  auto compiled = std::make_shared<Compiled>();
+  const icu::UnicodeString source = icu::UnicodeString::fromUTF8(icu::StringPiece(pattern.data(), static_cast<int32_t>(pattern.size())));
+  compiled->pattern.reset(icu::RegexPattern::compile(source, where, status));
+  if (U_FAILURE(status))
+    fail("split regex '{}' cannot be compiled: {} at character {}", pattern_, u_errorName(status), where.offset);
+  compiled_ = std::move(compiled);
 }
 
-size_t match_llama3(const CodePointMatcher& m, size_t i) {
-  size_t end;
-  if ((end = m.contraction(i, true)) > i) return end;
-  // [^\r\n\p{L}\p{N}]?\p{L}+
-  if (is_letter(m.at(i))) return m.run(i, is_letter);
-  if (!is_newline(m.at(i)) && !is_number(m.at(i)) && i + 1 < m.size() && is_letter(m.at(i + 1)))
-    return m.run(i + 1, is_letter);
-  // \p{N}{1,3}
-  if (is_number(m.at(i))) return m.run(i, is_number, 3);
-  // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-  if ((end = m.optional_space_then_run(i, is_other)) > i) return m.run(end, is_newline);
-  // \s*[\r\n]+ : the whitespace run up to and including its last line break.
-  size_t run_end = m.run(i, is_regex_space);
-  for (size_t p = run_end; p > i; --p)
-    if (is_newline(m.at(p - 1))) return p;
-  return m.trailing_whitespace(i);
-}
+SplitRegex::~SplitRegex() = default;
+SplitRegex::SplitRegex(const SplitRegex&) = default;
 
-}  // namespace
-
-std::vector<ByteRange> find_regex_matches(std::string_view text, SplitRegex regex) {
-  std::vector<unicode::CodePoint> decoded = unicode::decode_utf8(text, "pre-tokenizer input");
-  std::vector<char32_t> cps;
-  cps.reserve(decoded.size());
-  for (const auto& cp : decoded) cps.push_back(cp.value);
-  CodePointMatcher matcher(cps);
+std::vector<ByteRange> SplitRegex::matches(std::string_view text) const {
+  unicode::decode_utf8(text, "pre-tokenizer input");  // ICU would read bad bytes as U+FFFD; refuse them instead
+  UErrorCode status = U_ZERO_ERROR;
+  // A UTF-8 UText: the matcher's indices are byte offsets into `text`.
+  std::unique_ptr<UText, decltype(&utext_close)> input(
+      utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status), &utext_close);
+  std::unique_ptr<icu::RegexMatcher> matcher(compiled_->pattern->matcher(status));
+  if (U_SUCCESS(status)) matcher->reset(input.get());
+  if (U_SUCCESS(status)) matcher->setTimeLimit(kMatchTimeLimit, status);
   std::vector<ByteRange> matches;
-  for (size_t i = 0; i < cps.size();) {
-    size_t end = regex == SplitRegex::Gpt2 ? match_gpt2(matcher, i) : match_llama3(matcher, i);
-    TDYN_CHECK(end > i && end <= cps.size());  // every character belongs to some alternative
-    size_t begin_byte = decoded[i].offset;
-    size_t end_byte = end == cps.size() ? text.size() : decoded[end].offset;
-    matches.emplace_back(begin_byte, end_byte);
-    i = end;
+  while (U_SUCCESS(status) && matcher->find(status)) {
+    const int64_t begin = matcher->start64(status), end = matcher->end64(status);
+    if (end > begin) matches.emplace_back(static_cast<size_t>(begin), static_cast<size_t>(end));
   }
+  if (U_FAILURE(status)) fail("split regex '{}': {} on a word of {} bytes", pattern_, u_errorName(status), text.size());
   return matches;
 }
 
@@ -140,17 +64,20 @@ std::vector<ByteRange> find_literal_matches(std::string_view text, std::string_v
   return matches;
 }
 
-std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
-  TDYN_CHECK(!from.empty());
+std::string replace_matches(std::string_view text, const std::vector<ByteRange>& matches, std::string_view to) {
   std::string out;
   size_t pos = 0;
-  for (size_t hit = text.find(from); hit != std::string_view::npos; hit = text.find(from, pos)) {
-    out.append(text.substr(pos, hit - pos));
+  for (const auto& [begin, end] : matches) {
+    out.append(text.substr(pos, begin - pos));
     out.append(to);
-    pos = hit + from.size();
+    pos = end;
   }
   out.append(text.substr(pos));
   return out;
+}
+
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  return replace_matches(text, find_literal_matches(text, from), to);
 }
 
 std::optional<SplitBehavior> parse_split_behavior(std::string_view name) {

@@ -1,7 +1,8 @@
-// Pre-tokenization building blocks: the split regexes of GPT-2 and Llama 3 implemented by hand (std::regex has
-// no \p{L}/\p{N}), HF's split behaviours, and GPT-2's reversible byte <-> printable-character mapping.
+// Pre-tokenization building blocks: split regexes (any pattern tokenizer.json holds, compiled by ICU), HF's split
+// behaviours, and GPT-2's reversible byte <-> printable-character mapping.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,21 +11,32 @@
 
 namespace tdyn {
 
-// The split regexes tdyn implements, recognised by their exact pattern string in tokenizer.json.
-enum class SplitRegex {
-  // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-  Gpt2,
-  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-  Llama3,
-};
-extern const char* const kGpt2SplitPattern;
-extern const char* const kLlama3SplitPattern;
-std::optional<SplitRegex> recognise_split_regex(std::string_view pattern);
+extern const char* const kGpt2SplitPattern;   // GPT-2's; also the ByteLevel pre-tokenizer's (use_regex)
+extern const char* const kLlama3SplitPattern;  // Llama 3's (llama.cpp's "llama-bpe")
 
 using ByteRange = std::pair<size_t, size_t>;  // [begin, end) in bytes
 
-// The successive leftmost matches of `regex` in UTF-8 `text` (they cover the whole text for both patterns).
-std::vector<ByteRange> find_regex_matches(std::string_view text, SplitRegex regex);
+// A split regex as tokenizer.json writes it (the reference library's Oniguruma syntax), run by ICU, whose syntax
+// agrees for what split patterns use: \p{L} and \p{N}, \s as the White_Space property, (?i:...) with Unicode
+// case folding, lookahead and counted repetition. Immutable once compiled; `matches` may run on many threads.
+class SplitRegex {
+ public:
+  explicit SplitRegex(std::string_view pattern);  // throws Error saying why ICU cannot compile `pattern`
+  ~SplitRegex();
+  SplitRegex(const SplitRegex&);
+  SplitRegex& operator=(const SplitRegex&) = delete;
+
+  // The successive leftmost non-empty matches in UTF-8 `text` (for GPT-2's and Llama 3's patterns they cover
+  // the whole text); throws Error when the text is not UTF-8 or a match runs away (catastrophic backtracking).
+  std::vector<ByteRange> matches(std::string_view text) const;
+  const std::string& pattern() const { return pattern_; }
+
+ private:
+  struct Compiled;
+  std::string pattern_;
+  std::shared_ptr<const Compiled> compiled_;
+};
+
 // Every non-overlapping occurrence of `literal` (non-empty), left to right.
 std::vector<ByteRange> find_literal_matches(std::string_view text, std::string_view literal);
 
@@ -36,6 +48,8 @@ std::optional<SplitBehavior> parse_split_behavior(std::string_view name);
 std::vector<std::string> split_at(std::string_view text, const std::vector<ByteRange>& matches, SplitBehavior behavior,
                                   bool invert = false);
 
+// Each of the (ordered, non-overlapping) `matches` in `text` replaced by `to`.
+std::string replace_matches(std::string_view text, const std::vector<ByteRange>& matches, std::string_view to);
 // Every occurrence of `from` (non-empty) replaced by `to`.
 std::string replace_all(std::string_view text, std::string_view from, std::string_view to);
 

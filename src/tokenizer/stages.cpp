@@ -52,14 +52,15 @@ PreTokenizer make_byte_level_pre_tokenizer(bool add_prefix_space, bool use_regex
       out.push_back(bytes_to_unicode(text));
       return;
     }
-    for (const auto& [begin, end] : find_regex_matches(text, SplitRegex::Gpt2))
+    static const SplitRegex gpt2(kGpt2SplitPattern);
+    for (const auto& [begin, end] : gpt2.matches(text))
       out.push_back(bytes_to_unicode(std::string_view(text).substr(begin, end - begin)));
   };
 }
 
 PreTokenizer make_regex_split_pre_tokenizer(SplitRegex regex, SplitBehavior behavior, bool invert) {
   return [=](std::string_view word, bool, std::vector<std::string>& out) {
-    for (std::string& piece : split_at(word, find_regex_matches(word, regex), behavior, invert))
+    for (std::string& piece : split_at(word, regex.matches(word), behavior, invert))
       out.push_back(std::move(piece));
   };
 }
