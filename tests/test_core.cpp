@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/npy.h"
+#include "model/hooks.h"
 #include "report/figure.h"
 #include "report/results.h"
 #include "test_util.h"
@@ -84,6 +85,19 @@ TEST(Figure, WritesDataScriptAndRendersWhenGnuplotExists) {
     EXPECT_FALSE(files.rendered);
     EXPECT_NE(files.note.find("gnuplot not found"), std::string::npos);
   }
+}
+
+// Hook names are selected with shell globs (fnmatch): '*' crosses the dots between name parts.
+TEST(Hooks, GlobsSelectHookNames) {
+  ActivationCache cache("blocks.*.hook_resid_*,hook_embed,blocks.?.attn.hook_pattern,blocks.[02].hook_mlp_out");
+  for (const char* name : {"blocks.0.hook_resid_pre", "blocks.11.hook_resid_post", "hook_embed", "blocks.3.attn.hook_pattern",
+                           "blocks.2.hook_mlp_out"})
+    EXPECT_TRUE(cache.wants(name)) << name;
+  for (const char* name : {"hook_embed_tokens", "blocks.12.attn.hook_pattern", "blocks.1.hook_mlp_out", "ln_final.hook_normalized",
+                           "blocks.0.hook_attn_out"})
+    EXPECT_FALSE(cache.wants(name)) << name;
+  EXPECT_TRUE(ActivationCache("*").wants("blocks.7.attn.hook_z"));
+  EXPECT_THROW(ActivationCache(",,"), Error);
 }
 
 }  // namespace

@@ -1,30 +1,11 @@
 #include "model/hooks.h"
 
+#include <fnmatch.h>
+
 #include "core/error.h"
 #include "core/text.h"
 
 namespace tdyn {
-
-bool glob_match(std::string_view p, std::string_view s) {
-  // Iterative matcher with single-star backtracking: linear in practice, no recursion.
-  size_t pi = 0, si = 0, star = std::string_view::npos, mark = 0;
-  while (si < s.size()) {
-    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
-      ++pi;
-      ++si;
-    } else if (pi < p.size() && p[pi] == '*') {
-      star = pi++;
-      mark = si;
-    } else if (star != std::string_view::npos) {
-      pi = star + 1;
-      si = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (pi < p.size() && p[pi] == '*') ++pi;
-  return pi == p.size();
-}
 
 ActivationCache::ActivationCache(const std::string& patterns) {
   for (std::string& p : split_list(patterns))
@@ -34,7 +15,7 @@ ActivationCache::ActivationCache(const std::string& patterns) {
 
 bool ActivationCache::wants(const std::string& name) const {
   for (const auto& p : patterns_) {
-    if (glob_match(p, name)) return true;
+    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
   }
   return false;
 }

@@ -11,12 +11,10 @@
 
 namespace tdyn {
 
-// Shell-style glob over hook names: '*' matches any run of characters (dots included), '?' one character.
-bool glob_match(std::string_view pattern, std::string_view name);
-
 class ActivationCache {
  public:
-  // `patterns`: comma-separated globs, e.g. "*", "blocks.*.hook_resid_*,hook_embed".
+  // `patterns`: comma-separated shell globs (fnmatch(3)), e.g. "*", "blocks.*.hook_resid_*,hook_embed": '*' matches
+  // any run of characters, dots included, '?' one character, [...] one of a set.
   explicit ActivationCache(const std::string& patterns = "*");
 
   bool wants(const std::string& name) const;

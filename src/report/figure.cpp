@@ -34,7 +34,7 @@ FigureFiles write_figure(const fs::path& dir, const Figure& fig) {
     const auto& cols = fig.series[s].columns;
     TDYN_CHECK(!cols.empty());
     data += fmt::format("# series {}: {}\n", s, fig.series[s].label);
-    bool image = fig.series[s].style.rfind("image", 0) == 0;
+    bool image = fig.series[s].style.starts_with("image");
     for (size_t r = 0; r < cols[0].size(); ++r) {
       // gnuplot's image style needs a blank line between scan lines (x changes).
       if (image && r > 0 && cols[0][r] != cols[0][r - 1]) data += '\n';
@@ -59,7 +59,7 @@ FigureFiles write_figure(const fs::path& dir, const Figure& fig) {
   script += "plot ";
   for (size_t s = 0; s < fig.series.size(); ++s) {
     const auto& ser = fig.series[s];
-    bool image = ser.style.rfind("image", 0) == 0;
+    bool image = ser.style.starts_with("image");
     std::string use = ser.using_spec.empty() ? (image ? "1:2:3" : "1:2") : ser.using_spec;
     script += fmt::format("{}{} index {} using {} with {} title {}", s ? ", \\\n     " : "", gp_quoted(dat), s, use, ser.style,
                           ser.label.empty() ? "''" : gp_quoted(ser.label));
