@@ -1,0 +1,112 @@
+#include "report/report_parts.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace tdyn {
+
+using json = nlohmann::json;
+
+namespace results_json {
+
+
+const json* find(const json& root, std::string_view pointer) {
+  try {
+    const json::json_pointer path{std::string(pointer)};
+    return root.contains(path) ? &root[path] : nullptr;
+  } catch (const json::exception&) {  // not a JSON pointer
+    return nullptr;
+  }
+}
+
+std::optional<double> number(const json& root, std::string_view pointer) {
+  const json* j = find(root, pointer);
+  if (!j || !j->is_number()) return std::nullopt;
+  const double v = j->get<double>();
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
+
+const json& array_at(const json& root, std::string_view pointer) {
+  static const json empty = json::array();
+  const json* j = find(root, pointer);
+  return j && j->is_array() ? *j : empty;
+}
+
+std::string text_at(const json& root, std::string_view pointer) {
+  const json* j = find(root, pointer);
+  if (!j || j->is_null()) return "";
+  if (j->is_number_float()) return fmt::format("{:.4g}", j->get<double>());  // no 17-digit noise on the page
+  return j->is_string() ? j->get<std::string>() : j->dump();
+}
+
+}  // namespace results_json
+
+using namespace results_json;
+
+json read_json(const fs::path& file, std::string* error) {
+  try {
+    return json::parse(read_file(file));
+  } catch (const std::exception& e) {
+    *error = fmt::format("cannot read {}: {}", file.string(), e.what());
+    return nullptr;
+  }
+}
+
+std::vector<ReportPart> load_report_parts(const fs::path& dir) {
+  if (!fs::is_directory(dir)) fail("report: '{}' is not a directory", dir.string());
+  std::vector<ReportPart> parts;
+  std::string error;
+  const fs::path top = dir / "results.json";
+  json top_json = fs::exists(top) ? read_json(top, &error) : json(nullptr);
+  if (!top_json.is_null() && text_at(top_json, "/command") != "analyze") {
+    parts.push_back({text_at(top_json, "/command"), "", std::move(top_json), ""});
+    return parts;
+  }
+  if (!error.empty()) parts.push_back({"results.json", "", nullptr, error});
+
+  // The analyze layout. Its results.json names the parts in the order they ran and says why one is missing.
+  std::vector<std::string> names;
+  const json& listed = array_at(top_json, "/results/order");
+  for (const json& n : listed)
+    if (n.is_string()) names.push_back(n.get<std::string>());
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_directory() && fs::exists(entry.path() / "results.json")) found.push_back(entry.path().filename().string());
+  std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
+    static const std::vector<std::string> order = {"power", "jacobian", "topology", "particles"};
+    auto rank = [](const std::string& s) { return std::find(order.begin(), order.end(), s) - order.begin(); };
+    return std::pair(rank(a), a) < std::pair(rank(b), b);
+  });
+  for (const auto& f : found)
+    if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
+  for (const auto& name : names) {
+    ReportPart p{name, name, nullptr, ""};
+    const json* info = find(top_json, "/results/parts/" + name);
+    const std::string status = info ? text_at(*info, "/status") : "";
+    if (info) {
+      const std::string sub = text_at(*info, "/dir");
+      if (!sub.empty() && sub.find("..") == std::string::npos && sub[0] != '/') p.rel_dir = sub;
+    }
+    if (fs::exists(dir / p.rel_dir / "results.json")) p.json = read_json(dir / p.rel_dir / "results.json", &p.error);
+    if (status == "skipped") p.error = "skipped (--skip)";
+    else if (status == "failed") p.error = "failed: " + text_at(*info, "/error");
+    else if (p.json.is_null() && p.error.empty()) p.error = "no results.json";
+    // The init part's topology (the coupling's control) is a results directory inside it.
+    const fs::path init_topology = dir / p.rel_dir / "topology" / "results.json";
+    const bool has_init_topology = name == kInitPart && !p.rel_dir.empty() && fs::exists(init_topology);
+    const std::string rel_dir = p.rel_dir;
+    parts.push_back(std::move(p));
+    if (has_init_topology) {
+      ReportPart t{kInitTopologyPart, rel_dir + "/topology", nullptr, ""};
+      t.json = read_json(init_topology, &t.error);
+      parts.push_back(std::move(t));
+    }
+  }
+  return parts;
+}
+
+}  // namespace tdyn
