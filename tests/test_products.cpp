@@ -205,3 +205,42 @@ TEST(Attention, SoftmaxWithinAFewUlpsOfFloat64) {
 
 }  // namespace
 }  // namespace tdyn
+
+namespace tdyn {
+namespace {
+
+// RoPE against its definition in float64: each pair (x_a, x_b) of each head rotated by pos * inv_freq[i], for
+// positions inside the table and past it (a 3-position table), in both pair layouts and with partial rotary.
+TEST(Rope, TabledAndComputedPositionsRotateAsDefined) {
+  const std::vector<double> inv_freq = {1.0, 0.1, 0.01};  // 3 pairs of a 8-dim head: dims 6, 7 pass through
+  const int64_t rows = 6, heads = 2, d_head = 8, start = 1;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> gauss;
+  std::vector<float> x(rows * heads * d_head);
+  for (float& v : x) v = gauss(rng);
+  for (RopeStyle style : {RopeStyle::RotateHalf, RopeStyle::Interleaved}) {
+    std::vector<float> y = x;
+    apply_rope(RopeTable(style, inv_freq, 3), y.data(), rows, heads, d_head, start);
+    double worst = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* in = x.data() + (r * heads + h) * d_head;
+        const float* out = y.data() + (r * heads + h) * d_head;
+        for (int64_t i = 0; i < 3; ++i) {
+          const int64_t a = style == RopeStyle::RotateHalf ? i : 2 * i, b = style == RopeStyle::RotateHalf ? i + 3 : 2 * i + 1;
+          const double angle = static_cast<double>(start + r) * inv_freq[i];
+          worst = std::max(worst, std::abs(out[a] - (in[a] * std::cos(angle) - in[b] * std::sin(angle))));
+          worst = std::max(worst, std::abs(out[b] - (in[a] * std::sin(angle) + in[b] * std::cos(angle))));
+        }
+        EXPECT_EQ(out[6], in[6]);
+        EXPECT_EQ(out[7], in[7]);
+      }
+    EXPECT_LE(worst, 1e-5) << "style " << static_cast<int>(style);
+  }
+  std::vector<float> y = x;
+  apply_rope(RopeTable(RopeStyle::None, {}, 3), y.data(), rows, heads, d_head, start);
+  EXPECT_EQ(y, x);
+}
+
+}  // namespace
+}  // namespace tdyn

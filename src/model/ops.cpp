@@ -116,26 +116,51 @@ void softcap_inplace(float* x, int64_t n, double cap) {
   for (int64_t i = 0; i < n; ++i) x[i] = c * std::tanh(x[i] / c);
 }
 
-void apply_rope(RopeStyle style, const std::vector<double>& inv_freq, float* x, int64_t rows, int64_t n_heads,
-                int64_t d_head, int64_t start_pos) {
-  if (style == RopeStyle::None) return;
-  // One frequency per rotated pair; with partial rotary embeddings the dimensions past 2 * half pass through.
-  const int64_t half = static_cast<int64_t>(inv_freq.size());
+namespace {
+
+// cos and sin of pos * inv_freq[i], computed in double and rounded to float.
+void rope_angles(const std::vector<double>& inv_freq, int64_t pos, float* cos_out, float* sin_out) {
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    cos_out[i] = static_cast<float>(std::cos(static_cast<double>(pos) * inv_freq[i]));
+    sin_out[i] = static_cast<float>(std::sin(static_cast<double>(pos) * inv_freq[i]));
+  }
+}
+
+}  // namespace
+
+RopeTable::RopeTable(RopeStyle style, std::vector<double> inv_freq, int64_t tabled_positions)
+    : style_(style), inv_freq_(std::move(inv_freq)) {
+  if (style_ == RopeStyle::None) return;
+  tabled_ = tabled_positions;
+  const int64_t half = pairs();
+  cos_.resize(tabled_ * half);
+  sin_.resize(tabled_ * half);
+  for (int64_t pos = 0; pos < tabled_; ++pos) rope_angles(inv_freq_, pos, cos_.data() + pos * half, sin_.data() + pos * half);
+}
+
+std::pair<const float*, const float*> RopeTable::at(int64_t pos, float* scratch) const {
+  const int64_t half = pairs();
+  if (pos < tabled_) return {cos_.data() + pos * half, sin_.data() + pos * half};
+  rope_angles(inv_freq_, pos, scratch, scratch + half);
+  return {scratch, scratch + half};
+}
+
+void apply_rope(const RopeTable& rope, float* x, int64_t rows, int64_t n_heads, int64_t d_head, int64_t start_pos) {
+  if (rope.style() == RopeStyle::None) return;
+  // With partial rotary embeddings the dimensions past 2 * half pass through.
+  const int64_t half = rope.pairs();
   TDYN_CHECK(2 * half <= d_head);
-  std::vector<float> cos_t(half), sin_t(half);
+  const bool rotate_half = rope.style() == RopeStyle::RotateHalf;
+  std::vector<float> scratch(2 * half);
   for (int64_t r = 0; r < rows; ++r) {
-    double pos = static_cast<double>(start_pos + r);
-    for (int64_t i = 0; i < half; ++i) {
-      cos_t[i] = static_cast<float>(std::cos(pos * inv_freq[i]));
-      sin_t[i] = static_cast<float>(std::sin(pos * inv_freq[i]));
-    }
+    const auto [cos_t, sin_t] = rope.at(start_pos + r, scratch.data());
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + (r * n_heads + h) * d_head;
       for (int64_t i = 0; i < half; ++i) {
         // rotate-half pairs (i, i + half); interleaved pairs (2i, 2i + 1).
-        float* a = style == RopeStyle::RotateHalf ? v + i : v + 2 * i;
-        float* b = style == RopeStyle::RotateHalf ? v + i + half : v + 2 * i + 1;
-        float x0 = *a, x1 = *b;
+        float* a = rotate_half ? v + i : v + 2 * i;
+        float* b = rotate_half ? v + i + half : v + 2 * i + 1;
+        const float x0 = *a, x1 = *b;
         *a = x0 * cos_t[i] - x1 * sin_t[i];
         *b = x0 * sin_t[i] + x1 * cos_t[i];
       }

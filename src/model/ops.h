@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -23,10 +24,28 @@ void gated_activate(Activation a, const float* gate, float* up, int64_t n);
 // x = cap * tanh(x / cap) elementwise (Gemma final logit soft-capping).
 void softcap_inplace(float* x, int64_t n, double cap);
 
-// Rotates each head of x [rows, n_heads*d_head] in place; row r is at position start_pos + r. inv_freq has one
-// entry per rotating pair: d_head / 2, or fewer when only the leading dimensions rotate (partial rotary).
-void apply_rope(RopeStyle style, const std::vector<double>& inv_freq, float* x, int64_t rows, int64_t n_heads,
-                int64_t d_head, int64_t start_pos);
+// cos and sin of pos * inv_freq[i] as float, tabled for the first positions so that a forward pass does not
+// recompute two transcendentals per rotating pair per row per call; later positions are computed the same way
+// (in double, then rounded), so tabled and computed values are identical. inv_freq has one entry per rotating
+// pair: d_head / 2, or fewer when only the leading dimensions rotate (partial rotary). Immutable once built.
+class RopeTable {
+ public:
+  RopeTable(RopeStyle style, std::vector<double> inv_freq, int64_t tabled_positions);
+  RopeStyle style() const { return style_; }
+  int64_t pairs() const { return static_cast<int64_t>(inv_freq_.size()); }
+  const std::vector<double>& inv_freq() const { return inv_freq_; }
+  // cos[i], sin[i] for i < pairs() at `pos`: pointers into the table, or into `scratch` (2 * pairs()) past it.
+  std::pair<const float*, const float*> at(int64_t pos, float* scratch) const;
+
+ private:
+  RopeStyle style_;
+  std::vector<double> inv_freq_;
+  int64_t tabled_ = 0;
+  std::vector<float> cos_, sin_;  // [tabled][pairs]
+};
+
+// Rotates each head of x [rows, n_heads*d_head] in place; row r is at position start_pos + r.
+void apply_rope(const RopeTable& rope, float* x, int64_t rows, int64_t n_heads, int64_t d_head, int64_t start_pos);
 
 struct AttentionShape {
   int64_t n_queries;     // rows of q (positions start_pos .. start_pos + n_queries - 1)

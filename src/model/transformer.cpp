@@ -58,12 +58,25 @@ float round_to_dtype(double value, DType dtype) {
 
 }  // namespace
 
+// Positions whose RoPE angles are tabled (2 × 4096 × d_head / 2 floats at most per distinct table); a longer
+// context computes the rest per call.
+constexpr int64_t kTabledRopePositions = 4096;
+
+std::shared_ptr<const RopeTable> Transformer::rope_table(const LayerConfig& layer) const {
+  std::vector<double> inv_freq = rope_inv_freq(layer.rope, layer.d_head);
+  for (const auto& table : rope_)
+    if (table->style() == layer.rope.style && table->inv_freq() == inv_freq) return table;
+  const int64_t n_ctx = config().n_ctx;
+  const int64_t tabled = n_ctx > 0 ? std::min(n_ctx, kTabledRopePositions) : kTabledRopePositions;
+  return std::make_shared<const RopeTable>(layer.rope.style, std::move(inv_freq), tabled);
+}
+
 Transformer::Transformer(std::shared_ptr<const Model> model) : model_(std::move(model)) {
   const ModelConfig& c = config();
   is_kv_source_.assign(c.n_layers, false);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     layers_.push_back(c.layer(l));
-    inv_freq_.push_back(rope_inv_freq(layers_[l].rope, layers_[l].d_head));
+    rope_.push_back(rope_table(layers_[l]));
     if (layers_[l].kv_source != l) is_kv_source_[layers_[l].kv_source] = true;
   }
 }
@@ -194,7 +207,7 @@ Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVC
   // QK-norm before RoPE: OLMo 3 over the whole projection, Gemma 4 per head.
   if (c.qk_norm == QKNorm::FullProjection) rms_norm(q.ptr(), n, q_dim, L.q_norm, c.norm_eps, q.ptr());
   if (c.qk_norm == QKNorm::PerHead) rms_norm(q.ptr(), n * c.n_heads, hd, L.q_norm, c.norm_eps, q.ptr());
-  apply_rope(lc.rope.style, inv_freq_[l], q.ptr(), n, c.n_heads, hd, start);
+  apply_rope(*rope_[l], q.ptr(), n, c.n_heads, hd, start);
   hook(hooks, l, "attn.hook_q", q.ptr(), {n, c.n_heads, hd});
 
   Tensor k, v;  // [pos, n_kv_heads * d_head], this chunk's own keys/values
@@ -206,7 +219,7 @@ Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVC
     if (c.qk_norm == QKNorm::FullProjection) rms_norm(k.ptr(), n, kv_dim, L.k_norm, c.norm_eps, k.ptr());
     if (c.qk_norm == QKNorm::PerHead) rms_norm(k.ptr(), n * c.n_kv_heads, hd, L.k_norm, c.norm_eps, k.ptr());
     if (c.v_norm) rms_norm(v.ptr(), n * c.n_kv_heads, hd, Norm{}, c.norm_eps, v.ptr());  // Gemma 4 v_norm: no scale
-    apply_rope(lc.rope.style, inv_freq_[l], k.ptr(), n, c.n_kv_heads, hd, start);
+    apply_rope(*rope_[l], k.ptr(), n, c.n_kv_heads, hd, start);
     hook(hooks, l, "attn.hook_k", k.ptr(), {n, c.n_kv_heads, hd});
     hook(hooks, l, "attn.hook_v", v.ptr(), {n, c.n_kv_heads, hd});
   }

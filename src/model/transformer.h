@@ -53,6 +53,8 @@ struct KVCache {
   int64_t capacity() const { return k.empty() ? 0 : k[0].dim(0); }
 };
 
+class RopeTable;
+
 class Transformer {
  public:
   explicit Transformer(std::shared_ptr<const Model> model);
@@ -108,9 +110,12 @@ class Transformer {
   Tensor mlp(int64_t layer, const Tensor& input, ActivationCache* hooks = nullptr, int64_t start = 0) const;
 
  private:
+  // The layer's RoPE table: one already built with the same style and frequencies, or a new one.
+  std::shared_ptr<const RopeTable> rope_table(const LayerConfig& layer) const;
+
   std::shared_ptr<const Model> model_;
   std::vector<LayerConfig> layers_;                // resolved per-layer settings
-  std::vector<std::vector<double>> inv_freq_;      // per layer: RoPE inverse frequencies [rotary_dim / 2]
+  std::vector<std::shared_ptr<const RopeTable>> rope_;  // per layer; layers with the same frequencies share one
   std::vector<bool> is_kv_source_;                 // read by a later KV-shared layer
 };
 
