@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "analysis/power.h"
+#include "analysis/power/spectra.h"
 #include "io/safetensors.h"
 #include "model/init.h"
 #include "random_matrix.h"

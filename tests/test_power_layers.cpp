@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "analysis/power_layers.h"
+#include "analysis/power/layers.h"
 
 namespace tdyn {
 namespace {

@@ -8,13 +8,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/power.h"
-#include "analysis/power_pass.h"
+#include "analysis/power/spectra.h"
+#include "analysis/power/pass.h"
 #include "cli_util.h"
 #include "pass_args.h"
 #include "report/progress.h"
 #include "command.h"
-#include "analysis/power_layers.h"
+#include "analysis/power/layers.h"
 #include "core/npy.h"
 #include "report/figure.h"
 #include "report/results.h"

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "analysis/power.h"
+#include "analysis/power/spectra.h"
 #include "analysis/sample_pass.h"
 
 namespace tdyn {

@@ -1,4 +1,4 @@
-#include "analysis/power.h"
+#include "analysis/power/spectra.h"
 
 #include <algorithm>
 #include <cmath>
