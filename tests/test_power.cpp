@@ -9,7 +9,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "analysis/power.h"
+#include "analysis/power/iteration.h"
+#include "analysis/power/spectra.h"
+#include "analysis/power/steering.h"
+#include "analysis/power/token_dynamics.h"
 #include "io/safetensors.h"
 #include "model/init.h"
 #include "random_matrix.h"

@@ -1,4 +1,4 @@
-// The power-method paper's tests over the layers (analysis/power_layers.h): the permutation p-values against an enumeration of
+// The power-method paper's tests over the layers (analysis/power/layers.h): the permutation p-values against an enumeration of
 // the permutations written here independently (recursive, with the textbook Spearman formula), and constructed
 // matrices for which the cross-layer test must pass or must not.
 #include <algorithm>
@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "analysis/power_layers.h"
+#include "analysis/power/layers.h"
 
 namespace tdyn {
 namespace {

@@ -17,6 +17,7 @@ class PyModel {
       : model_(std::move(model)), transformer_(std::make_shared<const Transformer>(model_)) {}
 
   const Model& model() const { return *model_; }
+  const std::shared_ptr<const Model>& shared_model() const { return model_; }
   const ModelConfig& config() const { return model_->config; }
   const Transformer& transformer() const { return *transformer_; }
 

@@ -33,7 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/layer_matrix.h"
-#include "analysis/power_pass.h"
+#include "analysis/power/pass.h"
 #include "analysis/sample_pass.h"
 #include "cli_util.h"
 #include "command.h"

@@ -1,4 +1,4 @@
-#include "analysis/power_pass.h"
+#include "analysis/power/pass.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "analysis/power_layers.h"
+#include "analysis/power/layers.h"
 
 #include <algorithm>
 #include <cmath>

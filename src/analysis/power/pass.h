@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "analysis/power.h"
+#include "analysis/power/token_dynamics.h"
 #include "analysis/sample_pass.h"
 
 namespace tdyn {
@@ -16,7 +16,7 @@ namespace tdyn {
 // Seven probes per layer t, in this order: F before, I + F before, norm before, F after, I + F after, norm after, and
 // the alignment after with directions drawn from the tokens themselves (token_covariance_alignments, F's k). Then,
 // for every layer t and every other layer s, the alignment after layer t with the dominant subspace of F_s (the
-// cross-layer alignment of power_layers.h).
+// cross-layer alignment of layers.h).
 std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& spectra);
 
 // TokenDynamics from the probe values of a pass that holds the probes token_dynamics_probes gives. Equals

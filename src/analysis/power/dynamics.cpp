@@ -1,4 +1,4 @@
-#include "analysis/power_dynamics.h"
+#include "analysis/power/dynamics.h"
 
 #include <cmath>
 

@@ -1,0 +1,239 @@
+#include "analysis/power/steering.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tdyn {
+
+RankOneSteering rank_one_steering(const Model& model, int64_t layer, const Vector& direction) {
+  const int64_t d = model.config.d_model;
+  if (direction.size() != d) fail("the steering direction has {} entries but d_model is {}", direction.size(), d);
+  if (!(direction.norm() > 0) || !direction.allFinite()) fail("the steering direction must be finite and non-zero");
+  RankOneSteering s;
+  s.layer = layer;
+  s.u = direction.normalized();
+  // V = U Σ Wᵀ (thin): V⁺ᵀ u = U Σ⁻¹ Wᵀ u and V⁺V u = W Wᵀ u over the singular values above round-off.
+  const Matrix v = expanded_value_matrix(model, layer);  // [n_heads * d_head, d_model]
+  const linalg::SingularValueDecomposition svd = linalg::svd(v, true);
+  const double cutoff = std::max(v.rows(), v.cols()) * std::numeric_limits<double>::epsilon() *
+                        (svd.singular_values.size() ? svd.singular_values[0] : 0.0);
+  s.w = Vector::Zero(v.rows());
+  for (Index i = 0; i < svd.singular_values.size(); ++i) {
+    if (svd.singular_values[i] <= cutoff) break;
+    const double coefficient = svd.v.col(i).dot(s.u);
+    s.w += svd.u.col(i) * (coefficient / svd.singular_values[i]);
+    s.reachable += coefficient * coefficient;
+  }
+  if (s.reachable < 1e-12)
+    fail("the steering direction is orthogonal to the row space of layer {}'s value projection: no rank-1 change of "
+         "O can make it an eigenvector", layer);
+  return s;
+}
+
+namespace {
+
+struct SteeredModel {
+  std::shared_ptr<const Model> base;  // owns the storage the views point into
+  Model model;
+};
+
+}  // namespace
+
+std::shared_ptr<const Model> steered_model(std::shared_ptr<const Model> base, const RankOneSteering& s, double c) {
+  auto holder = std::make_shared<SteeredModel>();
+  holder->base = base;
+  Model& m = holder->model;
+  m.path = base->path;
+  m.config = base->config;
+  m.store = base->store;
+  m.weights = base->weights;
+  const Linear& o = base->weights.layers.at(s.layer).o;  // [d_model, n_heads * d_head]
+  TDYN_CHECK(s.u.size() == o.out && s.w.size() == o.in);
+  // O' = O + c u wᵀ as float32 in the base's layout ([out, in], or GPT-2 Conv1D [in, out]): for a float32 O the
+  // same GEMM runs, so c = 0 reproduces the base model bit for bit.
+  const Eigen::MatrixXf steered = (o.dense() + c * s.u * s.w.transpose()).cast<float>();  // column-major [out, in]
+  // Column-major [out, in] is row-major [in, out]: the Conv1D layout as it is, the nn.Linear one once transposed.
+  const Eigen::MatrixXf stored = o.in_out ? steered : Eigen::MatrixXf(steered.transpose());
+  auto storage = std::make_shared<std::vector<float>>(stored.data(), stored.data() + stored.size());
+  m.weights.owners.push_back(storage);
+  m.weights.layers[s.layer].o.w = o.in_out ? StoredMatrix::of_floats(storage->data(), o.in, o.out, o.out)
+                                           : StoredMatrix::of_floats(storage->data(), o.out, o.in, o.in);
+  return std::shared_ptr<const Model>(holder, &holder->model);
+}
+
+Vector random_direction(Index d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> gaussian;
+  Vector u(d);
+  for (Index i = 0; i < d; ++i) u[i] = gaussian(rng);
+  return u.normalized();
+}
+
+Vector token_direction(const Model& model, int32_t token) {
+  const ModelConfig& c = model.config;
+  if (token < 0 || token >= c.d_vocab) fail("token {} is outside the vocabulary [0, {})", token, c.d_vocab);
+  const int64_t e = c.embed_dim();
+  std::vector<float> row(e);
+  model.weights.embed.row_floats(token, 0, e, row.data());
+  if (model.weights.embed_map) {  // ALBERT: embedding_size -> d_model
+    std::vector<float> mapped(c.d_model);
+    model.weights.embed_map.apply(row.data(), 1, mapped.data());
+    row = std::move(mapped);
+  }
+  Vector u = Eigen::Map<const Eigen::VectorXf>(row.data(), static_cast<Index>(row.size())).cast<double>();
+  if (!(u.norm() > 0)) fail("token {}'s embedding is zero: it defines no direction", token);
+  return u.normalized();
+}
+
+nlohmann::json SteeringPoint::to_json() const {
+  nlohmann::json top = nlohmann::json::array();
+  for (const auto& t : top_tokens) top.push_back({{"token", t.token}, {"probability", t.probability}});
+  return {{"scale", scale},
+          {"c", c},
+          {"spectrum", spectrum.to_json()},
+          {"eigenvector_alignment_with_u", eigenvector_alignment},
+          {"final_layer_mean_alignment", mean_alignment},
+          {"final_layer_min_alignment", min_alignment},
+          {"mean_kl_unsteered_to_steered", mean_kl},
+          {"max_kl_unsteered_to_steered", max_kl},
+          {"mean_probability_of_token_closest_to_u", probability_of_argmax_u},
+          {"top_tokens", top}};
+}
+
+nlohmann::json SteeringResult::to_json() const {
+  nlohmann::json out = {{"layer", steering.layer},
+                        {"reachable_fraction", steering.reachable},
+                        {"lambda1_modulus", lambda1_modulus},
+                        {"token_closest_to_u", token_closest_to_u},
+                        {"tokens", tokens},
+                        {"points", nlohmann::json::array()}};
+  nlohmann::json top = nlohmann::json::array();
+  for (const auto& t : unsteered_top_tokens) top.push_back({{"token", t.token}, {"probability", t.probability}});
+  out["unsteered_top_tokens"] = top;
+  for (const auto& p : points) out["points"].push_back(p.to_json());
+  return out;
+}
+
+namespace {
+
+// log softmax of one row of logits, in float64.
+std::vector<double> log_softmax(const float* logits, int64_t n) {
+  std::vector<double> out(logits, logits + n);
+  const double top = *std::max_element(out.begin(), out.end());
+  double sum = 0;
+  for (double v : out) sum += std::exp(v - top);
+  const double log_sum = top + std::log(sum);
+  for (double& v : out) v -= log_sum;
+  return out;
+}
+
+std::vector<TokenProbability> top_tokens(const std::vector<double>& probabilities, int64_t k) {
+  std::vector<int32_t> order(probabilities.size());
+  std::iota(order.begin(), order.end(), 0);
+  k = std::min<int64_t>(k, static_cast<int64_t>(order.size()));
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return probabilities[a] > probabilities[b]; });
+  std::vector<TokenProbability> out;
+  for (int64_t i = 0; i < k; ++i) out.push_back({order[i], probabilities[order[i]]});
+  return out;
+}
+
+}  // namespace
+
+SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& direction,
+                              const std::vector<Sample>& samples, const SteeringOptions& options,
+                              ProgressSink& progress) {
+  const ModelConfig& c = model->config;
+  const int64_t last = c.n_layers - 1, vocab = c.d_vocab;
+  SteeringResult result;
+  result.steering = rank_one_steering(*model, last, direction);
+  const Vector& u = result.steering.u;
+  result.lambda1_modulus = std::abs(layer_spectrum(layer_matrix(*model, last)).f.lambda1);
+
+  const Transformer base(model);
+  {  // the token the unembedding maps u to (through the final norm / MLM head, as the stream would be)
+    Tensor x({1, c.d_model});
+    for (int64_t j = 0; j < c.d_model; ++j) x.data[j] = static_cast<float>(u[j]);
+    Tensor logits = base.unembed(x);
+    result.token_closest_to_u = static_cast<int32_t>(std::max_element(logits.data.begin(), logits.data.end()) - logits.data.begin());
+  }
+
+  std::vector<Transformer> steered;
+  for (double scale : options.scales) {
+    SteeringPoint p;
+    p.scale = scale;
+    p.c = scale * result.lambda1_modulus;
+    auto m = steered_model(model, result.steering, p.c);
+    const LayerSpectrum spectrum = layer_spectrum(layer_matrix(*m, last));
+    p.spectrum = spectrum.f;
+    p.eigenvector_alignment = alignment(u, dominant_basis(spectrum.f));
+    p.min_alignment = 1;
+    result.points.push_back(std::move(p));
+    steered.emplace_back(m);
+  }
+
+  const std::string final_hook = fmt::format("blocks.{}.hook_resid_post", last);
+  std::vector<std::vector<double>> mean_probability(options.scales.size(), std::vector<double>(vocab, 0.0));
+  std::vector<double> unsteered_probability(vocab, 0.0);
+  int64_t positions = 0;
+  ProgressLoop loop(progress, "steering", static_cast<int64_t>(samples.size()), "samples");
+  for (size_t si = 0; si < samples.size(); ++si) {
+    const auto& ids = samples[si].ids;
+    const int64_t n = static_cast<int64_t>(ids.size());
+    const Tensor base_logits = base.forward(ids);
+    std::vector<std::vector<double>> base_log(n);
+    for (int64_t i = 0; i < n; ++i) {
+      base_log[i] = log_softmax(base_logits.row(i), vocab);
+      for (int64_t v = 0; v < vocab; ++v) unsteered_probability[v] += std::exp(base_log[i][v]);
+    }
+    for (size_t pi = 0; pi < steered.size(); ++pi) {
+      SteeringPoint& p = result.points[pi];
+      ActivationCache cache(final_hook);
+      const Tensor logits = steered[pi].forward(ids, &cache);
+      const Tensor& final_states = cache.at(final_hook);
+      const Matrix basis = u;
+      for (int64_t i = 0; i < n; ++i) {
+        const double a = alignment(token_state(final_states, i), basis);
+        p.mean_alignment += a;
+        p.min_alignment = std::min(p.min_alignment, a);
+        const std::vector<double> log_q = log_softmax(logits.row(i), vocab);
+        double kl = 0;
+        for (int64_t v = 0; v < vocab; ++v) {
+          const double pv = std::exp(base_log[i][v]);
+          if (pv > 0) kl += pv * (base_log[i][v] - log_q[v]);
+          mean_probability[pi][v] += std::exp(log_q[v]);
+        }
+        p.mean_kl += kl;
+        p.max_kl = std::max(p.max_kl, kl);
+        p.probability_of_argmax_u += std::exp(log_q[result.token_closest_to_u]);
+      }
+    }
+    positions += n;
+    loop.advance();
+  }
+  result.tokens = positions;
+  for (size_t pi = 0; pi < result.points.size(); ++pi) {
+    SteeringPoint& p = result.points[pi];
+    if (positions == 0) continue;
+    p.mean_alignment /= positions;
+    p.mean_kl /= positions;
+    p.probability_of_argmax_u /= positions;
+    for (double& v : mean_probability[pi]) v /= positions;
+    p.top_tokens = top_tokens(mean_probability[pi], options.top_k);
+  }
+  if (positions > 0) {
+    for (double& v : unsteered_probability) v /= positions;
+    result.unsteered_top_tokens = top_tokens(unsteered_probability, options.top_k);
+  }
+  return result;
+}
+
+
+}  // namespace tdyn
