@@ -2,7 +2,7 @@
 // mean Jacobian.
 #include <nlohmann/json.hpp>
 
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/means.h"
 #include "model/loader.h"
 #include "test_util.h"
 

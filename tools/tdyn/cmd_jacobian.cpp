@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/means.h"
 #include "cli_util.h"
 #include "command.h"
 #include "pass_args.h"

@@ -1,5 +1,5 @@
-// Mean Jacobians over samples, cumulative products and the Schur-surgery sweep; see jacobian_analysis.h.
-#include "analysis/jacobian_analysis.h"
+// Mean Jacobians over samples, cumulative products and the Schur-surgery sweep; see means.h.
+#include "analysis/jacobian/means.h"
 
 #include <algorithm>
 #include <atomic>

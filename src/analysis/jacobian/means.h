@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "analysis/jacobian.h"
+#include "analysis/jacobian/jacobian_model.h"
 #include "analysis/operator_metrics.h"
 #include "analysis/samples.h"
 #include "linalg/gemm.h"
@@ -54,7 +54,7 @@ std::string sublayer_name(int64_t k);
 // The Jacobian of the residual stream after sublayer k with respect to the layer-0 input, from the sublayer
 // Jacobians in depth order: C_k = J_k C_{k−1} — except after the MLP step of a parallel-residual block, whose
 // two steps read the same input: C_2l+1 = (J_2l + J_2l+1 − I) C_2l−1 = C_2l + (J_2l+1 − I) C_2l−1
-// (jacobian.h). C_2l is then ∂hook_resid_mid/∂x_0 and C_2l+1 ∂hook_resid_post/∂x_0 for every family.
+// (jacobian_model.h). C_2l is then ∂hook_resid_mid/∂x_0 and C_2l+1 ∂hook_resid_post/∂x_0 for every family.
 inline linalg::Matrix chain_product(const linalg::Matrix& a, const linalg::Matrix& b) { return linalg::multiply(a, b); }
 inline linalg::ComplexMatrix chain_product(const linalg::ComplexMatrix& a, const linalg::ComplexMatrix& b) { return a * b; }
 
