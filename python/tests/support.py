@@ -66,3 +66,12 @@ def assert_close(test, actual, expected, rtol, atol, what):
 def assert_close_to_ref(test, actual, expected, rtol, atol_x_max, what):
     """The fixtures' tolerance form: atol = atol_x_tensor_max * max |expected|."""
     assert_close(test, actual, expected, rtol, atol_x_max * float(np.max(np.abs(expected))), what)
+
+
+def json_numbers(value):
+    """A result as results.json holds it: NaN (not a JSON number) is written as null."""
+    if isinstance(value, dict):
+        return {k: json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_numbers(v) for v in value]
+    return None if isinstance(value, float) and value != value else value

@@ -10,7 +10,7 @@ import unittest
 import numpy as np
 
 import tdyn
-from support import cli, have_shared, missing_shared, shared
+from support import cli, have_shared, json_numbers, missing_shared, shared
 
 STORIES = "models/stories260K/stories260K.bin"
 SAMPLES = [[1, 403, 407, 261, 378, 270, 449, 265, 407, 261],
@@ -20,15 +20,6 @@ ARRAYS = ["samples.source_index", "mean_jacobians", "cumulative_products", "mean
           "cumulative.eigenvalues", "cumulative.singular_values"]
 # How the CLI was given its model and samples; tdyn.jacobian takes them as arguments.
 INPUT_OPTIONS = ["model", "compare", "samples", "tokenizer", "pass"]
-
-
-def json_numbers(value):
-    """A result as results.json holds it: NaN (not a JSON number) is written as null."""
-    if isinstance(value, dict):
-        return {k: json_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_numbers(v) for v in value]
-    return None if isinstance(value, float) and value != value else value
 
 
 class JacobianLikeTheCliTest(unittest.TestCase):

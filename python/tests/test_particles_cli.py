@@ -9,19 +9,10 @@ import unittest
 import numpy as np
 
 import tdyn
-from support import cli, have_shared, missing_shared, shared
+from support import cli, have_shared, json_numbers, missing_shared, shared
 
 ARRAYS = ["x0", "Q", "K", "V", "t", "x", "z", "P", "P_times"]
 STORIES = "models/stories260K/stories260K.bin"
-
-
-def json_numbers(value):
-    """A result as results.json holds it: NaN (not a JSON number) is written as null."""
-    if isinstance(value, dict):
-        return {k: json_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_numbers(v) for v in value]
-    return None if isinstance(value, float) and value != value else value
 
 
 class ParticlesLikeTheCliTest(unittest.TestCase):
