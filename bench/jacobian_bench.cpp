@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/means.h"
 #include "core/npy.h"
 #include "linalg/gemm.h"
 #include "model/init.h"

@@ -9,7 +9,7 @@
 #include <functional>
 #include <iostream>
 
-#include "analysis/jacobian.h"
+#include "analysis/jacobian/jacobian_model.h"
 #include "core/npy.h"
 #include "fixture_check.h"
 #include "generated_fixtures.h"

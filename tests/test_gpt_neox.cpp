@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/jacobian.h"
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/jacobian_model.h"
+#include "analysis/jacobian/means.h"
 #include "analysis/layer_matrix.h"
 #include "core/files.h"
 #include "core/npy.h"

@@ -3,8 +3,8 @@
 #include <optional>
 #include <random>
 
-#include "analysis/jacobian.h"
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/jacobian_model.h"
+#include "analysis/jacobian/means.h"
 #include "fixture_check.h"
 #include "io/safetensors.h"
 #include "model/loader.h"

@@ -2,7 +2,7 @@
 // mean Jacobian.
 #include <nlohmann/json.hpp>
 
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/means.h"
 #include "model/loader.h"
 #include "test_util.h"
 
@@ -61,6 +61,7 @@ TEST(JacobianCli, Stories260KWithInitCompareSurgeryAndPerSample) {
                           &out, &err),
             0)
       << err;
+  EXPECT_EQ(err, "") << "--quiet after the subcommand silences the progress, as before it";
   const nlohmann::json r = nlohmann::json::parse(read_file(res / "results.json"));
   EXPECT_EQ(r["command"], "jacobian");
   EXPECT_EQ(r["options"]["positions"], "last");

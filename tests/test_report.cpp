@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/means.h"
 #include "random_matrix.h"
 #include "report/html_report.h"
 #include "test_util.h"

@@ -40,5 +40,6 @@ void bind_model(py::module_& m);
 void bind_operators(py::module_& m);
 void bind_particles(py::module_& m);
 void bind_power(py::module_& m);
+void bind_jacobian(py::module_& m);
 
 }  // namespace tdyn::python

@@ -8,8 +8,8 @@
 #include <pybind11/eigen.h>
 #include <pybind11/stl.h>
 
-#include "analysis/jacobian.h"
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/jacobian_model.h"
+#include "analysis/jacobian/means.h"
 #include "analysis/layer_matrix.h"
 #include "convert.h"
 #include "py_model.h"

@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "analysis/jacobian.h"
+#include "analysis/jacobian/jacobian_model.h"
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/transformer.h"

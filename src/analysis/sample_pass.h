@@ -30,8 +30,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/jacobian.h"
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/jacobian_model.h"
+#include "analysis/jacobian/means.h"
 #include "analysis/samples.h"
 #include "analysis/topology_analysis.h"
 #include "core/files.h"

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "analysis/jacobian.h"
-#include "analysis/jacobian_analysis.h"
+#include "analysis/jacobian/jacobian_model.h"
+#include "analysis/jacobian/means.h"
 #include "analysis/operator_metrics.h"
 #include "analysis/samples.h"
 #include "analysis/topology/topology.h"

@@ -9,7 +9,7 @@
 // A parallel-residual block (GPT-NeoX) has both sublayers reading h_pre: its attention step is the map above
 // (h_mid = h_pre + attn(N1(h_pre))) and its MLP step is x ↦ x + mlp(N2(x)) at x = h_pre, so the two Jacobians
 // are I + J_attn and I + J_mlp at the same input and the block's is their sum minus I (not their product):
-// ∂h_post/∂h_pre = J_2l + J_2l+1 − I. Chains over depth compose them so (DepthChain, jacobian_analysis.h).
+// ∂h_post/∂h_pre = J_2l + J_2l+1 − I. Chains over depth compose them so (DepthChain, means.h).
 // Only position p's residual vector varies: the keys/values of the other positions are held at their forward
 // values, while p's own key and value do change (on Gemma 4 KV-shared layers they come from an earlier layer
 // and are constants). For post-norm (BERT/ALBERT), post-sublayer (OLMo 3) and sandwich (Gemma 4) families the

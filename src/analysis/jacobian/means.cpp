@@ -1,12 +1,9 @@
-// Mean Jacobians over samples, cumulative products and the Schur-surgery sweep; see jacobian_analysis.h.
-#include "analysis/jacobian_analysis.h"
+// Mean Jacobians over samples, cumulative products and the Schur-surgery sweep; see means.h.
+#include "analysis/jacobian/means.h"
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
-#include <chrono>
 #include <exception>
-#include <iostream>
 
 #include <omp.h>
 
@@ -67,16 +64,14 @@ std::string sublayer_name(int64_t k) {
 }
 
 MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sample>& samples,
-                             const MeanJacobianOptions& options) {
+                             const MeanJacobianOptions& options, ProgressSink& progress, const std::string& label) {
   const int64_t K = model.n_sublayers(), d = model.d_model(), S = static_cast<int64_t>(samples.size());
   const bool need_plain = !options.structured || options.mean_of_products || options.per_sample;
   MeanJacobians result;
   std::vector<StructuredMean> structured(K);
   std::vector<Matrix> plain_sum(K, Matrix::Zero(d, d)), product_sum;
   if (options.mean_of_products) product_sum.assign(K, Matrix::Zero(d, d));
-  std::atomic<int64_t> done{0};
-  const auto start = std::chrono::steady_clock::now();
-  const int64_t report_every = std::max<int64_t>(1, S / 20);
+  ProgressLoop loop(progress, label, S, "samples");
   int64_t failed_sample = -1;
   std::exception_ptr error;
 
@@ -117,12 +112,8 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
 #pragma omp critical(tdyn_jacobian_error)
         if (failed_sample < 0 || i < failed_sample) failed_sample = i, error = std::current_exception();
       }
-      const int64_t n = ++done;
-      if (options.progress && (n % report_every == 0 || n == S)) {
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 #pragma omp critical(tdyn_jacobian_progress)
-        std::cerr << fmt::format("tdyn: {}samples {}/{} ({:.1f} s)\n", options.label, n, S, seconds);
-      }
+      loop.advance();
     }
 #pragma omp critical(tdyn_jacobian_merge)
     {
@@ -187,12 +178,12 @@ void SurgerySweep::add(const Matrix& mean) {
 }
 
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<Matrix>& means, const SurgeryOptions& options,
-                                              const std::function<void(const std::string&)>& progress,
-                                              bool parallel_residual) {
+                                              ProgressSink& progress, bool parallel_residual) {
   SurgerySweep sweep(options, parallel_residual);
-  for (size_t k = 0; k < means.size(); ++k) {
-    if (progress) progress(fmt::format("surgery at depth {} of {}", k + 1, means.size()));
-    sweep.add(means[k]);
+  ProgressLoop loop(progress, "surgery", static_cast<int64_t>(means.size()), "depths");
+  for (const Matrix& mean : means) {
+    sweep.add(mean);
+    loop.advance();
   }
   return sweep.points();
 }

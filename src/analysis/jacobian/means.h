@@ -1,6 +1,6 @@
 // The spectral half of SPEC §3: mean Jacobians J̄_k over samples and positions, cumulative products
 // C_k = J̄_k ⋯ J̄_1 (or the mean of per-sample products), operator metrics of both, and the Schur-surgery sweep
-// with its random control. Pure functions from a model and samples to result structs; the CLI writes them.
+// with its random control. Pure functions from a model and samples to result structs; run.h runs them.
 #pragma once
 
 #include <cstdint>
@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "analysis/jacobian.h"
+#include "analysis/jacobian/jacobian_model.h"
 #include "analysis/operator_metrics.h"
 #include "analysis/samples.h"
+#include "core/progress.h"
 #include "linalg/gemm.h"
 
 namespace tdyn {
@@ -32,8 +33,6 @@ struct MeanJacobianOptions {
   PositionSpec positions;
   bool structured = true;         // structured mean (forward-pass cost); false: sum of plain per-sample Jacobians
   bool mean_of_products = false;  // also the mean over samples of J_k ⋯ J_1 (needs per-sample Jacobians)
-  bool progress = false;          // progress lines on stderr
-  std::string label;              // prefix of the progress lines
   // Called (serialised) with every per-sample, per-position Jacobian [d, d] (plain path) when set.
   std::function<void(int64_t sample, int64_t pos, int64_t layer, Sublayer which, const linalg::Matrix& j)> per_sample;
 };
@@ -45,8 +44,10 @@ struct MeanJacobians {
   int64_t n_pairs = 0;    // (sample, position) pairs averaged
 };
 
+// Progress: one step of the loop `label` per sample.
 MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sample>& samples,
-                             const MeanJacobianOptions& options);
+                             const MeanJacobianOptions& options, ProgressSink& progress = silent_progress(),
+                             const std::string& label = "samples");
 
 // Name of sublayer k: "blocks.{l}.jac_attn" / "blocks.{l}.jac_mlp" (the fixtures' keys).
 std::string sublayer_name(int64_t k);
@@ -54,7 +55,7 @@ std::string sublayer_name(int64_t k);
 // The Jacobian of the residual stream after sublayer k with respect to the layer-0 input, from the sublayer
 // Jacobians in depth order: C_k = J_k C_{k−1} — except after the MLP step of a parallel-residual block, whose
 // two steps read the same input: C_2l+1 = (J_2l + J_2l+1 − I) C_2l−1 = C_2l + (J_2l+1 − I) C_2l−1
-// (jacobian.h). C_2l is then ∂hook_resid_mid/∂x_0 and C_2l+1 ∂hook_resid_post/∂x_0 for every family.
+// (jacobian_model.h). C_2l is then ∂hook_resid_mid/∂x_0 and C_2l+1 ∂hook_resid_post/∂x_0 for every family.
 inline linalg::Matrix chain_product(const linalg::Matrix& a, const linalg::Matrix& b) { return linalg::multiply(a, b); }
 inline linalg::ComplexMatrix chain_product(const linalg::ComplexMatrix& a, const linalg::ComplexMatrix& b) { return a * b; }
 
@@ -120,9 +121,9 @@ class SurgerySweep {
   std::vector<std::pair<DepthChain<linalg::ComplexMatrix>, DepthChain<linalg::ComplexMatrix>>> products_;  // per α: surgery, control
 };
 
+// Progress: one step of the loop "surgery" per depth.
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<linalg::Matrix>& means, const SurgeryOptions& options,
-                                              const std::function<void(const std::string&)>& progress = {},
-                                              bool parallel_residual = false);
+                                              ProgressSink& progress = silent_progress(), bool parallel_residual = false);
 
 // Henrici departure in the identity form sqrt(‖A‖_F² − Σ|λ_i|²) of a complex matrix with known eigenvalues.
 double henrici_departure(const linalg::ComplexMatrix& a, const linalg::ComplexVector& eigenvalues);

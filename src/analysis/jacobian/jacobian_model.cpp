@@ -1,7 +1,7 @@
 // Exact sublayer Jacobians (structured factors, made dense in closed form, and the batched-JVP reference) and
-// their structured mean; see jacobian.h for the definitions. Every op below follows model/transformer.cpp and
+// their structured mean; see jacobian_model.h for the definitions. Every op below follows model/transformer.cpp and
 // model/ops.cpp step by step, in float64.
-#include "analysis/jacobian.h"
+#include "analysis/jacobian/jacobian_model.h"
 
 #include <cmath>
 

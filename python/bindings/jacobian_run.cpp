@@ -1,0 +1,133 @@
+// tdyn.jacobian runs what `tdyn jacobian` runs (analysis/jacobian/run.h) and returns what it writes: the
+// sections of results.json and the arrays of its .npy files.
+#include <complex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pybind11/complex.h>
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include "analysis/jacobian/run.h"
+#include "convert.h"
+#include "py_model.h"
+#include "py_progress.h"
+#include "report/jacobian_output.h"
+
+namespace tdyn::python {
+namespace {
+
+// [K, d, d] in C order (rows = outputs), as the .npy files hold them.
+py::array_t<double> stacked(const std::vector<linalg::Matrix>& ms) {
+  const int64_t d = ms.empty() ? 0 : ms.front().rows();
+  py::array_t<double> out({static_cast<int64_t>(ms.size()), d, d});
+  auto a = out.mutable_unchecked<3>();
+  for (size_t k = 0; k < ms.size(); ++k)
+    for (int64_t i = 0; i < d; ++i)
+      for (int64_t j = 0; j < d; ++j) a(static_cast<py::ssize_t>(k), i, j) = ms[k](i, j);
+  return out;
+}
+
+// Eigenvalues (complex) and singular values [K, d] of the metrics per depth, as PREFIX{stem}.*.npy.
+void add_spectra(py::dict& arrays, const std::string& stem, const std::vector<OperatorMetrics>& ms) {
+  const int64_t K = static_cast<int64_t>(ms.size()), d = K ? ms.front().d : 0;
+  py::array_t<std::complex<double>> eig({K, d});
+  py::array_t<double> sv({K, d});
+  auto e = eig.mutable_unchecked<2>();
+  auto s = sv.mutable_unchecked<2>();
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t i = 0; i < d; ++i) e(k, i) = ms[k].eigenvalues[i], s(k, i) = ms[k].singular_values[i];
+  arrays[py::str(stem + ".eigenvalues")] = eig;
+  arrays[py::str(stem + ".singular_values")] = sv;
+}
+
+// A checkpoint given as a tdyn.Model (not owned: the caller's object outlives the call) or a path.
+JacobianCheckpoint checkpoint_of(const py::object& model) {
+  if (py::isinstance<PyModel>(model)) {
+    const Model& m = model.cast<const PyModel&>().model();
+    return {m.path.string(), std::shared_ptr<const Model>(std::shared_ptr<const Model>(), &m)};
+  }
+  const std::string path = model.cast<std::string>();
+  return {path, load_model(path, LoadOptions{})};
+}
+
+py::dict jacobian_run(const py::object& model, const std::vector<std::vector<int32_t>>& samples,
+                      const std::vector<py::object>& compare, const std::string& positions, const std::string& mean,
+                      const std::string& cumulative, const std::vector<linalg::Index>& alignment_ks, bool surgery,
+                      const std::vector<double>& alphas, uint64_t surgery_seed, const std::vector<int64_t>& eig_depths,
+                      bool save_per_sample, const std::optional<py::function>& progress, const std::optional<std::string>& out) {
+  if (mean != "structured" && mean != "plain") fail("mean: expected 'structured' or 'plain', got '{}'", mean);
+  if (cumulative != "product-of-means" && cumulative != "both")
+    fail("cumulative: expected 'product-of-means' or 'both', got '{}'", cumulative);
+  if (save_per_sample && !out) fail("save_per_sample writes files: give out, the results directory");
+  JacobianOptions options;
+  options.positions = PositionSpec::parse(positions);
+  options.structured = mean == "structured";
+  options.mean_of_products = cumulative == "both";
+  options.save_per_sample = save_per_sample;
+  options.metrics.alignment_ks = alignment_ks;
+  options.surgery = surgery;
+  options.surgery_options = {alphas, surgery_seed};
+  options.eig_depths = eig_depths;
+  options.keep_matrices = true;
+  std::vector<Sample> sequences;
+  for (size_t i = 0; i < samples.size(); ++i) sequences.push_back({samples[i], static_cast<int64_t>(i)});
+  std::vector<JacobianCheckpoint> checkpoints = {checkpoint_of(model)};
+  for (const py::object& c : compare) checkpoints.push_back(checkpoint_of(c));
+
+  std::optional<ResultsDir> dir;
+  std::optional<JacobianFiles> files;
+  if (out) dir.emplace(*out, "jacobian", std::vector<std::string>{"tdyn.jacobian"}), files.emplace(*dir, options);
+  CallbackProgress sink(progress);
+  JacobianResult r;
+  {
+    py::gil_scoped_release release;
+    r = run_jacobian(checkpoints, sequences, options, sink, {}, files ? &*files : nullptr);
+  }
+  sink.rethrow();
+  if (dir) write_jacobian(*dir, r, options);
+
+  py::dict result;
+  result["results"] = to_python(results_json(r));
+  result["options"] = to_python(options_json(r, options));
+  result["model"] = to_python(r.model);
+  result["samples.source_index"] = py::array_t<int64_t>(static_cast<int64_t>(r.source_indices.size()), r.source_indices.data());
+  for (const CheckpointJacobians& m : r.models) {
+    result[py::str(m.prefix + "mean_jacobians")] = stacked(m.mean);
+    result[py::str(m.prefix + "cumulative_products")] = stacked(m.cumulative);
+    if (options.mean_of_products) result[py::str(m.prefix + "mean_of_products")] = stacked(m.mean_of_products);
+    add_spectra(result, m.prefix + "mean", m.mean_metrics);
+    add_spectra(result, m.prefix + "cumulative", m.cumulative_metrics);
+  }
+  return result;
+}
+
+}  // namespace
+
+void bind_jacobian(py::module_& m) {
+  const SurgeryOptions surgery_defaults;
+  m.def("jacobian", &jacobian_run, py::arg("model"), py::arg("samples"), py::kw_only(),
+        py::arg("compare") = std::vector<py::object>{}, py::arg("positions") = "last", py::arg("mean") = "structured",
+        py::arg("cumulative") = "product-of-means", py::arg("alignment_ks") = OperatorMetricsOptions{}.alignment_ks,
+        py::arg("surgery") = false, py::arg("alphas") = surgery_defaults.alphas, py::arg("surgery_seed") = surgery_defaults.seed,
+        py::arg("eig_depths") = std::vector<int64_t>{}, py::arg("save_per_sample") = false, py::arg("progress") = py::none(),
+        py::arg("out") = py::none(),
+        R"doc(Runs what `tdyn jacobian` runs and returns what it writes.
+
+model: a tdyn.Model or a checkpoint path; samples: sequences of token ids (sample i has source index i);
+compare: further checkpoints of the same architecture (Models or paths), run on the same samples.
+positions 'last', 'all' or '5,23,-1'; mean 'structured' (through the shared sample pass) or 'plain';
+cumulative 'product-of-means' or 'both' (also the mean of per-sample products); alignment_ks, surgery,
+alphas, surgery_seed, eig_depths (1-based; default first, middle, last) as the CLI's flags. progress: None
+(silent) or a callable taking a line. out: also write the CLI's results directory there (save_per_sample
+needs it).
+
+Returns a dict: results, options and model (results.json's sections; options without how the model and
+samples were given), and the arrays of the .npy files by file name less '.npy': samples.source_index,
+mean_jacobians and cumulative_products [depth, d, d], mean_of_products, mean.eigenvalues (complex) and
+mean.singular_values [depth, d], cumulative.eigenvalues, cumulative.singular_values; a compared checkpoint's
+arrays under its prefix 'compare{i}.'.)doc");
+}
+
+}  // namespace tdyn::python

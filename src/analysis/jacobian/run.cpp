@@ -1,0 +1,220 @@
+#include "analysis/jacobian/run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace tdyn {
+namespace {
+
+// Runs `work` and appends its wall-clock seconds to `result.timings` under `phase`.
+template <typename Work>
+void timed(JacobianResult& result, const std::string& phase, Work&& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  result.timings.emplace_back(phase, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+void check_one_architecture(const std::vector<JacobianCheckpoint>& checkpoints) {
+  if (checkpoints.empty()) fail("no checkpoint to analyse");
+  const ModelConfig& c0 = checkpoints.front().model->config;
+  for (const auto& c : checkpoints) {
+    if (c.model->config.d_model != c0.d_model || c.model->config.n_layers != c0.n_layers)
+      fail("compare: the checkpoints must share one architecture: '{}' has d_model {} and {} layers, '{}' has {} and {}",
+           c.path, c.model->config.d_model, c.model->config.n_layers, checkpoints.front().path, c0.d_model, c0.n_layers);
+  }
+}
+
+// Self-alignment for k ≥ d compares two bases of all of R^d: ‖U_kᵀV_k‖²/k = 1 for every matrix. Such ks are
+// neither computed nor plotted; results.json says which were dropped. Also the depths whose eigenvalues are
+// plotted.
+void choose_ks_and_depths(JacobianResult& r, const JacobianOptions& options) {
+  for (linalg::Index k : options.metrics.alignment_ks) (k < r.d ? r.alignment_ks_used : r.alignment_ks_skipped).push_back(k);
+  if (options.eig_depths.empty()) r.eig_sublayers = {0, r.depths / 2, r.depths - 1};
+  for (int64_t k : options.eig_depths) {
+    if (k < 1 || k > r.depths) fail("eig_depths: depth {} is outside 1..{}", k, r.depths);
+    r.eig_sublayers.push_back(k - 1);
+  }
+  std::sort(r.eig_sublayers.begin(), r.eig_sublayers.end());
+  r.eig_sublayers.erase(std::unique(r.eig_sublayers.begin(), r.eig_sublayers.end()), r.eig_sublayers.end());
+}
+
+PassFile default_pass(const std::vector<Sample>& samples, const CheckpointJacobians& checkpoint, const Transformer& transformer,
+                      const JacobianModel& jacobians, const PassSpec& spec, const std::string& label, ProgressSink& progress) {
+  ProgressLoop loop(progress, label, transformer.config().n_layers * static_cast<int64_t>(samples.size()), "sample-layers");
+  PassControl control;  // a temporary file
+  control.progress = [&loop](int64_t done) { loop.advance(done); };
+  control.note = [&progress](const std::string& line) { progress.note(line); };
+  return run_pass(transformer, &jacobians, samples, spec, pass_identity({{"path", checkpoint.path}}, samples, spec), control);
+}
+
+// J̄_k of every depth, from the pass or in memory, with n_samples and n_pairs; per-sample Jacobians go to `arrays`.
+std::function<linalg::Matrix(int64_t)> compute_means(CheckpointJacobians& r, const Transformer& transformer,
+                                                     const JacobianModel& jm, const std::vector<Sample>& samples,
+                                                     const JacobianOptions& options, const std::string& label,
+                                                     ProgressSink& progress, const JacobianPassSource& pass_source,
+                                                     JacobianArrays* arrays) {
+  if (options.uses_pass()) {
+    // Σ J leaving every boundary of the sublayer set: k = 0, 1, ..., 2L − 1 in order, then the final boundary.
+    PassSpec spec;
+    spec.boundaries = residual_boundaries(transformer.config().n_layers, BoundarySet::Sublayers);
+    spec.correlations = false;
+    spec.positions = options.positions;
+    const std::string what = label + "mean Jacobians";
+    auto pass = std::make_shared<PassFile>(pass_source ? pass_source(r, transformer, jm, spec, what)
+                                                       : default_pass(samples, r, transformer, jm, spec, what, progress));
+    r.n_samples = pass->n_samples();
+    r.n_pairs = pass->n_pairs();
+    return [pass, boundaries = spec.boundaries](int64_t k) { return pass->mean_jacobian(boundaries[k].hook); };
+  }
+  MeanJacobianOptions mo;
+  mo.positions = options.positions;
+  mo.structured = options.structured;
+  mo.mean_of_products = options.mean_of_products;
+  if (options.save_per_sample && arrays)
+    mo.per_sample = [&r, arrays](int64_t sample, int64_t pos, int64_t layer, Sublayer which, const linalg::Matrix& j) {
+      arrays->per_sample(r, sample, pos, layer, which, j);
+    };
+  auto means = std::make_shared<MeanJacobians>(mean_jacobians(jm, samples, mo, progress, label + "samples"));
+  r.n_samples = means->n_samples;
+  r.n_pairs = means->n_pairs;
+  r.mean_of_products = std::move(means->mean_of_products);
+  return [means](int64_t k) { return means->mean[k]; };
+}
+
+// One depth at a time: J̄_k, the running C_k = J̄_k C_{k−1}, their metrics, and the surgery's running products,
+// so that memory does not grow with depth (unless keep_matrices).
+void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(int64_t)>& mean_at, int64_t K,
+                   const JacobianOptions& options, const OperatorMetricsOptions& metric_opts, bool parallel_residual,
+                   const std::string& label, ProgressSink& progress, JacobianArrays* arrays) {
+  std::optional<SurgerySweep> sweep;
+  if (options.surgery) sweep.emplace(options.surgery_options, parallel_residual);
+  r.mean_metrics.resize(K);
+  r.cumulative_metrics.resize(K);
+  DepthChain<linalg::Matrix> chain(parallel_residual);
+  ProgressLoop loop(progress, label + "metrics", K, "depths");
+  for (int64_t k = 0; k < K; ++k) {
+    const linalg::Matrix mean = mean_at(k);
+    const linalg::Matrix& cumulative = chain.add(mean);
+    r.mean_metrics[k] = operator_metrics(mean, metric_opts);  // LAPACK's own threads do the work at large d
+    r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
+    if (sweep) sweep->add(mean);
+    if (arrays) arrays->depth(r, mean, cumulative);
+    if (options.keep_matrices) r.mean.push_back(mean), r.cumulative.push_back(cumulative);
+    loop.advance();
+  }
+  if (sweep) r.surgery = sweep->points();
+  if (options.mean_of_products) {
+    r.product_mean_metrics.resize(K);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < K; ++k) r.product_mean_metrics[k] = operator_metrics(r.mean_of_products[k], metric_opts);
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_label(const CheckpointJacobians& model, size_t index) {
+  const std::string name = fs::path(model.path).filename().string();
+  return index == 0 ? name : fmt::format("compare{}: {}", index, name);
+}
+
+JacobianResult run_jacobian(const std::vector<JacobianCheckpoint>& checkpoints, const std::vector<Sample>& samples,
+                            const JacobianOptions& options, ProgressSink& progress, const JacobianPassSource& pass_source,
+                            JacobianArrays* arrays) {
+  check_one_architecture(checkpoints);
+  if (samples.empty()) fail("no samples to analyse");
+  const ModelConfig& c0 = checkpoints.front().model->config;
+  JacobianResult result;
+  result.model = {{"path", checkpoints.front().path}, {"family", c0.family},     {"format", c0.format},
+                  {"d_model", c0.d_model},            {"n_layers", c0.n_layers}, {"parameters", checkpoints.front().model->parameter_count()}};
+  for (const auto& s : samples) result.source_indices.push_back(s.source_index);
+  result.depths = 2 * c0.n_layers;
+  result.d = c0.d_model;
+  choose_ks_and_depths(result, options);
+  OperatorMetricsOptions metric_opts = options.metrics;
+  metric_opts.alignment_ks = result.alignment_ks_used;
+  progress.note(fmt::format("{} samples, positions {}, {} mean", samples.size(), options.positions.to_string(),
+                            options.structured ? "structured" : "plain"));
+
+  const int64_t K = result.depths;
+  result.models.reserve(checkpoints.size());  // each CheckpointJacobians stays where the arrays saw it
+  for (size_t i = 0; i < checkpoints.size(); ++i) {
+    CheckpointJacobians& r = result.models.emplace_back();
+    r.path = checkpoints[i].path;
+    r.prefix = i == 0 ? "" : fmt::format("compare{}.", i);
+    r.model = checkpoints[i].model;
+    const std::string label = checkpoints.size() > 1 ? fmt::format("[{}] ", checkpoint_label(r, i)) : "";
+    auto transformer = std::make_shared<Transformer>(r.model);
+    JacobianModel jm(transformer);
+    if (arrays) arrays->begin(r, K, result.d);
+    std::function<linalg::Matrix(int64_t)> mean_at;
+    timed(result, r.prefix + "mean_jacobians", [&] {
+      mean_at = compute_means(r, *transformer, jm, samples, options, label, progress, pass_source, arrays);
+    });
+    progress.note(fmt::format("{}metrics of {} mean Jacobians and cumulative products{}", label, K, options.surgery ? ", surgery" : ""));
+    timed(result, r.prefix + "metrics", [&] {
+      depth_metrics(r, mean_at, K, options, metric_opts, transformer->config().parallel_residual, label, progress, arrays);
+    });
+    if (arrays) arrays->end(r);
+  }
+  return result;
+}
+
+nlohmann::json options_json(const JacobianResult& result, const JacobianOptions& options) {
+  nlohmann::json o = {{"positions", options.positions.to_string()},
+                      {"mean", options.structured ? "structured" : "plain"},
+                      {"cumulative", options.mean_of_products ? "both" : "product-of-means"},
+                      {"save_per_sample", options.save_per_sample},
+                      {"alignment_ks", options.metrics.alignment_ks},
+                      {"alignment_ks_used", result.alignment_ks_used},
+                      {"complex_tolerance", options.metrics.complex_tolerance},
+                      {"energy_fraction", 0.9},
+                      {"surgery", options.surgery}};
+  if (options.surgery) {
+    o["alphas"] = options.surgery_options.alphas;
+    o["surgery_seed"] = options.surgery_options.seed;
+  }
+  o["jacobian_convention"] =
+      "J[i, j] = d out_i / d in_j (rows = outputs); sublayer k = 2l: resid_pre -> resid_mid, k = 2l+1: resid_mid -> "
+      "resid_post of layer l; only position p's residual varies (other positions' keys/values fixed); float64";
+  std::vector<int64_t> eig_depths;
+  for (int64_t k : result.eig_sublayers) eig_depths.push_back(k + 1);
+  o["eig_depths"] = eig_depths;
+  return o;
+}
+
+nlohmann::json checkpoint_json(const CheckpointJacobians& r) {
+  nlohmann::json mj;
+  mj["path"] = r.path;
+  mj["file_prefix"] = r.prefix;
+  mj["family"] = r.model->config.family;
+  mj["samples"] = r.n_samples;
+  mj["pairs"] = r.n_pairs;
+  for (int64_t k = 0; k < static_cast<int64_t>(r.mean_metrics.size()); ++k) {
+    nlohmann::json row = {{"depth", k + 1}, {"name", sublayer_name(k)}, {"mean", r.mean_metrics[k].to_json()},
+                          {"cumulative", r.cumulative_metrics[k].to_json()}};
+    if (!r.product_mean_metrics.empty()) row["mean_of_products"] = r.product_mean_metrics[k].to_json();
+    mj["depths"].push_back(row);
+  }
+  for (const auto& p : r.surgery) mj["surgery"].push_back(p.to_json());
+  return mj;
+}
+
+nlohmann::json results_json(const JacobianResult& result) {
+  nlohmann::json j;
+  j["samples_used"] = result.source_indices.size();
+  if (!result.alignment_ks_skipped.empty())
+    j["notes"].push_back(fmt::format(
+        "self-alignment k = {} skipped (not computed, not plotted): k ≥ d = {} makes U_k and V_k bases of all of R^d, so "
+        "‖U_kᵀV_k‖²/k = 1 for every matrix",
+        fmt::join(result.alignment_ks_skipped, ", "), result.d));
+  for (const CheckpointJacobians& r : result.models) j["models"].push_back(checkpoint_json(r));
+  return j;
+}
+
+}  // namespace tdyn
