@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/topology_analysis.h"
+#include "analysis/topology/topology_analysis.h"
 #include "cli_util.h"
 #include "pass_args.h"
 #include "command.h"
