@@ -39,5 +39,6 @@ py::str lenient_str(const std::string& bytes);
 void bind_model(py::module_& m);
 void bind_operators(py::module_& m);
 void bind_particles(py::module_& m);
+void bind_topology(py::module_& m);
 
 }  // namespace tdyn::python

@@ -51,4 +51,5 @@ Errors in user data (files, shapes, ids, options) raise tdyn.Error with the libr
   bind_model(m);
   bind_operators(m);
   bind_particles(m);
+  bind_topology(m);
 }
