@@ -1,4 +1,4 @@
-// The model-facing topology analysis (analysis/topology_analysis.h) and `tdyn topology`: correlations through
+// The model-facing topology analysis (analysis/topology/topology_analysis.h) and `tdyn topology`: correlations through
 // the model against a direct computation from saved hooks, the coupling as a pure function on hand-made
 // cases, and a CLI run on stories260K.
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/sample_pass.h"
-#include "analysis/topology_analysis.h"
+#include "analysis/topology/topology_analysis.h"
 #include "core/npy.h"
 #include "model/loader.h"
 #include "report/figure.h"

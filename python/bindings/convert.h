@@ -41,5 +41,6 @@ void bind_operators(py::module_& m);
 void bind_particles(py::module_& m);
 void bind_power(py::module_& m);
 void bind_jacobian(py::module_& m);
+void bind_topology(py::module_& m);
 
 }  // namespace tdyn::python

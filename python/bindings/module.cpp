@@ -53,4 +53,5 @@ Errors in user data (files, shapes, ids, options) raise tdyn.Error with the libr
   bind_particles(m);
   bind_power(m);
   bind_jacobian(m);
+  bind_topology(m);
 }

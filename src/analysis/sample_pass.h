@@ -33,7 +33,7 @@
 #include "analysis/jacobian/jacobian_model.h"
 #include "analysis/jacobian/means.h"
 #include "analysis/samples.h"
-#include "analysis/topology_analysis.h"
+#include "analysis/topology/topology_analysis.h"
 #include "core/files.h"
 
 namespace tdyn {

@@ -1,6 +1,6 @@
 // Boundaries, per-boundary topology, the topology–dynamics coupling
 // and graph layout; see topology_analysis.h.
-#include "analysis/topology_analysis.h"
+#include "analysis/topology/topology_analysis.h"
 
 #include <igraph/igraph.h>
 

@@ -1,0 +1,181 @@
+// tdyn.topology runs what `tdyn topology` runs for one checkpoint (analysis/topology/run.h): the sample pass,
+// then per residual boundary the correlation graph, its communities and boundary nodes, and their coupling with
+// the Jacobian gains; it returns what the CLI writes.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pybind11/eigen.h>
+#include <pybind11/stl.h>
+
+#include "analysis/topology/run.h"
+#include "convert.h"
+#include "py_model.h"
+#include "py_progress.h"
+#include "report/topology_output.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tdyn::python {
+namespace {
+
+// The samples: `ids` (one list of token ids per sample), else drawn from `options` (data or prompt) with the
+// tokenizer file `tokenizer` or the model's own.
+std::vector<Sample> topology_samples(const Model& model, const std::optional<std::vector<std::vector<int32_t>>>& ids,
+                                     const SampleOptions& options, const std::optional<std::string>& tokenizer) {
+  if (ids) {
+    std::vector<Sample> samples;
+    for (const auto& sample : *ids) samples.push_back({sample, static_cast<int64_t>(samples.size())});
+    return samples;
+  }
+  const std::string extension = fs::path(options.data).extension().string();
+  std::unique_ptr<Tokenizer> tok;
+  if (tokenizer) tok = load_tokenizer(*tokenizer);
+  else if (extension != ".npy" && extension != ".ids") tok = load_tokenizer_for_model(model.path);
+  return load_samples(options, tok.get(), model.config.d_vocab);
+}
+
+// The pass over the samples into a temporary file, removed with the returned PassFile.
+PassFile topology_pass(PyModel& model, const std::vector<Sample>& samples, const TopologyOptions& options,
+                       const std::string& label, ProgressSink& progress) {
+  const PassSpec spec = topology_pass_spec(model.config().n_layers, options);
+  const nlohmann::json identity = pass_identity({{"path", model.model().path.string()}}, samples, spec);
+  ProgressLoop loop(progress, fmt::format("topology {}: samples", label),
+                    model.config().n_layers * static_cast<int64_t>(samples.size()), "sample-layers");
+  PassControl control;
+  control.progress = [&loop](int64_t done) { loop.advance(done); };
+  control.note = [&progress](const std::string& line) { progress.note(line); };
+  return run_pass(model.transformer(), options.coupling ? &model.jacobian_model() : nullptr, samples, spec, identity, control);
+}
+
+// [rows, d] of the per-boundary (or per-layer) vectors `field` of `items`.
+template <typename T, typename Items, typename Field>
+py::array_t<T> stacked(const Items& items, int64_t d, Field field) {
+  py::array_t<T> out({static_cast<int64_t>(items.size()), d});
+  T* p = out.mutable_data();
+  for (const auto& item : items) p = std::copy(field(item).begin(), field(item).end(), p);
+  return out;
+}
+
+// [k, d, d] of square float64 matrices stored row-major (correlations) or as Eigen matrices (mean Jacobians).
+py::array_t<double> cube(const std::vector<topology::CorrelationMatrix>& matrices, int64_t d) {
+  py::array_t<double> out({static_cast<int64_t>(matrices.size()), d, d});
+  double* p = out.mutable_data();
+  for (const auto& m : matrices) p = std::copy(m.values.begin(), m.values.end(), p);
+  return out;
+}
+py::array_t<double> cube(const std::vector<linalg::Matrix>& matrices, int64_t d) {
+  py::array_t<double> out({static_cast<int64_t>(matrices.size()), d, d});
+  for (size_t k = 0; k < matrices.size(); ++k)
+    for (int64_t i = 0; i < d; ++i)
+      for (int64_t j = 0; j < d; ++j) out.mutable_at(k, i, j) = matrices[k](i, j);
+  return out;
+}
+
+py::dict result_dict(const TopologyResult& r, const TopologyOptions& options) {
+  const int64_t d = r.model.at("d_model").get<int64_t>();
+  py::dict result;
+  result["results"] = to_python(results_json(r, options));
+  result["options"] = to_python(options_json(r, options));
+  result["model"] = to_python(r.model);
+  result["membership"] = stacked<int64_t>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.partition.membership; });
+  result["participation"] = stacked<double>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.scores.participation; });
+  result["n_other_communities"] =
+      stacked<int64_t>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.scores.n_other_communities; });
+  result["log_column_gain"] = stacked<double>(r.coupling.layers, d, [](const LayerCoupling& l) -> const auto& { return l.log_column_gain; });
+  result["log_row_gain"] = stacked<double>(r.coupling.layers, d, [](const LayerCoupling& l) -> const auto& { return l.log_row_gain; });
+  result["correlations"] = options.keep_correlations ? py::object(cube(r.correlations, d)) : py::none();
+  result["mean_jacobians"] = options.keep_jacobians ? py::object(cube(r.mean_jacobians, d)) : py::none();
+  py::array_t<double> layout({static_cast<int64_t>(r.layout.size()), int64_t{2}});
+  for (size_t i = 0; i < r.layout.size(); ++i) layout.mutable_at(i, 0) = r.layout[i].first, layout.mutable_at(i, 1) = r.layout[i].second;
+  result["layout"] = layout;
+  return result;
+}
+
+py::dict topology_run(const py::object& model_or_path, const std::optional<std::vector<std::vector<int32_t>>>& ids,
+                      const SampleOptions& sample_options, const std::optional<std::string>& tokenizer, const std::string& boundaries,
+                      bool coupling, TopologyOptions options, const std::optional<std::string>& label,
+                      const std::optional<py::function>& progress, const std::optional<std::string>& out) {
+  options.boundaries = parse_boundary_set(boundaries);
+  options.coupling = coupling;
+  std::optional<PyModel> loaded;
+  if (!py::isinstance<PyModel>(model_or_path)) loaded.emplace(load_model(model_or_path.cast<std::string>(), LoadOptions{}));
+  PyModel& model = loaded ? *loaded : model_or_path.cast<PyModel&>();
+  const std::string path = model.model().path.string(), name = label.value_or(checkpoint_label(path));
+  CallbackProgress sink(progress);
+  TopologyResult r;
+  {
+    py::gil_scoped_release release;
+    const std::vector<Sample> samples = topology_samples(model.model(), ids, sample_options, tokenizer);
+    check_sample_ids(samples, model.config(), path);
+    const PassFile pass = topology_pass(model, samples, options, name, sink);
+    r = run_topology(model.model(), path, name, pass, options, sink);
+  }
+  sink.rethrow();
+  if (out) {
+    ResultsDir dir(*out, "topology", {"tdyn.topology"});
+    write_topology(dir, r, options);
+    write_topology_comparison(dir, {checkpoint_summary(r, dir.path())});
+  }
+  return result_dict(r, options);
+}
+
+}  // namespace
+
+void bind_topology(py::module_& m) {
+  m.def(
+      "topology",
+      [](const py::object& model, const std::optional<std::vector<std::vector<int32_t>>>& ids, const std::optional<std::string>& data,
+         const std::optional<std::string>& prompt, int64_t samples, int64_t max_len, int64_t min_len, uint64_t sample_seed,
+         const std::optional<std::string>& tokenizer, const std::string& boundaries, int64_t top_k, double threshold, double gamma,
+         uint64_t leiden_seed, const std::vector<double>& gamma_scan, bool coupling, const std::string& positions,
+         int64_t permutations, uint64_t permutation_seed, double min_effect, double fdr_q, bool keep_correlations,
+         bool keep_jacobians, int64_t draw_boundary, const std::optional<std::string>& communities_control,
+         bool communities_control_independent, int64_t communities_permutations, const std::optional<std::string>& label,
+         const std::optional<py::function>& progress, const std::optional<std::string>& out) {
+        SampleOptions sample_options;
+        if (data) sample_options.data = *data;
+        else if (prompt) sample_options.prompt = *prompt;
+        else if (!ids) sample_options.data = default_corpus().string();
+        sample_options.samples = samples, sample_options.max_len = max_len, sample_options.min_len = min_len;
+        sample_options.seed = sample_seed;
+        TopologyOptions o;
+        o.graph.top_k = top_k, o.graph.threshold = threshold, o.graph.gamma_scan = gamma_scan;
+        o.graph.leiden.resolution = gamma, o.graph.leiden.seed = leiden_seed;
+        o.positions = positions;
+        o.coupling_test = {permutations, permutation_seed, fdr_q, min_effect};
+        o.keep_correlations = keep_correlations, o.keep_jacobians = keep_jacobians, o.draw_boundary = draw_boundary;
+        o.communities_control = communities_control.value_or("");
+        o.communities_control_independent = communities_control_independent;
+        o.communities_permutations = communities_permutations;
+        return topology_run(model, ids, sample_options, tokenizer, boundaries, coupling, o, label, progress, out);
+      },
+      py::arg("model"), py::arg("ids") = py::none(), py::kw_only(), py::arg("data") = py::none(), py::arg("prompt") = py::none(),
+      py::arg("samples") = 1000, py::arg("max_len") = 128, py::arg("min_len") = 8, py::arg("sample_seed") = 0,
+      py::arg("tokenizer") = py::none(), py::arg("boundaries") = "sublayers", py::arg("top_k") = GraphOptions{}.top_k,
+      py::arg("threshold") = 0.0, py::arg("gamma") = topology::LeidenOptions{}.resolution,
+      py::arg("leiden_seed") = topology::LeidenOptions{}.seed, py::arg("gamma_scan") = std::vector<double>{},
+      py::arg("coupling") = true, py::arg("positions") = "last", py::arg("permutations") = CouplingOptions{}.permutations,
+      py::arg("permutation_seed") = 0, py::arg("min_effect") = CouplingOptions{}.min_effect,
+      py::arg("fdr_q") = CouplingOptions{}.fdr_q, py::arg("keep_correlations") = false, py::arg("keep_jacobians") = false,
+      py::arg("draw_boundary") = -1, py::arg("communities_control") = py::none(),
+      py::arg("communities_control_independent") = false, py::arg("communities_permutations") = 1000,
+      py::arg("label") = py::none(), py::arg("progress") = py::none(), py::arg("out") = py::none(),
+      R"doc(Runs what `tdyn topology` runs for one checkpoint and returns what it writes.
+
+model: a tdyn.Model or a checkpoint path. The samples: ids (a list of token-id lists, one per sample), or
+drawn as the CLI draws them from data (a text file, .npy or .ids; default the WikiText-2 test set) or prompt,
+with samples, max_len, min_len, sample_seed and tokenizer (default the model's own). The other arguments are
+the CLI's options: boundaries ('layers' or 'sublayers'), top_k or threshold, gamma, leiden_seed, gamma_scan,
+coupling (False: topology only), positions, permutations, permutation_seed, min_effect, fdr_q, draw_boundary,
+communities_control (a topology results directory), communities_control_independent, communities_permutations;
+keep_correlations and keep_jacobians return (and with out= write) the d x d matrices. label names the checkpoint
+(default: its file stem). progress: a callable given each progress line, or None. out: also write the CLI's
+results directory there.
+
+Returns a dict: results, options and model (results.json's sections), and the arrays of the .npy files:
+membership, participation, n_other_communities [boundary, d_model], log_column_gain and log_row_gain
+[coupled layer, d_model], correlations [boundary, d, d] and mean_jacobians [layer, d, d] (or None), and
+layout [d_model, 2], the node positions of the drawn boundary's graph.)doc");
+}
+
+}  // namespace tdyn::python

@@ -1,0 +1,265 @@
+#include "analysis/topology/run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "core/npy.h"
+
+namespace tdyn {
+namespace {
+
+// Runs `work` and appends its wall-clock seconds to `timings` under `phase`.
+template <typename Work>
+void timed(TopologyTimes& timings, const std::string& phase, Work&& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  timings.emplace_back(phase, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+nlohmann::json number(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
+
+// Graph, communities and boundary nodes of every boundary, from the pass's correlation sums.
+void analyse_boundaries(TopologyResult& r, const PassFile& pass, const TopologyOptions& options, ProgressSink& progress) {
+  ProgressLoop loop(progress, fmt::format("topology {}: communities", r.label), static_cast<int64_t>(r.boundaries.size()), "boundaries");
+  for (const ResidualBoundary& boundary : r.boundaries) {
+    topology::CorrelationMatrix correlation = pass.correlation(boundary.hook).correlation();
+    r.topology.push_back(analyse_boundary(correlation, options.graph));
+    if (options.keep_correlations) r.correlations.push_back(std::move(correlation));
+    loop.advance();
+  }
+}
+
+// Coupling of the boundary scores with the gains of the mean Jacobian of the sublayer map leaving each boundary.
+void couple(TopologyResult& r, const PassFile& pass, const TopologyOptions& options) {
+  std::vector<std::vector<double>> scores;
+  for (size_t b = 0; b < r.boundaries.size(); ++b)
+    if (r.boundaries[b].sublayer >= 0) {
+      r.coupled.push_back(static_cast<int64_t>(b));
+      scores.push_back(r.topology[b].boundary_score());
+    }
+  // One J̄ at a time from the pass (d × d each), kept only when asked.
+  r.coupling = topology_dynamics_coupling(scores, [&](size_t i) {
+    linalg::Matrix j = pass.mean_jacobian(r.boundaries[r.coupled[i]].hook);
+    if (options.keep_jacobians) r.mean_jacobians.push_back(j);
+    return j;
+  }, options.coupling_test);
+}
+
+// Partitions [boundary][unit] from a topology directory's membership.npy.
+std::vector<std::vector<int64_t>> memberships(const fs::path& file, int64_t n_boundaries) {
+  const NpyArray array = read_npy(file);
+  if (array.shape.size() != 2 || array.shape[0] != n_boundaries)
+    fail("{}: expected [{} boundaries, d_model] community labels", file.string(), n_boundaries);
+  const std::vector<int64_t> labels = array.as_int64();
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t b = 0; b < n_boundaries; ++b) out.emplace_back(labels.begin() + b * array.shape[1], labels.begin() + (b + 1) * array.shape[1]);
+  return out;
+}
+
+// The boundaries of the control directory's results.json, which must be this run's.
+void check_control_boundaries(const TopologyResult& r, const fs::path& control_dir, const nlohmann::json& control) {
+  const nlohmann::json* hooks = nullptr;
+  if (control.contains("results") && control["results"].is_object() && control["results"].contains("boundaries"))
+    hooks = &control["results"]["boundaries"];
+  if (!hooks || !hooks->is_array() || hooks->size() != r.boundaries.size())
+    fail("communities_control {}: its results.json has no boundaries matching this run's {}", control_dir.string(), r.boundaries.size());
+  for (size_t b = 0; b < r.boundaries.size(); ++b)
+    if ((*hooks)[b].value("hook", "") != r.boundaries[b].hook)
+      fail("communities_control {}: boundary {} is {}, here {}", control_dir.string(), b, (*hooks)[b].value("hook", "?"), r.boundaries[b].hook);
+}
+
+// NMI of this run's communities with those of another topology results directory over the same units and
+// boundaries, against the null of the control's units shuffled (topology::community_similarity).
+nlohmann::json compare_communities(const TopologyResult& r, const TopologyOptions& options) {
+  const fs::path control_dir = options.communities_control;
+  const nlohmann::json control = nlohmann::json::parse(read_file(control_dir / "results.json"));
+  check_control_boundaries(r, control_dir, control);
+  const int64_t n = static_cast<int64_t>(r.boundaries.size());
+  std::vector<std::vector<int64_t>> own;
+  for (const auto& t : r.topology) own.push_back(t.partition.membership);
+  const topology::CommunitySimilarity c = topology::community_similarity(own, memberships(control_dir / "membership.npy", n),
+                                                                         options.communities_permutations, options.coupling_test.seed);
+  nlohmann::json per_boundary = nlohmann::json::array();
+  for (int64_t b = 0; b < n; ++b)
+    per_boundary.push_back({{"hook", r.boundaries[b].hook}, {"nmi", c.nmi[b]}, {"null_mean", c.null_mean[b]}, {"p_permutation", c.p_value[b]}});
+  return {{"control_dir", control_dir.string()},
+          {"control_model", control.contains("model") ? control["model"].value("path", "") : ""},
+          {"independent_draw", options.communities_control_independent},
+          {"statistic", "NMI of the communities of the same unit at the same boundary"},
+          {"null", "the control's units shuffled at every boundary (community sizes kept)"},
+          {"permutations", c.permutations}, {"permutation_seed", options.coupling_test.seed},
+          {"mean_nmi", c.mean_nmi}, {"null_mean", c.mean_null}, {"p_permutation", c.p_value_mean}, {"boundaries", per_boundary}};
+}
+
+nlohmann::json test_json(const GainTest& g) {
+  return {{"rho", number(g.test.rho)}, {"sign", g.sign()}, {"p_parametric", number(g.test.p_parametric)},
+          {"p_permutation", number(g.test.p_permutation)}, {"p_adjusted", g.p_adjusted}, {"significant", g.significant}, {"coupled", g.coupled}};
+}
+
+nlohmann::json boundary_json(const TopologyResult& r, size_t b) {
+  const auto& t = r.topology[b];
+  const auto& p = t.scores.participation;
+  const ResidualBoundary& boundary = r.boundaries[b];
+  nlohmann::json scan = nlohmann::json::array();
+  for (const auto& s : t.scan)
+    scan.push_back({{"gamma", s.resolution}, {"communities", s.n_communities}, {"cpm_quality", s.quality}, {"nmi_with_main", s.nmi_with_main}});
+  return {{"index", b}, {"hook", boundary.hook}, {"depth", depth_of(boundary)},
+          {"leaving_map", boundary.sublayer >= 0 ? sublayer_name(boundary.sublayer) : "none"},
+          {"constant_units", std::count(t.constant_unit.begin(), t.constant_unit.end(), true)},
+          {"edges", t.graph.edges.size()}, {"positive_edges", t.n_positive_edges}, {"negative_edges", t.n_negative_edges},
+          {"communities", t.partition.n_communities}, {"community_sizes", t.community_sizes},
+          {"cpm_quality", t.partition.quality}, {"leiden_passes", t.partition.passes},
+          {"bridge_nodes", t.n_bridge_nodes},
+          {"participation", {{"min", quantile(p, 0)}, {"q25", quantile(p, 0.25)}, {"median", quantile(p, 0.5)},
+                             {"q75", quantile(p, 0.75)}, {"q90", quantile(p, 0.9)}, {"max", quantile(p, 1)}}},
+          {"gamma_scan", scan}};
+}
+
+nlohmann::json coupling_json(const TopologyResult& r, const TopologyOptions& options) {
+  const CouplingResult& coupling = r.coupling;
+  nlohmann::json layers = nlohmann::json::array(), significant = nlohmann::json::array(), coupled_hooks = nlohmann::json::array();
+  for (size_t i = 0; i < coupling.layers.size(); ++i) {
+    const auto& l = coupling.layers[i];
+    const auto& bnd = r.boundaries[r.coupled[i]];
+    layers.push_back({{"boundary", r.coupled[i]}, {"hook", bnd.hook}, {"map", sublayer_name(bnd.sublayer)}, {"nodes", l.n_nodes},
+                      {"column_gain", test_json(l.column)}, {"row_gain", test_json(l.row)},
+                      {"operator", {{"normalized_departure", l.normalized_departure}, {"symmetry_index", l.symmetry_index},
+                                    {"complex_fraction", l.complex_fraction}}}});
+    if (l.column.significant) significant.push_back(bnd.hook);
+    if (l.column.coupled) coupled_hooks.push_back(bnd.hook);
+  }
+  return {{"jacobian_pairs", r.n_pairs}, {"decision_p", coupling.decision_p}, {"fdr_q", options.coupling_test.fdr_q},
+          {"significant_layers", coupling.n_significant_column}, {"significant_hooks", significant},
+          {"significant_layers_row_gain", coupling.n_significant_row},
+          {"coupled_layers", coupling.n_coupled_column}, {"coupled_hooks", coupled_hooks}, {"min_effect", options.coupling_test.min_effect},
+          {"sign_rule", {{"rho", number(coupling.sign_rule.rho)}, {"layers", coupling.sign_rule.n},
+                         {"p_parametric", number(coupling.sign_rule.p_parametric)},
+                         {"p_permutation", number(coupling.sign_rule.p_permutation)}, {"predicted", "negative"}}},
+          {"rho_vs_normalized_departure", number(coupling.rho_vs_departure)},
+          {"rho_vs_symmetry_index", number(coupling.rho_vs_symmetry)}, {"layers", layers}};
+}
+
+}  // namespace
+
+PassSpec topology_pass_spec(int64_t n_layers, const TopologyOptions& options) {
+  PassSpec spec;
+  spec.boundaries = residual_boundaries(n_layers, options.boundaries);
+  spec.jacobians = options.coupling;
+  spec.positions = PositionSpec::parse(options.positions);
+  return spec;
+}
+
+void check_sample_ids(const std::vector<Sample>& samples, const ModelConfig& config, const std::string& path) {
+  for (const Sample& s : samples)
+    for (int32_t id : s.ids)
+      if (id < 0 || id >= config.d_vocab) fail("{}: sample token id {} is outside its vocabulary of {}", path, id, config.d_vocab);
+}
+
+TopologyResult run_topology(const Model& model, const std::string& path, const std::string& label, const PassFile& pass,
+                            const TopologyOptions& options, ProgressSink& progress) {
+  const ModelConfig& c = model.config;
+  TopologyResult r;
+  r.label = label, r.path = path;
+  r.boundaries = residual_boundaries(c.n_layers, options.boundaries);
+  const int64_t n_boundaries = static_cast<int64_t>(r.boundaries.size());
+  r.drawn_boundary = options.draw_boundary >= 0 ? options.draw_boundary : n_boundaries / 2;
+  if (r.drawn_boundary >= n_boundaries) fail("draw_boundary {}: there are {} boundaries", r.drawn_boundary, n_boundaries);
+  r.model = {{"path", path}, {"label", label}, {"family", c.family}, {"format", c.format}, {"d_model", c.d_model},
+             {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"d_vocab", c.d_vocab}};
+  r.n_samples = pass.n_samples(), r.n_tokens = pass.n_tokens(), r.n_pairs = pass.n_pairs();
+  timed(r.timings, "graphs_and_communities", [&] { analyse_boundaries(r, pass, options, progress); });
+  r.has_coupling = options.coupling;
+  if (r.has_coupling) timed(r.timings, "coupling", [&] { couple(r, pass, options); });
+  timed(r.timings, "graph_layout", [&] { r.layout = graph_layout(r.topology[r.drawn_boundary].graph, options.graph.leiden.seed); });
+  if (!options.communities_control.empty())
+    timed(r.timings, "community_similarity", [&] { r.community_similarity = compare_communities(r, options); });
+  return r;
+}
+
+std::string checkpoint_label(const fs::path& path, std::vector<std::string>* taken) {
+  fs::path p = path;
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  std::string label = fs::is_directory(p) ? p.filename().string()
+                      : p.stem() == "model" ? p.parent_path().filename().string()
+                                            : p.stem().string();
+  if (label.empty()) label = "model";
+  if (!taken) return label;
+  std::string unique = label;
+  for (int n = 2; std::find(taken->begin(), taken->end(), unique) != taken->end(); ++n) unique = fmt::format("{}_{}", label, n);
+  taken->push_back(unique);
+  return unique;
+}
+
+double depth_of(const ResidualBoundary& b) { return b.sublayer < 0 ? b.layer : b.layer + 0.5 * (b.sublayer % 2); }
+
+double quantile(std::vector<double> values, double q) {
+  values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return std::isnan(v); }), values.end());
+  if (values.empty()) return std::nan("");
+  std::sort(values.begin(), values.end());
+  const double position = q * static_cast<double>(values.size() - 1);
+  const size_t below = static_cast<size_t>(std::floor(position));
+  const size_t above = std::min(below + 1, values.size() - 1);
+  return values[below] + (position - static_cast<double>(below)) * (values[above] - values[below]);
+}
+
+nlohmann::json options_json(const TopologyResult& r, const TopologyOptions& o) {
+  nlohmann::json hooks = nlohmann::json::array();
+  for (const auto& b : r.boundaries) hooks.push_back(b.hook);
+  const auto& leiden = o.graph.leiden;
+  const CouplingOptions& test = o.coupling_test;
+  return {
+      {"boundaries", to_string(o.boundaries)},
+      {"boundary_hooks", hooks},
+      {"correlation", "Pearson r of the d_model residual units over all tokens of all samples (streaming, float64)"},
+      {"graph", o.graph.threshold > 0
+                    ? nlohmann::json{{"method", "threshold"}, {"min_abs_r", o.graph.threshold}}
+                    : nlohmann::json{{"method", "top_k"}, {"k", o.graph.top_k},
+                                     {"rule", "an edge is kept when it is among the k largest |r| of either end; sign kept"}}},
+      {"leiden", {{"objective", "signed CPM: Q_CPM(G+; gamma) - Q_CPM(G-; 0)"}, {"gamma", leiden.resolution}, {"seed", leiden.seed},
+                  {"beta", leiden.beta}, {"max_passes", leiden.max_passes}}},
+      {"gamma_scan", o.graph.gamma_scan},
+      {"boundary_score", "participation coefficient 1 - sum_c (k_ic/k_i)^2 over positive edges (weighted)"},
+      {"bridge_rule", "positive edges into >= 2 communities other than the node's own"},
+      {"coupling", !o.coupling
+                       ? nlohmann::json(false)
+                       : nlohmann::json{{"gain", "log |J_l e_i| (column norms of the mean Jacobian of the sublayer map leaving the boundary)"},
+                                        {"row_gain", "log |e_i^T J_l| (row norms)"},
+                                        {"statistic", "Spearman rho over units; constant units left out"},
+                                        {"jacobian_positions", o.positions},
+                                        {"jacobian_method", "structured mean over (sample, position) pairs (analysis/jacobian.h)"},
+                                        {"permutations", test.permutations},
+                                        {"permutation_seed", test.seed},
+                                        {"permutation_seed_rule", "layer i uses permutation_seed + i"},
+                                        {"fdr", "Benjamini-Hochberg across layers"},
+                                        {"fdr_q", test.fdr_q},
+                                        {"min_effect", test.min_effect},
+                                        {"coupled_rule", "BH-significant and |rho| >= min_effect"},
+                                        {"sign_rule", "Spearman over layers of rho with the normalized departure; the paper predicts < 0 "
+                                                      "(near-symmetric layers amplify, non-normal ones attenuate); permutation seed "
+                                                      "permutation_seed - 1"},
+                                        {"decision_p", test.permutations > 0 ? "permutation" : "parametric"}}},
+      {"save_correlations", o.keep_correlations},
+      {"save_jacobians", o.keep_jacobians},
+      {"draw_boundary", o.draw_boundary},
+      {"communities_control", o.communities_control.empty() ? nlohmann::json(false) : nlohmann::json{
+          {"dir", o.communities_control}, {"independent_draw", o.communities_control_independent},
+          {"permutations", o.communities_permutations}}},
+  };
+}
+
+nlohmann::json results_json(const TopologyResult& r, const TopologyOptions& options) {
+  nlohmann::json per_boundary = nlohmann::json::array();
+  for (size_t b = 0; b < r.boundaries.size(); ++b) per_boundary.push_back(boundary_json(r, b));
+  nlohmann::json results = {{"samples", r.n_samples}, {"tokens", r.n_tokens}, {"boundaries", per_boundary},
+                            {"coupling", r.has_coupling ? coupling_json(r, options) : nlohmann::json(nullptr)},
+                            {"drawn_boundary", r.boundaries[r.drawn_boundary].hook}};
+  if (!r.community_similarity.is_null()) results["community_similarity"] = r.community_similarity;
+  return results;
+}
+
+}  // namespace tdyn

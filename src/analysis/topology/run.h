@@ -1,0 +1,88 @@
+// One checkpoint's topology analysis from start to end, as `tdyn topology` and tdyn.topology run it: from the
+// sums of the shared sample pass (analysis/sample_pass.h), per residual boundary the correlation graph, its
+// signed Leiden communities and boundary nodes (topology_analysis.h), their coupling with the Jacobian gains of
+// the sublayer map leaving the boundary, the layout of the graph drawn, and optionally the similarity of the
+// communities with those of another topology results directory. report/topology_output.h writes the result as
+// results.json, .npy, .csv and figures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/sample_pass.h"
+#include "analysis/topology/topology_analysis.h"
+#include "core/progress.h"
+
+namespace tdyn {
+
+struct TopologyOptions {
+  BoundarySet boundaries = BoundarySet::Sublayers;  // every sublayer map, the MLPs included, is coupled
+  GraphOptions graph;
+  bool coupling = true;            // mean Jacobians and the coupling statistics; false: topology only
+  std::string positions = "last";  // positions averaged in the mean Jacobians (PositionSpec::parse)
+  CouplingOptions coupling_test;
+  bool keep_correlations = false;  // TopologyResult::correlations (each d × d)
+  bool keep_jacobians = false;     // TopologyResult::mean_jacobians (each d × d)
+  int64_t draw_boundary = -1;      // the boundary whose graph is laid out; −1: the middle one
+  // A topology results directory of the same architecture on the same samples whose communities are compared
+  // with this run's (NMI per boundary against a shuffled-unit null); "" for none.
+  std::string communities_control;
+  bool communities_control_independent = false;  // its model is an independent random draw: no unit is the same unit
+  int64_t communities_permutations = 1000;
+};
+
+// Wall-clock seconds of the named phases of a run, in the order they ran (results.json's "timings").
+using TopologyTimes = std::vector<std::pair<std::string, double>>;
+
+struct TopologyResult {
+  std::string label, path;  // the checkpoint's short name and where it was loaded from
+  nlohmann::json model;     // results.json's "model"
+  std::vector<ResidualBoundary> boundaries;
+  int64_t n_samples = 0, n_tokens = 0, n_pairs = 0;  // of the pass
+  std::vector<BoundaryTopology> topology;            // per boundary
+  std::vector<topology::CorrelationMatrix> correlations;  // per boundary, with keep_correlations
+  bool has_coupling = false;
+  std::vector<int64_t> coupled;  // boundary index of every coupling layer (boundaries a sublayer map leaves)
+  CouplingResult coupling;
+  std::vector<linalg::Matrix> mean_jacobians;  // per coupling layer, with keep_jacobians
+  int64_t drawn_boundary = 0;
+  std::vector<std::pair<double, double>> layout;  // node positions of the drawn boundary's graph
+  nlohmann::json community_similarity;            // null without a communities_control
+  TopologyTimes timings;
+};
+
+// The pass spec of a checkpoint with `n_layers` layers: the options' boundaries, correlations, and the Jacobian
+// sums at the options' positions when coupling. Throws Error on bad positions.
+PassSpec topology_pass_spec(int64_t n_layers, const TopologyOptions& options);
+
+// Throws Error naming `path` when a sample holds a token id outside the model's vocabulary.
+void check_sample_ids(const std::vector<Sample>& samples, const ModelConfig& config, const std::string& path);
+
+// The analysis of the checkpoint `model` (loaded from `path`, called `label`) from `pass`, a finished pass of
+// topology_pass_spec (or a superset of it). Throws Error on bad options, and on a communities_control directory
+// whose boundaries are not these.
+TopologyResult run_topology(const Model& model, const std::string& path, const std::string& label, const PassFile& pass,
+                            const TopologyOptions& options, ProgressSink& progress);
+
+// A short name for a checkpoint (figure titles, results.json): the file stem, or the directory name for Hugging Face
+// directories and files called "model.*"; with `taken`, made unique among those and added to them.
+std::string checkpoint_label(const fs::path& path, std::vector<std::string>* taken = nullptr);
+
+// Depth coordinate of a boundary for tables and plots: l for the input of layer l, l + 0.5 for its pre-MLP
+// stream, L after the last layer.
+double depth_of(const ResidualBoundary& boundary);
+
+// The q-quantile of `values` (linear interpolation), NaN left out; NaN when nothing is left.
+double quantile(std::vector<double> values, double q);
+
+// results.json's "options" of the analysis (the samples and pass are the caller's).
+nlohmann::json options_json(const TopologyResult& result, const TopologyOptions& options);
+
+// results.json's "results": samples, tokens, the boundaries, the coupling and the community similarity.
+nlohmann::json results_json(const TopologyResult& result, const TopologyOptions& options);
+
+}  // namespace tdyn

@@ -1,0 +1,36 @@
+// Writes a topology analysis (analysis/topology/run.h) into a results directory: the graphs as edge lists, the
+// communities and boundary scores as .npy, the per-boundary and per-layer tables as .csv, the figures, and
+// results.json; and the comparison of several checkpoints analysed on the same samples.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/topology/run.h"
+#include "report/results.h"
+
+namespace tdyn {
+
+// graph_HOOK.csv per boundary (and correlation_HOOK.npy, mean_jacobians.npy when kept), membership.npy,
+// participation.npy, n_other_communities.npy, boundaries.csv, gamma_scan.csv, coupling.csv, the gain arrays,
+// the figures, and results.json with its options (merged into any the caller set), model, results and timings.
+void write_topology(ResultsDir& out, const TopologyResult& result, const TopologyOptions& options);
+
+// What one checkpoint's analysis leaves for the comparison of checkpoints.
+struct TopologyCheckpoint {
+  std::string label;
+  std::vector<double> depth;
+  std::vector<int64_t> n_communities;
+  std::vector<double> coupling_depth, coupling_rho;
+  std::vector<bool> coupling_significant, coupling_coupled;
+  nlohmann::json json;  // results.json's entry in "checkpoints"
+};
+TopologyCheckpoint checkpoint_summary(const TopologyResult& result, const fs::path& results_dir);
+
+// results.json's "checkpoints" (one entry per checkpoint, the first one included) and, with two or more,
+// checkpoints.csv and the compare_*.svg figures; figure notes are appended to results.notes. Writes results.json.
+void write_topology_comparison(ResultsDir& out, const std::vector<TopologyCheckpoint>& checkpoints);
+
+}  // namespace tdyn
