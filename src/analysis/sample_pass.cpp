@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "analysis/power.h"
+#include "analysis/power/spectra.h"
 #include "core/error.h"
 #include "core/ranks.h"
 #include "linalg/gemm.h"

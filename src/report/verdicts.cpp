@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "analysis/power_layers.h"
+#include "analysis/power/layers.h"
 #include "core/json_number.h"
 
 namespace tdyn {

@@ -231,7 +231,7 @@ nlohmann::json options_json(const TopologyResult& r, const TopologyOptions& o) {
                                         {"row_gain", "log |e_i^T J_l| (row norms)"},
                                         {"statistic", "Spearman rho over units; constant units left out"},
                                         {"jacobian_positions", o.positions},
-                                        {"jacobian_method", "structured mean over (sample, position) pairs (analysis/jacobian.h)"},
+                                        {"jacobian_method", "structured mean over (sample, position) pairs (analysis/jacobian/means.h)"},
                                         {"permutations", test.permutations},
                                         {"permutation_seed", test.seed},
                                         {"permutation_seed_rule", "layer i uses permutation_seed + i"},

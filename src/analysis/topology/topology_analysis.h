@@ -5,7 +5,7 @@
 // that boundary, tested per layer and corrected with Benjamini–Hochberg across layers.
 //
 // The model-independent steps live in analysis/topology/ (topology.h); mean Jacobians come from
-// analysis/jacobian.h. This file adds what needs a model:
+// analysis/jacobian/means.h. This file adds what needs a model:
 //   * residual_boundaries(): which hooks are cut (the input of every layer and the output of the last one);
 //   * the pass over the samples lives in sample_pass.h: ONE forward pass per sample feeds both the correlation
 //     accumulators (all tokens) and the structured mean Jacobians (selected positions);
