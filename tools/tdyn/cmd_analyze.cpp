@@ -104,141 +104,137 @@ fs::path shared_pass(const AnalyzeArgs& a, const std::shared_ptr<const Model>& m
   return file;
 }
 
-int run_analyze(AnalyzeArgs& a) {
+std::set<std::string> parts_to_skip(const std::string& list) {
   std::set<std::string> skip;
-  for (const std::string& part : split_list(a.skip)) {
+  for (const std::string& part : split_list(list)) {
     if (part.empty()) continue;  // "" (nothing skipped) or a trailing comma
     if (std::find(kSkippable.begin(), kSkippable.end(), part) == kSkippable.end())
       throw CLI::ValidationError("--skip", fmt::format("unknown part '{}' (parts: {})", part, fmt::join(kSkippable, ", ")));
     skip.insert(part);
   }
-  // Absolute corpus and tokenizer paths, so every part's command line reproduces from any directory.
-  if (a.data.empty()) a.data = default_corpus().string();
-  a.data = fs::absolute(a.data).lexically_normal().string();
-  if (!a.tokenizer.empty()) a.tokenizer = fs::absolute(a.tokenizer).lexically_normal().string();
-  const fs::path out_dir = fs::absolute(a.out_dir).lexically_normal();
-  auto model = a.model.load();
+  return skip;
+}
 
-  ResultsDir out(out_dir, "analyze", invocation());
-  out.model() = {{"path", a.model.path}, {"family", model->config.family}, {"d_model", model->config.d_model},
-                 {"n_layers", model->config.n_layers}};
-  out.options() = {{"data", a.data}, {"tokenizer", a.tokenizer.empty() ? "the one shipped with MODEL" : a.tokenizer},
-                   {"samples", a.samples}, {"max_len", a.max_len}, {"skip", std::vector<std::string>(skip.begin(), skip.end())},
-                   {"jacobian", "--surgery (alphas and positions: the jacobian command's defaults)"},
-                   {"init_control", a.no_init_control ? nlohmann::json(false)
-                                                      : nlohmann::json{{"seed", kInitSeed}, {"rule", "tdyn init's (the family's published init rule)"},
-                                                                       {"jacobian", "the jacobian command's defaults, no --surgery"},
-                                                                       {"topology", "the topology command's defaults, in DIR/init/topology "
-                                                                                    "(the coupling's control)"}}},
-                   {"topology", "the topology command's defaults (coupling on)"},
-                   {"particles", {{"layer", a.head_layer}, {"head", a.head}, {"tokens", a.particles_tokens}, {"T", a.particles_t},
-                                  {"sphere", true}, {"cluster_on", "x"}}},
-                   {"pass", pass_options_json(a.pass)}};
-  nlohmann::json& parts = out.results()["parts"];
-  out.results()["order"] = kParts;
-  out.results()["sharing"] = "one forward pass per sample feeds power's token alignments, jacobian's mean Jacobians and topology's "
-                             "correlations and coupling (DIR/pass/pass.tdynpass, read with --from-pass); power's shared-weight "
-                             "iteration (one sample) and steering sweep (the steered models) run models of their own";
+nlohmann::json analyze_options_json(const AnalyzeArgs& a, const std::set<std::string>& skip) {
+  return {{"data", a.data}, {"tokenizer", a.tokenizer.empty() ? "the one shipped with MODEL" : a.tokenizer},
+          {"samples", a.samples}, {"max_len", a.max_len}, {"skip", std::vector<std::string>(skip.begin(), skip.end())},
+          {"jacobian", "--surgery (alphas and positions: the jacobian command's defaults)"},
+          {"init_control", a.no_init_control ? nlohmann::json(false)
+                                             : nlohmann::json{{"seed", kInitSeed}, {"rule", "tdyn init's (the family's published init rule)"},
+                                                              {"jacobian", "the jacobian command's defaults, no --surgery"},
+                                                              {"topology", "the topology command's defaults, in DIR/init/topology "
+                                                                           "(the coupling's control)"}}},
+          {"topology", "the topology command's defaults (coupling on)"},
+          {"particles", {{"layer", a.head_layer}, {"head", a.head}, {"tokens", a.particles_tokens}, {"T", a.particles_t},
+                         {"sphere", true}, {"cluster_on", "x"}}},
+          {"pass", pass_options_json(a.pass)}};
+}
 
-  const std::string self = invocation().empty() ? "tdyn" : invocation()[0];
-  std::vector<std::string> common = {"--data", a.data, "--samples", std::to_string(a.samples), "--max-len", std::to_string(a.max_len)};
-  // The model's loading flags go to every part.
-  std::vector<std::string> loading;
-  if (a.model.allow_unknown_config_keys) loading.push_back("--allow-unknown-config-keys");
-  if (a.model.no_check_weights) loading.push_back("--no-check-weights");
-  common.insert(common.end(), loading.begin(), loading.end());
-  // --tokenizer goes to every part that tokenizes text (init reads the token ids written here instead).
-  std::vector<std::string> tokenizer;
-  if (!a.tokenizer.empty()) tokenizer = {"--tokenizer", a.tokenizer};
-  common.insert(common.end(), tokenizer.begin(), tokenizer.end());
+// How the parts are launched: this executable with the run's thread count (BLAS results depend on it at the
+// round-off level), the model's loading flags, --tokenizer for the parts that tokenize text, and the samples.
+struct PartLauncher {
+  std::string self;
+  std::vector<std::string> loading, tokenizer, samples;
   fs::path pass_file;
-  std::vector<Sample> samples;
-  if (!skip.count("power") || !skip.count("jacobian") || !skip.count("topology")) {
-    PhaseTimer timer(out, "forward_pass");
-    SampleArgs samples_args;
-    samples_args.options.data = a.data;
-    samples_args.options.samples = a.samples;
-    samples_args.options.max_len = a.max_len;
-    samples_args.tokenizer = a.tokenizer;
-    samples = samples_args.load(a.model.path, model->config.d_vocab);
-    if (samples.empty()) fail("no samples to analyse in {} (check --data)", a.data);
-    nlohmann::json record;
-    pass_file = shared_pass(a, model, samples, out_dir / "pass", skip, &record);
-    out.results()["pass"] = record;
-    out.record_file("pass/pass.tdynpass", "the shared forward pass: Jacobian and correlation sums over the samples (tdyn pass file)");
-  }
-  if (!ranks().root()) return 0;  // unreachable: worker ranks end once the pass is done (obtain_pass)
-  Progress progress("analyze", static_cast<int64_t>(kParts.size()), "part");
-  for (const std::string& name : kParts) {
-    const fs::path dir = out_dir / name;
-    nlohmann::json& record = parts[name];
-    record["dir"] = name;
-    // The init control is judged against the jacobian part; without it there is nothing to control.
-    if (skip.count(name) || (name == "init" && (a.no_init_control || skip.count("jacobian")))) {
-      record["status"] = "skipped";
-      progress.advance();
-      continue;
-    }
-    // The parts run with this run's thread count: BLAS results depend on it at the round-off level.
-    std::vector<std::string> argv = {self, name == "init" ? "jacobian" : name, "--threads", std::to_string(omp_get_max_threads())};
+
+  std::vector<std::string> command(const std::string& name) const {
+    std::vector<std::string> argv = {self, name, "--threads", std::to_string(omp_get_max_threads())};
     if (progress_quiet()) argv.push_back("--quiet");
-    if (name == "particles") {
-      // One head of the model as interacting particles, from the first tokens of the first passage.
-      argv.insert(argv.end(), {"--from-model", a.model.path, "--layer", std::to_string(a.head_layer), "--head", std::to_string(a.head),
-                               "--data", a.data, "--n", std::to_string(a.particles_tokens), "--T", fmt::format("{}", a.particles_t)});
-      argv.insert(argv.end(), loading.begin(), loading.end());
-      argv.insert(argv.end(), tokenizer.begin(), tokenizer.end());
-    } else if (name == "init") {
-      // The random initialisation, then its Jacobians on the shared samples' token ids.
-      const fs::path checkpoint = dir / "model", ids = dir / "samples.ids";
-      std::vector<std::string> init_argv = {self, "init", a.model.path, "--seed", std::to_string(kInitSeed), "--out", checkpoint.string()};
-      init_argv.insert(init_argv.end(), loading.begin(), loading.end());
-      record["init_argv"] = init_argv;
-      const int code = run_self(init_argv);
-      if (code != 0) {
-        record["exit_code"] = code;
-        record["status"] = "failed";
-        record["error"] = fmt::format("tdyn init: exit code {} (its messages are on stderr above)", code);
-        out.write();
-        progress.advance();
-        continue;
-      }
-      write_ids_file(samples, ids);
-      argv.insert(argv.end(), {checkpoint.string(), "--data", ids.string(), "--samples", std::to_string(samples.size()), "--max-len",
-                               std::to_string(a.max_len), "--min-len", "1"});
-      argv.insert(argv.end(), loading.begin(), loading.end());
-    } else {
-      argv.push_back(a.model.path);
-      argv.insert(argv.end(), common.begin(), common.end());
-      if (name == "jacobian") argv.push_back("--surgery");
-      // The initialisation's communities (its topology ran before this part): an independent draw, whose units are
-      // not the trained model's, so the report shows their NMI without judging it (docs/topology.md).
-      if (name == "topology" && parts["init"].value("status", "") == "ok" && fs::exists(out_dir / "init" / "topology" / "membership.npy"))
-        argv.insert(argv.end(), {"--communities-control", (out_dir / "init" / "topology").string(), "--communities-control-independent"});
-      argv.insert(argv.end(), {"--from-pass", pass_file.string()});
-    }
-    argv.insert(argv.end(), {"--out", dir.string()});
-    record["argv"] = argv;
-    const auto start = std::chrono::steady_clock::now();
-    int code = run_self(argv);
-    if (code == 0 && name == "init" && !skip.count("topology")) {
-      // The coupling's control: topology of the same initialisation on the same token ids, in DIR/init/topology.
-      std::vector<std::string> topology_argv = argv;
-      topology_argv[1] = "topology";
-      topology_argv.back() = (dir / "topology").string();
-      record["topology_argv"] = topology_argv;
-      code = run_self(topology_argv);
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    record["exit_code"] = code;
-    record["seconds"] = seconds;
-    record["status"] = code == 0 ? "ok" : "failed";
-    if (code != 0) record["error"] = fmt::format("exit code {} (its messages are on stderr above)", code);
-    out.add_timing(name, seconds);
-    out.write();  // a later crash still leaves the record of what ran
-    progress.advance();
+    return argv;
   }
-  progress.finish();
+  void add(std::vector<std::string>& argv, const std::vector<std::string>& flags) const {
+    argv.insert(argv.end(), flags.begin(), flags.end());
+  }
+};
+
+PartLauncher part_launcher(const AnalyzeArgs& a) {
+  PartLauncher l;
+  l.self = invocation().empty() ? "tdyn" : invocation()[0];
+  if (a.model.allow_unknown_config_keys) l.loading.push_back("--allow-unknown-config-keys");
+  if (a.model.no_check_weights) l.loading.push_back("--no-check-weights");
+  if (!a.tokenizer.empty()) l.tokenizer = {"--tokenizer", a.tokenizer};
+  l.samples = {"--data", a.data, "--samples", std::to_string(a.samples), "--max-len", std::to_string(a.max_len)};
+  return l;
+}
+
+// The random initialisation (tdyn init) and its Jacobians' command on the shared samples' token ids; an empty
+// command when init failed (the record says so).
+std::vector<std::string> init_command(const AnalyzeArgs& a, const PartLauncher& l, const std::vector<Sample>& samples,
+                                      const fs::path& dir, nlohmann::json& record) {
+  const fs::path checkpoint = dir / "model", ids = dir / "samples.ids";
+  std::vector<std::string> init_argv = {l.self, "init", a.model.path, "--seed", std::to_string(kInitSeed), "--out", checkpoint.string()};
+  l.add(init_argv, l.loading);
+  record["init_argv"] = init_argv;
+  const int code = run_self(init_argv);
+  if (code != 0) {
+    record["exit_code"] = code;
+    record["status"] = "failed";
+    record["error"] = fmt::format("tdyn init: exit code {} (its messages are on stderr above)", code);
+    return {};
+  }
+  write_ids_file(samples, ids);
+  std::vector<std::string> argv = l.command("jacobian");
+  argv.insert(argv.end(), {checkpoint.string(), "--data", ids.string(), "--samples", std::to_string(samples.size()), "--max-len",
+                           std::to_string(a.max_len), "--min-len", "1"});
+  l.add(argv, l.loading);
+  return argv;
+}
+
+// The command of part `name` (not init), writing to `dir`.
+std::vector<std::string> part_command(const AnalyzeArgs& a, const PartLauncher& l, const std::string& name, const fs::path& out_dir,
+                                      const nlohmann::json& parts) {
+  std::vector<std::string> argv = l.command(name);
+  if (name == "particles") {
+    // One head of the model as interacting particles, from the first tokens of the first passage.
+    argv.insert(argv.end(), {"--from-model", a.model.path, "--layer", std::to_string(a.head_layer), "--head", std::to_string(a.head),
+                             "--data", a.data, "--n", std::to_string(a.particles_tokens), "--T", fmt::format("{}", a.particles_t)});
+    l.add(argv, l.loading);
+    l.add(argv, l.tokenizer);
+    return argv;
+  }
+  argv.push_back(a.model.path);
+  l.add(argv, l.samples);
+  l.add(argv, l.loading);
+  l.add(argv, l.tokenizer);
+  if (name == "jacobian") argv.push_back("--surgery");
+  // The initialisation's communities (its topology ran before this part): an independent draw, whose units are
+  // not the trained model's, so the report shows their NMI without judging it (docs/topology.md).
+  if (name == "topology" && parts["init"].value("status", "") == "ok" && fs::exists(out_dir / "init" / "topology" / "membership.npy"))
+    argv.insert(argv.end(), {"--communities-control", (out_dir / "init" / "topology").string(), "--communities-control-independent"});
+  argv.insert(argv.end(), {"--from-pass", l.pass_file.string()});
+  return argv;
+}
+
+// Runs one part (and, for init, the coupling's control: topology of the same initialisation on the same token
+// ids, in DIR/init/topology) and records how it went.
+void run_part(const AnalyzeArgs& a, const PartLauncher& l, const std::string& name, const std::vector<Sample>& samples,
+              const std::set<std::string>& skip, const fs::path& out_dir, ResultsDir& out) {
+  nlohmann::json& parts = out.results()["parts"];
+  nlohmann::json& record = parts[name];
+  const fs::path dir = out_dir / name;
+  std::vector<std::string> argv = name == "init" ? init_command(a, l, samples, dir, record) : part_command(a, l, name, out_dir, parts);
+  if (argv.empty()) return;  // init failed
+  argv.insert(argv.end(), {"--out", dir.string()});
+  record["argv"] = argv;
+  const auto start = std::chrono::steady_clock::now();
+  int code = run_self(argv);
+  if (code == 0 && name == "init" && !skip.count("topology")) {
+    std::vector<std::string> topology_argv = argv;
+    topology_argv[1] = "topology";
+    topology_argv.back() = (dir / "topology").string();
+    record["topology_argv"] = topology_argv;
+    code = run_self(topology_argv);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  record["exit_code"] = code;
+  record["seconds"] = seconds;
+  record["status"] = code == 0 ? "ok" : "failed";
+  if (code != 0) record["error"] = fmt::format("exit code {} (its messages are on stderr above)", code);
+  out.add_timing(name, seconds);
+}
+
+// The verdicts and the report, once every part ran; the exit code says whether one failed.
+int finish_analyze(ResultsDir& out, const fs::path& out_dir) {
   {
     PhaseTimer timer(out, "report");
     out.record_file("index.html", "the report");
@@ -250,8 +246,56 @@ int run_analyze(AnalyzeArgs& a) {
   out.write();
   if (!progress_quiet()) std::cerr << "tdyn analyze: wrote " << (out_dir / "index.html").string() << "\n";
   for (const std::string& name : kParts)
-    if (parts[name]["status"] == "failed") return kExitInputError;
+    if (out.results()["parts"][name]["status"] == "failed") return kExitInputError;
   return 0;
+}
+
+int run_analyze(AnalyzeArgs& a) {
+  const std::set<std::string> skip = parts_to_skip(a.skip);
+  // Absolute corpus and tokenizer paths, so every part's command line reproduces from any directory.
+  if (a.data.empty()) a.data = default_corpus().string();
+  a.data = fs::absolute(a.data).lexically_normal().string();
+  if (!a.tokenizer.empty()) a.tokenizer = fs::absolute(a.tokenizer).lexically_normal().string();
+  const fs::path out_dir = fs::absolute(a.out_dir).lexically_normal();
+  auto model = a.model.load();
+
+  ResultsDir out(out_dir, "analyze", invocation());
+  out.model() = {{"path", a.model.path}, {"family", model->config.family}, {"d_model", model->config.d_model},
+                 {"n_layers", model->config.n_layers}};
+  out.options() = analyze_options_json(a, skip);
+  out.results()["parts"] = nlohmann::json::object();
+  out.results()["order"] = kParts;
+  out.results()["sharing"] = "one forward pass per sample feeds power's token alignments, jacobian's mean Jacobians and topology's "
+                             "correlations and coupling (DIR/pass/pass.tdynpass, read with --from-pass); power's shared-weight "
+                             "iteration (one sample) and steering sweep (the steered models) run models of their own";
+  PartLauncher launcher = part_launcher(a);
+  std::vector<Sample> samples;
+  if (!skip.count("power") || !skip.count("jacobian") || !skip.count("topology")) {
+    PhaseTimer timer(out, "forward_pass");
+    SampleArgs samples_args;
+    samples_args.options.data = a.data;
+    samples_args.options.samples = a.samples;
+    samples_args.options.max_len = a.max_len;
+    samples_args.tokenizer = a.tokenizer;
+    samples = samples_args.load(a.model.path, model->config.d_vocab);
+    if (samples.empty()) fail("no samples to analyse in {} (check --data)", a.data);
+    nlohmann::json record;
+    launcher.pass_file = shared_pass(a, model, samples, out_dir / "pass", skip, &record);
+    out.results()["pass"] = record;
+    out.record_file("pass/pass.tdynpass", "the shared forward pass: Jacobian and correlation sums over the samples (tdyn pass file)");
+  }
+  if (!ranks().root()) return 0;  // unreachable: worker ranks end once the pass is done (obtain_pass)
+  Progress progress("analyze", static_cast<int64_t>(kParts.size()), "part");
+  for (const std::string& name : kParts) {
+    out.results()["parts"][name]["dir"] = name;
+    // The init control is judged against the jacobian part; without it there is nothing to control.
+    if (skip.count(name) || (name == "init" && (a.no_init_control || skip.count("jacobian")))) out.results()["parts"][name]["status"] = "skipped";
+    else run_part(a, launcher, name, samples, skip, out_dir, out);
+    out.write();  // a later crash still leaves the record of what ran
+    progress.advance();
+  }
+  progress.finish();
+  return finish_analyze(out, out_dir);
 }
 
 std::function<int()> setup(CLI::App& app) {

@@ -5,6 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <random>
+
+#include <fmt/ranges.h>
 
 #include "cli_util.h"
 #include "command.h"
@@ -25,11 +28,8 @@ struct DemoArgs {
   bool skip_analysis = false;
 };
 
-int run_demo(const DemoArgs& a) {
-  ResultsDir out(a.out, "demo", invocation());
-  out.options() = {{"out", a.out}, {"seed", a.seed}};
-
-  // 1. A small Llama 3-style architecture (GQA, llama3 RoPE scaling), random weights by the HF init rule.
+// A small Llama 3-style architecture (GQA, llama3 RoPE scaling).
+ModelConfig demo_architecture() {
   ModelConfig arch;
   arch.family = "llama";
   arch.d_model = 128;
@@ -44,10 +44,77 @@ int run_demo(const DemoArgs& a) {
   arch.rope = {.style = RopeStyle::RotateHalf, .theta = 500000.0, .scaling = "llama3", .factor = 8.0,
                .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_position = 64};
   arch.bos_id = 1;
+  return arch;
+}
+
+// Per layer: the largest error of the residual identities (exact: resid_mid = resid_pre + attn_out, resid_post =
+// resid_mid + mlp_out) and the mean token norm of resid_post.
+struct ResidualNumbers {
+  double identity_error = 0;
+  std::vector<double> layers, mean_norm;
+};
+
+ResidualNumbers residual_numbers(const ActivationCache& hooks, const ModelConfig& c, int64_t positions) {
+  ResidualNumbers r;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    auto get = [&](const char* h) { return hooks.at(fmt::format("blocks.{}.{}", l, h)).data; };
+    auto pre = get("hook_resid_pre"), attn = get("hook_attn_out"), mid = get("hook_resid_mid");
+    auto mlp = get("hook_mlp_out"), post = get("hook_resid_post");
+    for (size_t i = 0; i < pre.size(); ++i) {
+      r.identity_error = std::max<double>(r.identity_error, std::abs(mid[i] - (pre[i] + attn[i])));
+      r.identity_error = std::max<double>(r.identity_error, std::abs(post[i] - (mid[i] + mlp[i])));
+    }
+    double norm_sum = 0;
+    for (int64_t p = 0; p < positions; ++p) {
+      double s = 0;
+      for (int64_t i = 0; i < c.d_model; ++i) s += double(post[p * c.d_model + i]) * post[p * c.d_model + i];
+      norm_sum += std::sqrt(s);
+    }
+    r.layers.push_back(static_cast<double>(l));
+    r.mean_norm.push_back(norm_sum / static_cast<double>(positions));
+  }
+  return r;
+}
+
+void write_residual_outputs(ResultsDir& out, const ResidualNumbers& r, const Tensor& logits, const ActivationCache& hooks,
+                            int64_t n_layers) {
+  out.npy("prompt_logits.npy", logits, "logits of the prompt, float32 [pos, d_vocab]");
+  out.npy("resid_post_last_layer.npy", hooks.at(fmt::format("blocks.{}.hook_resid_post", n_layers - 1)),
+          "residual stream after the last layer, float32 [pos, d_model]");
+  out.csv("resid_norm.csv", {"layer", "mean_token_norm"}, [&] {
+    std::vector<std::vector<double>> rows;
+    for (size_t i = 0; i < r.layers.size(); ++i) rows.push_back({r.layers[i], r.mean_norm[i]});
+    return rows;
+  }(), "mean L2 norm of resid_post over prompt tokens, per layer");
+  Figure fig{"resid_norm", "Mean token norm through depth (random init)", "layer", "mean ||resid_post||", {},
+             {{"mean over prompt tokens", {r.layers, r.mean_norm}, "linespoints pt 7", ""}}};
+  FigureFiles files = write_figure(out.path(), fig);
+  for (const auto& f : files.written) out.record_file(f, "figure: mean token norm per layer");
+  if (!files.rendered) std::cerr << "tdyn: note: " << files.note << "\n";
+}
+
+// Every analysis of the three papers on the demo model, with random token sequences as the data.
+int run_demo_analysis(const DemoArgs& a, ResultsDir& out, const fs::path& model_dir, int64_t d_vocab, std::mt19937_64& rng) {
+  std::vector<int32_t> ids(a.samples * 48);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % d_vocab);
+  write_npy(out.file("samples.npy"), ids.data(), {a.samples, 48});
+  std::cout << "running tdyn analyze on it (" << a.samples << " random sequences of 48 tokens)...\n" << std::flush;
+  std::vector<std::string> argv = {"tdyn", "analyze", model_dir.string(), "--data", out.file("samples.npy").string(),
+                                   "--samples", std::to_string(a.samples), "--out", out.file("analysis").string()};
+  if (progress_quiet()) argv.push_back("--quiet");
+  int code = run_self(argv);
+  if (code == 0) std::cout << "report: " << out.file("analysis/index.html").string() << "\n";
+  return code;
+}
+
+int run_demo(const DemoArgs& a) {
+  ResultsDir out(a.out, "demo", invocation());
+  out.options() = {{"out", a.out}, {"seed", a.seed}};
+  // 1. The architecture with random weights by the HF init rule, written with tdyn's own safetensors writer.
   fs::path model_dir = out.file("model");
   {
     PhaseTimer t(out, "write_checkpoint");
-    write_random_init(llama_hf_config_json(arch), model_dir, a.seed);
+    write_random_init(llama_hf_config_json(demo_architecture()), model_dir, a.seed);
   }
   out.record_file("model/config.json", "random-initialised Llama checkpoint: configuration");
   out.record_file("model/model.safetensors", "random-initialised Llama checkpoint: weights (N(0, 0.02), norms 1)");
@@ -74,69 +141,22 @@ int run_demo(const DemoArgs& a) {
   std::vector<int32_t> generated;
   auto start = std::chrono::steady_clock::now();
   Generation g = generate(transformer, prompt, gen, [&](int32_t, int32_t next) { generated.push_back(next); }, &hooks, &logits);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << fmt::format("ran {} prompt tokens + {} greedy tokens ({:.0f} tok/s); continuation ids:", prompt.size(),
-                           g.new_tokens, (g.tokens.size() - 1) / seconds);
-  for (int32_t id : generated) std::cout << " " << id;
-  std::cout << "\n";
+  const double tokens_per_second = (g.tokens.size() - 1) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << fmt::format("ran {} prompt tokens + {} greedy tokens ({:.0f} tok/s); continuation ids: {}\n", prompt.size(),
+                           g.new_tokens, tokens_per_second, fmt::join(generated, " "));
 
-  // 4. Residual-stream numbers per layer: identities (exact) and the mean token norm through depth.
-  double identity_error = 0;
-  std::vector<double> layers, mean_norm;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    auto get = [&](const char* h) { return hooks.at(fmt::format("blocks.{}.{}", l, h)).data; };
-    auto pre = get("hook_resid_pre"), attn = get("hook_attn_out"), mid = get("hook_resid_mid");
-    auto mlp = get("hook_mlp_out"), post = get("hook_resid_post");
-    double norm_sum = 0;
-    for (size_t i = 0; i < pre.size(); ++i) {
-      identity_error = std::max<double>(identity_error, std::abs(mid[i] - (pre[i] + attn[i])));
-      identity_error = std::max<double>(identity_error, std::abs(post[i] - (mid[i] + mlp[i])));
-    }
-    for (int64_t p = 0; p < static_cast<int64_t>(prompt.size()); ++p) {
-      double s = 0;
-      for (int64_t i = 0; i < c.d_model; ++i) s += double(post[p * c.d_model + i]) * post[p * c.d_model + i];
-      norm_sum += std::sqrt(s);
-    }
-    layers.push_back(static_cast<double>(l));
-    mean_norm.push_back(norm_sum / prompt.size());
-  }
+  // 4. Residual-stream numbers per layer.
+  const ResidualNumbers r = residual_numbers(hooks, c, static_cast<int64_t>(prompt.size()));
   std::cout << fmt::format("residual identities resid_mid = resid_pre + attn_out, resid_post = resid_mid + mlp_out: "
-                           "max |error| = {:g}\n", identity_error);
-  out.npy("prompt_logits.npy", logits, "logits of the prompt, float32 [pos, d_vocab]");
-  out.npy("resid_post_last_layer.npy", hooks.at(fmt::format("blocks.{}.hook_resid_post", c.n_layers - 1)),
-          "residual stream after the last layer, float32 [pos, d_model]");
-  out.csv("resid_norm.csv", {"layer", "mean_token_norm"}, [&] {
-    std::vector<std::vector<double>> rows;
-    for (size_t i = 0; i < layers.size(); ++i) rows.push_back({layers[i], mean_norm[i]});
-    return rows;
-  }(), "mean L2 norm of resid_post over prompt tokens, per layer");
-  Figure fig{"resid_norm", "Mean token norm through depth (random init)", "layer", "mean ||resid_post||", {},
-             {{"mean over prompt tokens", {layers, mean_norm}, "linespoints pt 7", ""}}};
-  FigureFiles files = write_figure(out.path(), fig);
-  for (const auto& f : files.written) out.record_file(f, "figure: mean token norm per layer");
-  if (!files.rendered) std::cerr << "tdyn: note: " << files.note << "\n";
-  out.results() = {{"prompt_tokens", prompt},
-                   {"generated_tokens", generated},
-                   {"tokens_per_second", (g.tokens.size() - 1) / seconds},
-                   {"residual_identity_max_abs_error", identity_error},
-                   {"mean_token_norm_per_layer", mean_norm},
-                   {"hooks_captured", hooks.tensors().size()}};
+                           "max |error| = {:g}\n", r.identity_error);
+  write_residual_outputs(out, r, logits, hooks, c.n_layers);
+  out.results() = {{"prompt_tokens", prompt},          {"generated_tokens", generated},
+                   {"tokens_per_second", tokens_per_second}, {"residual_identity_max_abs_error", r.identity_error},
+                   {"mean_token_norm_per_layer", r.mean_norm}, {"hooks_captured", hooks.tensors().size()}};
   out.write();
   std::cout << "results: " << out.file("results.json").string() << "\n";
-  if (identity_error != 0) return 3;
-  if (a.skip_analysis) return 0;
-
-  // 5. Every analysis of the three papers on this model, with random token sequences as the data.
-  std::vector<int32_t> ids(a.samples * 48);
-  for (auto& id : ids) id = static_cast<int32_t>(rng() % c.d_vocab);
-  write_npy(out.file("samples.npy"), ids.data(), {a.samples, 48});
-  std::cout << "running tdyn analyze on it (" << a.samples << " random sequences of 48 tokens)...\n" << std::flush;
-  std::vector<std::string> argv = {"tdyn", "analyze", model_dir.string(), "--data", out.file("samples.npy").string(),
-                                   "--samples", std::to_string(a.samples), "--out", out.file("analysis").string()};
-  if (progress_quiet()) argv.push_back("--quiet");
-  int code = run_self(argv);
-  if (code == 0) std::cout << "report: " << out.file("analysis/index.html").string() << "\n";
-  return code;
+  if (r.identity_error != 0) return 3;
+  return a.skip_analysis ? 0 : run_demo_analysis(a, out, model_dir, c.d_vocab, rng);
 }
 
 std::function<int()> setup(CLI::App& app) {

@@ -35,22 +35,19 @@ void save_hooks(const ActivationCache& cache, const fs::path& dir) {
   write_file_atomic(dir / "index.json", index.dump(2) + "\n");
 }
 
-int run(const RunArgs& a) {
-  auto model = a.model.load();
-  const ModelConfig& c = model->config;
-  Transformer transformer(model);
-
-  std::unique_ptr<Tokenizer> tok;
-  if (!a.tokenizer.empty()) {
-    tok = load_tokenizer(a.tokenizer);
-  } else {
-    try {
-      tok = load_tokenizer_for_model(a.model.path);
-    } catch (const Error& e) {
-      if (!a.prompt.empty()) throw;  // text needs a tokenizer
-      std::cerr << "tdyn: note: no tokenizer (" << e.what() << "); printing token ids\n";
-    }
+// --tokenizer, or the one shipped with the model; without one, ids are printed (text prompts need one).
+std::unique_ptr<Tokenizer> run_tokenizer(const RunArgs& a) {
+  if (!a.tokenizer.empty()) return load_tokenizer(a.tokenizer);
+  try {
+    return load_tokenizer_for_model(a.model.path);
+  } catch (const Error& e) {
+    if (!a.prompt.empty()) throw;  // text needs a tokenizer
+    std::cerr << "tdyn: note: no tokenizer (" << e.what() << "); printing token ids\n";
+    return nullptr;
   }
+}
+
+std::vector<int32_t> prompt_ids(const RunArgs& a, const Tokenizer* tok, const ModelConfig& c) {
   std::vector<int32_t> prompt = !a.ids.empty() ? parse_int_list(a.ids, "--ids") : tok->encode(a.prompt, !a.no_special);
   if (prompt.empty()) fail("the prompt encodes to no tokens");
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -59,7 +56,11 @@ int run(const RunArgs& a) {
   }
   if (tok && tok->vocab_size() > c.d_vocab)
     fail("the tokenizer has {} tokens but the model's vocabulary has {}", tok->vocab_size(), c.d_vocab);
+  return prompt;
+}
 
+// The generation settings; --steps (llama2.c's -n) may also shorten the prompt.
+GenerateOptions generate_options(const RunArgs& a, const ModelConfig& c, std::vector<int32_t>& prompt) {
   GenerateOptions gen;
   gen.temperature = a.temperature;
   gen.seed = a.seed;
@@ -82,7 +83,31 @@ int run(const RunArgs& a) {
   if (a.overflow == "crop") gen.overflow = ContextOverflow::Crop;
   else if (a.overflow == "stop" || (a.overflow.empty() && llama2c)) gen.overflow = ContextOverflow::Stop;
   else gen.overflow = ContextOverflow::Error;
+  return gen;
+}
 
+// The prompt as decoded from its tokens (never its first token when that is BOS, as llama2.c), or its ids.
+std::string prompt_echo(const std::vector<int32_t>& prompt, const Tokenizer* tok, const ModelConfig& c) {
+  std::string echo;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (!tok) echo += std::to_string(prompt[i]) + " ";
+    else if (i > 0 || !c.bos_id || prompt[0] != *c.bos_id) echo += tok->decode_step(i == 0 ? -1 : prompt[i - 1], prompt[i]);
+  }
+  return echo;
+}
+
+void save_outputs(const RunArgs& a, const Tensor& prompt_logits, const ActivationCache* hooks) {
+  if (!a.save_logits.empty()) write_npy(a.save_logits, prompt_logits);
+  if (hooks) save_hooks(*hooks, a.save_hooks);
+}
+
+int run(const RunArgs& a) {
+  auto model = a.model.load();
+  const ModelConfig& c = model->config;
+  Transformer transformer(model);
+  const std::unique_ptr<Tokenizer> tok = run_tokenizer(a);
+  std::vector<int32_t> prompt = prompt_ids(a, tok.get(), c);
+  const GenerateOptions gen = generate_options(a, c, prompt);
   std::vector<int32_t> types;
   if (!a.token_types.empty()) {
     types = parse_int_list(a.token_types, "--token-types");
@@ -90,29 +115,16 @@ int run(const RunArgs& a) {
       fail("--token-types has {} entries but the prompt has {} tokens", types.size(), prompt.size());
     if (gen.max_new_tokens > 0) fail("--token-types applies to encoders, which do not generate");
   }
-
   std::unique_ptr<ActivationCache> hooks;
   if (!a.save_hooks.empty()) hooks = std::make_unique<ActivationCache>(a.hooks);
-
-  // Echo the prompt as decoded from its tokens (never its first token when that is BOS, as llama2.c).
-  std::string echo;
-  if (tok) {
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      if (i == 0 && c.bos_id && prompt[0] == *c.bos_id) continue;
-      echo += tok->decode_step(i == 0 ? -1 : prompt[i - 1], prompt[i]);
-    }
-  } else {
-    for (int32_t id : prompt) echo += std::to_string(id) + " ";
-  }
-  std::cout << echo << std::flush;
+  std::cout << prompt_echo(prompt, tok.get(), c) << std::flush;
 
   auto start = std::chrono::steady_clock::now();
   Tensor prompt_logits;
   if (!types.empty()) {  // encoders: one bidirectional pass, nothing to generate
     prompt_logits = transformer.forward(prompt, hooks.get(), nullptr, types);
     std::cout << "\n" << std::flush;
-    if (!a.save_logits.empty()) write_npy(a.save_logits, prompt_logits);
-    if (hooks) save_hooks(*hooks, a.save_hooks);
+    save_outputs(a, prompt_logits, hooks.get());
     return 0;
   }
   Generation g = generate(transformer, prompt, gen,
@@ -122,9 +134,7 @@ int run(const RunArgs& a) {
                           hooks.get(), a.save_logits.empty() ? nullptr : &prompt_logits);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "\n" << std::flush;
-
-  if (!a.save_logits.empty()) write_npy(a.save_logits, prompt_logits);
-  if (hooks) save_hooks(*hooks, a.save_hooks);
+  save_outputs(a, prompt_logits, hooks.get());
   int64_t positions = static_cast<int64_t>(g.tokens.size()) - 1;
   std::cerr << fmt::format("tdyn: {} prompt tokens, {} new tokens, {:.1f} tok/s{}{}\n", prompt.size(), g.new_tokens,
                            positions > 0 ? positions / seconds : 0.0, g.stopped_on_token ? " (stopped at a stop token)" : "",
