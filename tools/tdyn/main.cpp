@@ -34,6 +34,17 @@ int fail_run(int code) {
 
 }  // namespace
 
+// Only the commands built on the shared sample pass split their work across MPI ranks; any other would run N
+// times over and write the same files from every rank, so under several ranks it stops every rank.
+static bool refused_under_mpi(const std::string& command) {
+  if (tdyn::ranks().size <= 1 || command == "jacobian" || command == "topology" || command == "analyze") return false;
+  if (tdyn::ranks().root())
+    std::cerr << "tdyn: error: tdyn " << command << " runs in one process; under mpirun/srun only jacobian, topology and "
+                                                    "analyze split their samples across ranks\n";
+  tdyn::finalize_ranks();  // every rank stops here, so none waits for another
+  return true;
+}
+
 int main(int argc, char** argv) {
   using namespace tdyn::cli;
   tdyn::init_ranks(&argc, &argv);
@@ -69,16 +80,7 @@ int main(int argc, char** argv) {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
   }
-  // Only the commands built on the shared sample pass split their work across MPI ranks; any other would run N
-  // times over and write the same files from every rank.
-  const std::string name = app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name();
-  if (tdyn::ranks().size > 1 && name != "jacobian" && name != "topology" && name != "analyze") {
-    if (tdyn::ranks().root())
-      std::cerr << "tdyn: error: tdyn " << name << " runs in one process; under mpirun/srun only jacobian, topology and "
-                                               "analyze split their samples across ranks\n";
-    tdyn::finalize_ranks();  // every rank stops here, so none waits for another
-    return kExitUsage;
-  }
+  if (refused_under_mpi(app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name())) return kExitUsage;
   const std::string where = tdyn::ranks().size > 1 ? fmt::format(" (rank {} of {})", tdyn::ranks().rank, tdyn::ranks().size) : "";
   try {
     const int code = selected ? selected() : 0;
