@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace tdyn {
 namespace {
@@ -16,7 +17,6 @@ namespace {
 nlohmann::json complex_json(Complex z) { return nlohmann::json::array({z.real(), z.imag()}); }
 
 // JSON has no infinity; an infinite condition number is written as null.
-nlohmann::json finite_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
 // Phase that makes the largest-modulus entry of v real and positive (so results do not depend on LAPACK's sign).
 Complex normalising_phase(const ComplexVector& v) {

@@ -9,13 +9,9 @@
 
 #include "analysis/topology/statistics.h"
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace tdyn {
-namespace {
-
-nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
-}  // namespace
 
 double layer_permutation_p_value(int64_t n, const std::function<double(const std::vector<int64_t>&)>& statistic, uint64_t seed) {
   TDYN_CHECK(n >= 1);
@@ -64,9 +60,9 @@ nlohmann::json CrossLayerAlignment::to_json() const {
     rows.push_back(row);
   }
   return {{"mean", rows},
-          {"diagonal_mean", number_or_null(diagonal)},
-          {"off_diagonal_mean", number_or_null(off_diagonal)},
-          {"p_permutation", number_or_null(p_value)},
+          {"diagonal_mean", finite_or_null(diagonal)},
+          {"off_diagonal_mean", finite_or_null(off_diagonal)},
+          {"p_permutation", finite_or_null(p_value)},
           {"permutations", mean.rows() <= kExactLayers ? "every permutation of the layers" : "Monte Carlo"},
           {"definition", "mean[t][s] = mean over tokens of a(x^{t+1}; v1 of F_s); p: columns permuted, "
                          "P(sum_t mean[t][pi(t)] >= sum_t mean[t][t])"}};
@@ -91,8 +87,8 @@ GammaGapTest gamma_gap_test(const std::vector<double>& gamma, const std::vector<
 
 nlohmann::json GammaGapTest::to_json() const {
   return {{"layers", layers},
-          {"rho", number_or_null(rho)},
-          {"p_permutation", number_or_null(p_value)},
+          {"rho", finite_or_null(rho)},
+          {"p_permutation", finite_or_null(p_value)},
           {"alternative", "rho > 0"},
           {"gap", "1 - |lambda2|/|lambda1| of F_t (F.modulus_ratio): the power method's convergence factor per step, free of "
                   "F_t's scale"}};

@@ -49,11 +49,8 @@ struct SteeredModel {
 std::shared_ptr<const Model> steered_model(std::shared_ptr<const Model> base, const RankOneSteering& s, double c) {
   auto holder = std::make_shared<SteeredModel>();
   holder->base = base;
+  holder->model = *base;  // the weights are views into the base's storage, shared, not copied
   Model& m = holder->model;
-  m.path = base->path;
-  m.config = base->config;
-  m.store = base->store;
-  m.weights = base->weights;
   const Linear& o = base->weights.layers.at(s.layer).o;  // [d_model, n_heads * d_head]
   TDYN_CHECK(s.u.size() == o.out && s.w.size() == o.in);
   // O' = O + c u wᵀ as float32 in the base's layout ([out, in], or GPT-2 Conv1D [in, out]): for a float32 O the
