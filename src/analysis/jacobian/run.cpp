@@ -8,17 +8,10 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/phase_times.h"
 
 namespace tdyn {
 namespace {
-
-// Runs `work` and appends its wall-clock seconds to `result.timings` under `phase`.
-template <typename Work>
-void timed(JacobianResult& result, const std::string& phase, Work&& work) {
-  const auto start = std::chrono::steady_clock::now();
-  work();
-  result.timings.emplace_back(phase, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-}
 
 void check_one_architecture(const std::vector<JacobianCheckpoint>& checkpoints) {
   if (checkpoints.empty()) fail("no checkpoint to analyse");
@@ -153,11 +146,11 @@ JacobianResult run_jacobian(const std::vector<JacobianCheckpoint>& checkpoints, 
     JacobianModel jm(transformer);
     if (arrays) arrays->begin(r, K, result.d);
     std::function<linalg::Matrix(int64_t)> mean_at;
-    timed(result, r.prefix + "mean_jacobians", [&] {
+    timed(result.timings, r.prefix + "mean_jacobians", [&] {
       mean_at = compute_means(r, *transformer, jm, samples, options, label, progress, pass_source, arrays);
     });
     progress.note(fmt::format("{}metrics of {} mean Jacobians and cumulative products{}", label, K, options.surgery ? ", surgery" : ""));
-    timed(result, r.prefix + "metrics", [&] {
+    timed(result.timings, r.prefix + "metrics", [&] {
       depth_metrics(r, mean_at, K, options, metric_opts, transformer->config().parallel_residual, label, progress, arrays);
     });
     if (arrays) arrays->end(r);

@@ -16,6 +16,7 @@
 
 #include "analysis/jacobian/means.h"
 #include "analysis/sample_pass.h"
+#include "core/phase_times.h"
 #include "core/progress.h"
 
 namespace tdyn {
@@ -59,7 +60,7 @@ struct JacobianResult {
   int64_t depths = 0, d = 0;                // K = 2 n_layers sublayers, d_model
   std::vector<linalg::Index> alignment_ks_used, alignment_ks_skipped;  // self-alignment k < d, and the ks ≥ d
   std::vector<int64_t> eig_sublayers;       // 0-based, sorted, distinct
-  std::vector<std::pair<std::string, double>> timings;  // wall-clock seconds per phase, in order
+  PhaseTimes timings;
 };
 
 // Where the arrays too large to keep go while the run makes them: per-sample Jacobians and each depth's J̄_k

@@ -5,18 +5,10 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/phase_times.h"
 
 namespace tdyn::particles {
 namespace {
-
-// Runs `work` and appends its wall-clock seconds to `timings` under `phase`.
-template <typename Work>
-auto timed(PhaseTimes& timings, const std::string& phase, Work&& work) {
-  const auto start = std::chrono::steady_clock::now();
-  auto value = work();
-  timings.emplace_back(phase, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return value;
-}
 
 // The saved times nearest the wanted ones (default 0, T/2, T), each once, in the order asked.
 std::vector<size_t> attention_indices(const std::vector<double>& saved, const std::vector<double>& asked, double t_end) {

@@ -14,11 +14,9 @@
 #include "analysis/particles/bridge.h"
 #include "analysis/particles/diagnostics.h"
 #include "analysis/particles/presets.h"
+#include "core/phase_times.h"
 
 namespace tdyn::particles {
-
-// Wall-clock seconds of the named phases of a run, in the order they ran (results.json's "timings").
-using PhaseTimes = std::vector<std::pair<std::string, double>>;
 
 struct ParticlesOptions {
   SimulationOptions simulation;  // its t_end and dt are the spec's

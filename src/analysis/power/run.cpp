@@ -9,23 +9,11 @@
 
 #include "analysis/power/pass.h"
 #include "core/error.h"
+#include "core/phase_times.h"
 #include "core/npy.h"
 
 namespace tdyn {
 namespace {
-
-// Adds the wall-clock seconds from its construction to its end to `times` under `phase`.
-class PhaseClock {
- public:
-  PhaseClock(PowerPhaseTimes& times, std::string phase)
-      : times_(times), phase_(std::move(phase)), start_(std::chrono::steady_clock::now()) {}
-  ~PhaseClock() { times_.emplace_back(phase_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()); }
-
- private:
-  PowerPhaseTimes& times_;
-  std::string phase_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 std::string piece_of(const Tokenizer* tok, int32_t id) {
   if (!tok) return "";

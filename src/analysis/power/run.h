@@ -21,6 +21,7 @@
 #include "analysis/power/steering.h"
 #include "analysis/power/token_dynamics.h"
 #include "analysis/sample_pass.h"
+#include "core/phase_times.h"
 #include "core/progress.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,9 +46,6 @@ struct PowerOptions {
   SteeringOptions steering;
 };
 
-// Wall-clock seconds of the named phases of a run, in the order they ran (results.json's "timings").
-using PowerPhaseTimes = std::vector<std::pair<std::string, double>>;
-
 struct PowerResult {
   nlohmann::json model;                 // results.json's "model"
   std::vector<LayerMatrix> matrices;    // F_t and c_t of every layer
@@ -63,7 +61,7 @@ struct PowerResult {
   int64_t steering_samples = 0;         // samples the sweep ran
   std::map<int32_t, std::string> pieces;  // text of the tokens the sweep names ("" without a tokenizer)
   std::vector<std::string> notes;       // the spectra's fallbacks, "layer t: ..."
-  PowerPhaseTimes timings;
+  PhaseTimes timings;
 };
 
 // The pass holding the probes of `spec` (tdyn analyze's shared pass): the token dynamics are then read from it

@@ -7,21 +7,13 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/phase_times.h"
 #include "core/files.h"
+#include "core/json_number.h"
 #include "core/npy.h"
 
 namespace tdyn {
 namespace {
-
-// Runs `work` and appends its wall-clock seconds to `timings` under `phase`.
-template <typename Work>
-void timed(TopologyTimes& timings, const std::string& phase, Work&& work) {
-  const auto start = std::chrono::steady_clock::now();
-  work();
-  timings.emplace_back(phase, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-}
-
-nlohmann::json number(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
 
 // Graph, communities and boundary nodes of every boundary, from the pass's correlation sums.
 void analyse_boundaries(TopologyResult& r, const PassFile& pass, const TopologyOptions& options, ProgressSink& progress) {
@@ -97,8 +89,8 @@ nlohmann::json compare_communities(const TopologyResult& r, const TopologyOption
 }
 
 nlohmann::json test_json(const GainTest& g) {
-  return {{"rho", number(g.test.rho)}, {"sign", g.sign()}, {"p_parametric", number(g.test.p_parametric)},
-          {"p_permutation", number(g.test.p_permutation)}, {"p_adjusted", g.p_adjusted}, {"significant", g.significant}, {"coupled", g.coupled}};
+  return {{"rho", finite_or_null(g.test.rho)}, {"sign", g.sign()}, {"p_parametric", finite_or_null(g.test.p_parametric)},
+          {"p_permutation", finite_or_null(g.test.p_permutation)}, {"p_adjusted", g.p_adjusted}, {"significant", g.significant}, {"coupled", g.coupled}};
 }
 
 nlohmann::json boundary_json(const TopologyResult& r, size_t b) {
@@ -137,11 +129,11 @@ nlohmann::json coupling_json(const TopologyResult& r, const TopologyOptions& opt
           {"significant_layers", coupling.n_significant_column}, {"significant_hooks", significant},
           {"significant_layers_row_gain", coupling.n_significant_row},
           {"coupled_layers", coupling.n_coupled_column}, {"coupled_hooks", coupled_hooks}, {"min_effect", options.coupling_test.min_effect},
-          {"sign_rule", {{"rho", number(coupling.sign_rule.rho)}, {"layers", coupling.sign_rule.n},
-                         {"p_parametric", number(coupling.sign_rule.p_parametric)},
-                         {"p_permutation", number(coupling.sign_rule.p_permutation)}, {"predicted", "negative"}}},
-          {"rho_vs_normalized_departure", number(coupling.rho_vs_departure)},
-          {"rho_vs_symmetry_index", number(coupling.rho_vs_symmetry)}, {"layers", layers}};
+          {"sign_rule", {{"rho", finite_or_null(coupling.sign_rule.rho)}, {"layers", coupling.sign_rule.n},
+                         {"p_parametric", finite_or_null(coupling.sign_rule.p_parametric)},
+                         {"p_permutation", finite_or_null(coupling.sign_rule.p_permutation)}, {"predicted", "negative"}}},
+          {"rho_vs_normalized_departure", finite_or_null(coupling.rho_vs_departure)},
+          {"rho_vs_symmetry_index", finite_or_null(coupling.rho_vs_symmetry)}, {"layers", layers}};
 }
 
 }  // namespace

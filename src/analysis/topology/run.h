@@ -15,6 +15,7 @@
 
 #include "analysis/sample_pass.h"
 #include "analysis/topology/topology_analysis.h"
+#include "core/phase_times.h"
 #include "core/progress.h"
 
 namespace tdyn {
@@ -35,9 +36,6 @@ struct TopologyOptions {
   int64_t communities_permutations = 1000;
 };
 
-// Wall-clock seconds of the named phases of a run, in the order they ran (results.json's "timings").
-using TopologyTimes = std::vector<std::pair<std::string, double>>;
-
 struct TopologyResult {
   std::string label, path;  // the checkpoint's short name and where it was loaded from
   nlohmann::json model;     // results.json's "model"
@@ -52,7 +50,7 @@ struct TopologyResult {
   int64_t drawn_boundary = 0;
   std::vector<std::pair<double, double>> layout;  // node positions of the drawn boundary's graph
   nlohmann::json community_similarity;            // null without a communities_control
-  TopologyTimes timings;
+  PhaseTimes timings;
 };
 
 // The pass spec of a checkpoint with `n_layers` layers: the options' boundaries, correlations, and the Jacobian
