@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace tdyn {
 namespace {
@@ -82,7 +83,7 @@ nlohmann::json AlignmentStats::to_json() const {
   for (size_t i = 0; i < quantiles.size(); ++i) q[fmt::format("{:g}", kQuantileLevels[i])] = quantiles[i];
   return {{"tokens", tokens},   {"gamma", gamma},         {"gamma_before", gamma_before},
           {"baseline", baseline},
-          {"gamma_covariance", std::isnan(gamma_covariance) ? nlohmann::json(nullptr) : nlohmann::json(gamma_covariance)},
+          {"gamma_covariance", finite_or_null(gamma_covariance)},
           {"rho", rho},           {"increases", increases},
           {"p_value", p_value}, {"quantiles", q},         {"histogram", histogram},
           {"unique_tokens", unique_tokens}, {"rho_unique", rho_unique}, {"samples_above", samples_above},
