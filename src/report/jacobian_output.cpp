@@ -68,9 +68,7 @@ void append_surgery_rows(std::vector<std::vector<double>>& rows, size_t model, c
 }
 
 void emit(ResultsDir& out, const Figure& fig, const std::string& what) {
-  const FigureFiles files = write_figure(out.path(), fig);
-  for (const auto& f : files.written) out.record_file(f, what);
-  if (!files.rendered && !files.note.empty()) out.results()["figure_notes"][fig.name] = files.note;
+  if (const std::string note = out.figure(fig, what); !note.empty()) out.results()["figure_notes"][fig.name] = note;
 }
 
 void write_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& results, const std::vector<int64_t>& eig_sublayers) {

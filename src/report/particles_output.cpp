@@ -56,9 +56,7 @@ void write_figures(ResultsDir& out, const Experiment& e, const Trajectory& tr, c
                    const DiagnosticOptions& diag_options, const std::vector<size_t>& attention_indices,
                    std::vector<std::string>* notes) {
   auto emit = [&](const Figure& fig, const std::string& what) {
-    FigureFiles files = write_figure(out.path(), fig);
-    for (const auto& f : files.written) out.record_file(f, what);
-    if (!files.note.empty()) notes->push_back(files.note);
+    if (const std::string note = out.figure(fig, what); !note.empty()) notes->push_back(note);
   };
   const int64_t n = tr.z.front().rows(), d = tr.z.front().cols();
   const size_t saves = tr.times.size();

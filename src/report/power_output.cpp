@@ -15,9 +15,7 @@ namespace {
 using RowMajor = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 void emit(ResultsDir& out, const Figure& fig, const std::string& what, std::vector<std::string>* notes) {
-  FigureFiles files = write_figure(out.path(), fig);
-  for (const auto& f : files.written) out.record_file(f, what);
-  if (!files.note.empty()) notes->push_back(files.note);
+  if (const std::string note = out.figure(fig, what); !note.empty()) notes->push_back(note);
 }
 
 void spectrum_figure(ResultsDir& out, const std::vector<LayerSpectrum>& spectra, std::vector<std::string>* notes) {

@@ -41,6 +41,12 @@ void ResultsDir::csv(const std::string& name, const std::vector<std::string>& he
   record_file(name, what);
 }
 
+std::string ResultsDir::figure(const Figure& fig, const std::string& what) {
+  const FigureFiles files = write_figure(dir_, fig);
+  for (const auto& f : files.written) record_file(f, what);
+  return files.note;
+}
+
 void ResultsDir::record_file(const std::string& name, const std::string& what) { json_["files"][name] = what; }
 
 void ResultsDir::add_timing(const std::string& phase, double seconds) {

@@ -11,6 +11,7 @@
 
 #include "core/files.h"
 #include "core/npy.h"
+#include "report/figure.h"
 
 namespace tdyn {
 
@@ -41,6 +42,9 @@ class ResultsDir {
   // A CSV table: one header row, then rows of numbers (written with full double precision).
   void csv(const std::string& name, const std::vector<std::string>& header,
            const std::vector<std::vector<double>>& rows, const std::string& what);
+  // A figure (report/figure.h) written into the directory, its files recorded; returns why it was not rendered
+  // (gnuplot missing or failing), or "" when it was.
+  std::string figure(const Figure& fig, const std::string& what);
   // Records a file written by someone else (figures, per-sample arrays) in results.json's file list.
   void record_file(const std::string& name, const std::string& what);
 

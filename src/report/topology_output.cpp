@@ -12,9 +12,7 @@ namespace tdyn {
 namespace {
 
 void emit(ResultsDir& out, const Figure& fig, const std::string& what, nlohmann::json* notes) {
-  FigureFiles files = write_figure(out.path(), fig);
-  for (const auto& f : files.written) out.record_file(f, what);
-  if (!files.note.empty()) notes->push_back(files.note);
+  if (const std::string note = out.figure(fig, what); !note.empty()) notes->push_back(note);
 }
 
 // ---- Figures of one checkpoint --------------------------------------------------------------------------------

@@ -88,9 +88,8 @@ void write_residual_outputs(ResultsDir& out, const ResidualNumbers& r, const Ten
   }(), "mean L2 norm of resid_post over prompt tokens, per layer");
   Figure fig{"resid_norm", "Mean token norm through depth (random init)", "layer", "mean ||resid_post||", {},
              {{"mean over prompt tokens", {r.layers, r.mean_norm}, "linespoints pt 7", ""}}};
-  FigureFiles files = write_figure(out.path(), fig);
-  for (const auto& f : files.written) out.record_file(f, "figure: mean token norm per layer");
-  if (!files.rendered) std::cerr << "tdyn: note: " << files.note << "\n";
+  const std::string note = out.figure(fig, "figure: mean token norm per layer");
+  if (!note.empty()) std::cerr << "tdyn: note: " << note << "\n";
 }
 
 // Every analysis of the three papers on the demo model, with random token sequences as the data.
