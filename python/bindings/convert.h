@@ -4,6 +4,9 @@
 
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <Eigen/Core>
 
 #include <nlohmann/json.hpp>
 #include <pybind11/numpy.h>
@@ -27,6 +30,20 @@ py::array_t<T> to_numpy(TensorT<T>&& tensor) {
 template <typename T>
 py::array_t<T> to_numpy(const TensorT<T>& tensor) {
   return py::array_t<T>(tensor.shape, tensor.ptr());
+}
+
+// [k, rows, cols] in C order (as the .npy files hold them) of k matrices of one shape, in either storage order.
+template <typename M>
+py::array_t<double> stacked_matrices(const std::vector<M>& matrices) {
+  using RowMajor = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const int64_t rows = matrices.empty() ? 0 : matrices.front().rows(), cols = matrices.empty() ? 0 : matrices.front().cols();
+  py::array_t<double> out({static_cast<int64_t>(matrices.size()), rows, cols});
+  double* p = out.mutable_data();
+  for (const M& m : matrices) {
+    Eigen::Map<RowMajor>(p, rows, cols) = m;
+    p += rows * cols;
+  }
+  return out;
 }
 
 // null -> None, numbers, strings, arrays -> list, objects -> dict (key order kept).

@@ -18,17 +18,6 @@
 namespace tdyn::python {
 namespace {
 
-// [K, d, d] in C order (rows = outputs), as the .npy files hold them.
-py::array_t<double> stacked(const std::vector<linalg::Matrix>& ms) {
-  const int64_t d = ms.empty() ? 0 : ms.front().rows();
-  py::array_t<double> out({static_cast<int64_t>(ms.size()), d, d});
-  auto a = out.mutable_unchecked<3>();
-  for (size_t k = 0; k < ms.size(); ++k)
-    for (int64_t i = 0; i < d; ++i)
-      for (int64_t j = 0; j < d; ++j) a(static_cast<py::ssize_t>(k), i, j) = ms[k](i, j);
-  return out;
-}
-
 // Eigenvalues (complex) and singular values [K, d] of the metrics per depth, as PREFIX{stem}.*.npy.
 void add_spectra(py::dict& arrays, const std::string& stem, const std::vector<OperatorMetrics>& ms) {
   const int64_t K = static_cast<int64_t>(ms.size()), d = K ? ms.front().d : 0;
@@ -94,9 +83,9 @@ py::dict jacobian_run(const py::object& model, const std::vector<std::vector<int
   result["model"] = to_python(r.model);
   result["samples.source_index"] = py::array_t<int64_t>(static_cast<int64_t>(r.source_indices.size()), r.source_indices.data());
   for (const CheckpointJacobians& m : r.models) {
-    result[py::str(m.prefix + "mean_jacobians")] = stacked(m.mean);
-    result[py::str(m.prefix + "cumulative_products")] = stacked(m.cumulative);
-    if (options.mean_of_products) result[py::str(m.prefix + "mean_of_products")] = stacked(m.mean_of_products);
+    result[py::str(m.prefix + "mean_jacobians")] = stacked_matrices(m.mean);
+    result[py::str(m.prefix + "cumulative_products")] = stacked_matrices(m.cumulative);
+    if (options.mean_of_products) result[py::str(m.prefix + "mean_of_products")] = stacked_matrices(m.mean_of_products);
     add_spectra(result, m.prefix + "mean", m.mean_metrics);
     add_spectra(result, m.prefix + "cumulative", m.cumulative_metrics);
   }

@@ -31,15 +31,6 @@ void apply_spec(const MatrixArg& arg, std::string& field) {
   else field = "identity";
 }
 
-// (k, n, d) array of k matrices (n × d).
-py::array_t<double> stack(const std::vector<Matrix>& frames) {
-  const int64_t n = frames.empty() ? 0 : frames[0].rows(), d = frames.empty() ? 0 : frames[0].cols();
-  py::array_t<double> out({static_cast<int64_t>(frames.size()), n, d});
-  double* p = out.mutable_data();
-  for (const Matrix& frame : frames) p = std::copy(frame.data(), frame.data() + frame.size(), p);
-  return out;
-}
-
 py::dict simulate_particles(const std::optional<std::string>& preset_name, const MatrixArg& Q, const MatrixArg& K,
                             const MatrixArg& V, const MatrixArg& O, const std::optional<Matrix>& x0,
                             std::optional<int64_t> n, std::optional<int64_t> d, std::optional<double> T,
@@ -100,8 +91,8 @@ py::dict simulate_particles(const std::optional<std::string>& preset_name, const
 
   py::dict result;
   result["times"] = py::array_t<double>(static_cast<int64_t>(trajectory.times.size()), trajectory.times.data());
-  result["x"] = stack(trajectory.x);
-  result["z"] = stack(trajectory.z);
+  result["x"] = stacked_matrices(trajectory.x);
+  result["z"] = stacked_matrices(trajectory.z);
   result["rescaling"] = trajectory.rescaling();
   result["steps"] = trajectory.steps;
   result["velocity_evaluations"] = trajectory.velocity_evaluations;
@@ -190,9 +181,9 @@ py::dict particles_run(const std::optional<std::string>& preset_name, const py::
   result["K"] = py::cast(r.experiment.system.head.key);
   result["V"] = py::cast(Matrix(r.experiment.system.head.value_map()));
   result["t"] = py::array_t<double>(static_cast<int64_t>(r.trajectory.times.size()), r.trajectory.times.data());
-  result["x"] = stack(r.trajectory.x);
-  result["z"] = stack(r.trajectory.z);
-  result["P"] = stack(r.attention);
+  result["x"] = stacked_matrices(r.trajectory.x);
+  result["z"] = stacked_matrices(r.trajectory.z);
+  result["P"] = stacked_matrices(r.attention);
   std::vector<double> p_times;
   for (size_t k : r.attention_indices) p_times.push_back(r.trajectory.times[k]);
   result["P_times"] = py::array_t<double>(static_cast<int64_t>(p_times.size()), p_times.data());

@@ -13,7 +13,6 @@
 #include "py_model.h"
 #include "py_progress.h"
 #include "report/topology_output.h"
-#include "tokenizer/tokenizer.h"
 
 namespace tdyn::python {
 namespace {
@@ -27,11 +26,7 @@ std::vector<Sample> topology_samples(const Model& model, const std::optional<std
     for (const auto& sample : *ids) samples.push_back({sample, static_cast<int64_t>(samples.size())});
     return samples;
   }
-  const std::string extension = fs::path(options.data).extension().string();
-  std::unique_ptr<Tokenizer> tok;
-  if (tokenizer) tok = load_tokenizer(*tokenizer);
-  else if (extension != ".npy" && extension != ".ids") tok = load_tokenizer_for_model(model.path);
-  return load_samples(options, tok.get(), model.config.d_vocab);
+  return load_samples_for_model(options, model.path, model.config.d_vocab, tokenizer.value_or(""));
 }
 
 // The pass over the samples into a temporary file, removed with the returned PassFile.
@@ -56,18 +51,11 @@ py::array_t<T> stacked(const Items& items, int64_t d, Field field) {
   return out;
 }
 
-// [k, d, d] of square float64 matrices stored row-major (correlations) or as Eigen matrices (mean Jacobians).
+// [k, d, d] of the correlation matrices (stored row-major).
 py::array_t<double> cube(const std::vector<topology::CorrelationMatrix>& matrices, int64_t d) {
   py::array_t<double> out({static_cast<int64_t>(matrices.size()), d, d});
   double* p = out.mutable_data();
   for (const auto& m : matrices) p = std::copy(m.values.begin(), m.values.end(), p);
-  return out;
-}
-py::array_t<double> cube(const std::vector<linalg::Matrix>& matrices, int64_t d) {
-  py::array_t<double> out({static_cast<int64_t>(matrices.size()), d, d});
-  for (size_t k = 0; k < matrices.size(); ++k)
-    for (int64_t i = 0; i < d; ++i)
-      for (int64_t j = 0; j < d; ++j) out.mutable_at(k, i, j) = matrices[k](i, j);
   return out;
 }
 
@@ -84,7 +72,7 @@ py::dict result_dict(const TopologyResult& r, const TopologyOptions& options) {
   result["log_column_gain"] = stacked<double>(r.coupling.layers, d, [](const LayerCoupling& l) -> const auto& { return l.log_column_gain; });
   result["log_row_gain"] = stacked<double>(r.coupling.layers, d, [](const LayerCoupling& l) -> const auto& { return l.log_row_gain; });
   result["correlations"] = options.keep_correlations ? py::object(cube(r.correlations, d)) : py::none();
-  result["mean_jacobians"] = options.keep_jacobians ? py::object(cube(r.mean_jacobians, d)) : py::none();
+  result["mean_jacobians"] = options.keep_jacobians ? py::object(stacked_matrices(r.mean_jacobians)) : py::none();
   py::array_t<double> layout({static_cast<int64_t>(r.layout.size()), int64_t{2}});
   for (size_t i = 0; i < r.layout.size(); ++i) layout.mutable_at(i, 0) = r.layout[i].first, layout.mutable_at(i, 1) = r.layout[i].second;
   result["layout"] = layout;

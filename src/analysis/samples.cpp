@@ -53,6 +53,16 @@ std::vector<int32_t> parse_ids(std::string_view line, const std::string& origin)
 
 }  // namespace
 
+std::vector<Sample> load_samples_for_model(const SampleOptions& options, const fs::path& model_path, int64_t d_vocab,
+                                           const std::string& tokenizer_path) {
+  const std::string extension = fs::path(options.data).extension().string();
+  const bool text = options.ids.empty() && extension != ".npy" && extension != ".ids";
+  std::unique_ptr<Tokenizer> tok;
+  if (!tokenizer_path.empty()) tok = load_tokenizer(tokenizer_path);
+  else if (text) tok = load_tokenizer_for_model(model_path);
+  return load_samples(options, tok.get(), d_vocab);
+}
+
 fs::path default_corpus() {
   const fs::path relative = "data/wikitext-2/wiki.test.raw";
   if (const char* env = std::getenv("TDYN_SHARED")) return fs::path(env) / relative;

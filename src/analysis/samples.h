@@ -40,6 +40,11 @@ std::vector<std::string> split_passages(std::string_view text);
 // Loads the samples. `tokenizer` is needed for text (throws Error otherwise); ids are checked against d_vocab.
 std::vector<Sample> load_samples(const SampleOptions& options, const Tokenizer* tokenizer, int64_t d_vocab);
 
+// The same, with the tokenizer file `tokenizer_path`, or when empty the one shipped with the model at `model_path`,
+// loaded only when the samples are text.
+std::vector<Sample> load_samples_for_model(const SampleOptions& options, const fs::path& model_path, int64_t d_vocab,
+                                           const std::string& tokenizer_path = "");
+
 // The default corpus when --data is not given: data/wikitext-2/wiki.test.raw in $TDYN_SHARED, else in a
 // shared/ directory beside the repository (found from the working directory or from the executable).
 fs::path default_corpus();

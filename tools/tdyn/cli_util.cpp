@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "core/text.h"
-#include "tokenizer/tokenizer.h"
 
 extern char** environ;
 
@@ -106,12 +105,7 @@ void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples) {
 }
 
 std::vector<Sample> SampleArgs::load(const std::string& model_path, int64_t d_vocab) const {
-  std::unique_ptr<Tokenizer> tok;
-  const bool needs_text = options.ids.empty() && fs::path(options.data).extension() != ".npy" &&
-                          fs::path(options.data).extension() != ".ids";
-  if (!tokenizer.empty()) tok = load_tokenizer(tokenizer);
-  else if (needs_text) tok = load_tokenizer_for_model(model_path);
-  return load_samples(options, tok.get(), d_vocab);
+  return load_samples_for_model(options, model_path, d_vocab, tokenizer);
 }
 
 }  // namespace tdyn::cli
