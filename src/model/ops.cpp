@@ -151,7 +151,8 @@ void apply_rope(const RopeTable& rope, float* x, int64_t rows, int64_t n_heads, 
   const int64_t half = rope.pairs();
   TDYN_CHECK(2 * half <= d_head);
   const bool rotate_half = rope.style() == RopeStyle::RotateHalf;
-  std::vector<float> scratch(2 * half);
+  std::vector<float> scratch;  // the angles of positions past the table
+  if (start_pos + rows > rope.tabled_positions()) scratch.resize(2 * half);
   for (int64_t r = 0; r < rows; ++r) {
     const auto [cos_t, sin_t] = rope.at(start_pos + r, scratch.data());
     for (int64_t h = 0; h < n_heads; ++h) {

@@ -33,6 +33,7 @@ class RopeTable {
   RopeTable(RopeStyle style, std::vector<double> inv_freq, int64_t tabled_positions);
   RopeStyle style() const { return style_; }
   int64_t pairs() const { return static_cast<int64_t>(inv_freq_.size()); }
+  int64_t tabled_positions() const { return tabled_; }
   const std::vector<double>& inv_freq() const { return inv_freq_; }
   // cos[i], sin[i] for i < pairs() at `pos`: pointers into the table, or into `scratch` (2 * pairs()) past it.
   std::pair<const float*, const float*> at(int64_t pos, float* scratch) const;

@@ -35,9 +35,6 @@ SplitRegex::SplitRegex(std::string_view pattern) : pattern_(pattern) {
   compiled_ = std::move(compiled);
 }
 
-SplitRegex::~SplitRegex() = default;
-SplitRegex::SplitRegex(const SplitRegex&) = default;
-
 std::vector<ByteRange> SplitRegex::matches(std::string_view text) const {
   unicode::decode_utf8(text, "pre-tokenizer input");  // ICU would read bad bytes as U+FFFD; refuse them instead
   UErrorCode status = U_ZERO_ERROR;

@@ -22,9 +22,6 @@ using ByteRange = std::pair<size_t, size_t>;  // [begin, end) in bytes
 class SplitRegex {
  public:
   explicit SplitRegex(std::string_view pattern);  // throws Error saying why ICU cannot compile `pattern`
-  ~SplitRegex();
-  SplitRegex(const SplitRegex&);
-  SplitRegex& operator=(const SplitRegex&) = delete;
 
   // The successive leftmost non-empty matches in UTF-8 `text` (for GPT-2's and Llama 3's patterns they cover
   // the whole text); throws Error when the text is not UTF-8 or a match runs away (catastrophic backtracking).
