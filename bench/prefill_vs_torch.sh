@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prefill tokens/s of tdyn's forward pass (bench_forward) against a PyTorch float32 CPU forward of the same
 # llama2.c checkpoint (bench/torch_llama2c_forward.py), measured in the same run: one thread each, then each side's
-# best setting on this machine's cores (PyTorch: every split of intra-op threads × OpenBLAS threads).
+# best setting on this machine's cores (PyTorch: every split of intra-op threads × OpenBLAS threads, with OpenMP's
+# default spinning waits and with passive ones). tdyn runs with OMP_WAIT_POLICY=passive, as the tdyn program sets
+# for itself: spinning waiters take the core the other thread needs on a small machine.
 # Model: random, 12 layers, d = 768, 12 heads, SwiGLU 2048, vocab 512 (bench/make_llama2c_model.py).
 #   bench/prefill_vs_torch.sh [BUILD_DIR] [TOKENS] [REPEATS]     (defaults build, 256, 5)
 set -euo pipefail
@@ -20,11 +22,11 @@ cores=$(nproc)
 echo "T = $tokens, median of $repeats; $cores cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 tdyn_rate() {  # threads
-  OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 "$build/bench_forward" "$model" "$tokens" "$repeats" "$1" |
+  OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 "$build/bench_forward" "$model" "$tokens" "$repeats" "$1" |
     sed -nE 's/^prefill_tok_s (.*)/\1/p'
 }
-torch_rate() {  # intra-op threads, BLAS threads
-  OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$2 $py bench/torch_llama2c_forward.py "$model" "$tokens" "$repeats" "$1"
+torch_rate() {  # intra-op threads, BLAS threads, OpenMP wait policy (empty: the default)
+  env ${3:+OMP_WAIT_POLICY=$3} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$2 $py bench/torch_llama2c_forward.py "$model" "$tokens" "$repeats" "$1"
 }
 best() { printf "%s\n" "$@" | sort -g | tail -1; }
 
@@ -35,15 +37,17 @@ for t in $(seq 2 "$cores"); do
   rate=$(tdyn_rate "$t")
   [ "$(best "$rate" "$tdyn_best")" = "$rate" ] && tdyn_best=$rate tdyn_threads=$t
 done
-for intra in $(seq 1 "$cores"); do
-  for blas in $(seq 1 "$cores"); do
-    [ "$intra$blas" = 11 ] && continue
-    rate=$(torch_rate "$intra" "$blas")
-    [ "$(best "$rate" "$torch_best")" = "$rate" ] && torch_best=$rate torch_setting="$intra × $blas"
+for wait in "" passive; do
+  for intra in $(seq 1 "$cores"); do
+    for blas in $(seq 1 "$cores"); do
+      [ "$intra$blas$wait" = 11 ] && continue
+      rate=$(torch_rate "$intra" "$blas" "$wait")
+      [ "$(best "$rate" "$torch_best")" = "$rate" ] && torch_best=$rate torch_setting="$intra × $blas${wait:+ $wait}"
+    done
   done
 done
-printf "%-34s %12s %14s %8s\n" setting "tdyn tok/s" "torch tok/s" ratio
-awk -v a="$tdyn1" -v b="$torch1" 'BEGIN { printf "%-34s %12.1f %14.1f %8.2f\n", "one thread each", a, b, a / b }'
+printf "%-44s %12s %14s %8s\n" setting "tdyn tok/s" "torch tok/s" ratio
+awk -v a="$tdyn1" -v b="$torch1" 'BEGIN { printf "%-44s %12.1f %14.1f %8.2f\n", "one thread each", a, b, a / b }'
 awk -v a="$tdyn_best" -v b="$torch_best" -v t="${tdyn_threads:-1}" -v s="$torch_setting" \
-  'BEGIN { printf "%-34s %12.1f %14.1f %8.2f\n", "best: tdyn " t " threads, torch " s, a, b, a / b }'
+  'BEGIN { printf "%-44s %12.1f %14.1f %8.2f\n", "best: tdyn " t " threads, torch " s, a, b, a / b }'
 awk -v a="$tdyn_best" -v b="$tdyn1" 'BEGIN { printf "tdyn best / tdyn one thread: %.2f\n", a / b }'
