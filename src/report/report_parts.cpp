@@ -11,7 +11,7 @@ namespace tdyn {
 
 using json = nlohmann::json;
 
-namespace results_json {
+namespace json_lookup {
 
 
 const json* find(const json& root, std::string_view pointer) {
@@ -43,9 +43,9 @@ std::string text_at(const json& root, std::string_view pointer) {
   return j->is_string() ? j->get<std::string>() : j->dump();
 }
 
-}  // namespace results_json
+}  // namespace json_lookup
 
-using namespace results_json;
+using namespace json_lookup;
 
 json read_json(const fs::path& file, std::string* error) {
   try {

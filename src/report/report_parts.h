@@ -34,7 +34,8 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir);
 // The parsed file, or null with `error` saying why it could not be read.
 nlohmann::json read_json(const fs::path& file, std::string* error);
 
-namespace results_json {
+// Lookups in a results.json, by JSON pointer.
+namespace json_lookup {
 
 // The value at a JSON pointer ("/a/0/b"); nullptr when any step is missing or of the wrong type.
 const nlohmann::json* find(const nlohmann::json& root, std::string_view pointer);
@@ -45,5 +46,5 @@ const nlohmann::json& array_at(const nlohmann::json& root, std::string_view poin
 // The value as text: strings as they are, floats to 4 significant digits, "" when absent or null.
 std::string text_at(const nlohmann::json& root, std::string_view pointer);
 
-}  // namespace results_json
+}  // namespace json_lookup
 }  // namespace tdyn

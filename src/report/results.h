@@ -23,6 +23,8 @@ class ResultsDir {
   ResultsDir(fs::path dir, std::string command, std::vector<std::string> argv);
 
   const fs::path& path() const { return dir_; }
+  // The command line that reproduces this run (results.json's "argv").
+  std::vector<std::string> argv() const { return json_.at("argv"); }
   fs::path file(const std::string& name) const { return dir_ / name; }
 
   // Every option actually used, defaults included; analyses fill `results()` with their numbers.

@@ -12,7 +12,7 @@ namespace tdyn {
 namespace {
 
 using json = nlohmann::json;
-using namespace results_json;
+using namespace json_lookup;
 
 std::string num(double v) { return fmt::format("{:.3g}", v); }
 

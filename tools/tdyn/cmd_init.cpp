@@ -7,9 +7,7 @@
 
 #include "cli_util.h"
 #include "command.h"
-#include "core/error.h"
-#include "core/files.h"
-#include "model/init.h"
+#include "pipeline/parts.h"
 
 namespace tdyn::cli {
 namespace {
@@ -23,48 +21,9 @@ struct InitArgs {
 
 int run(const InitArgs& a) {
   auto model = a.model.load();
-  const ModelConfig& c = model->config;
-  nlohmann::json hf_config;
-  if (c.format == "hf") {
-    hf_config = c.source;
-    if (!hf_config.is_object() || !hf_config.contains("model_type")) {
-      const fs::path config_json = fs::path(a.model.path) / "config.json";
-      hf_config = nlohmann::json::parse(read_file(config_json));
-    }
-  } else if (c.family == "llama") {
-    hf_config = llama_hf_config_json(c);  // llama2.c and GGUF Llama checkpoints
-  } else {
-    fail("tdyn init: cannot describe a {} {} checkpoint as a Hugging Face config", c.format, c.family);
-  }
-  if (a.initializer_range > 0) {
-    if (hf_config.contains("text_config")) hf_config["text_config"]["initializer_range"] = a.initializer_range;
-    hf_config["initializer_range"] = a.initializer_range;
-  }
-  write_random_init(hf_config, a.out, a.seed);
-
-  // Tokenizer files of a Hugging Face source travel with the init so that it runs on text as the source does.
-  std::vector<std::string> copied;
-  if (c.format == "hf") {
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                             "merges.txt", "vocab.txt", "encoder.json", "vocab.bpe", "tokenizer.model"}) {
-      const fs::path src = fs::path(a.model.path) / name;
-      if (fs::is_regular_file(src)) {
-        write_file_atomic(fs::path(a.out) / name, read_file(src));
-        copied.push_back(name);
-      }
-    }
-  }
-  const nlohmann::json provenance = {{"source_model", a.model.path},
-                                     {"source_format", c.format},
-                                     {"family", c.family},
-                                     {"seed", a.seed},
-                                     {"initializer_range", hf_config.value("initializer_range", 0.02)},
-                                     {"rule", "Hugging Face _init_weights: matrices and embeddings ~ N(0, initializer_range), "
-                                              "biases 0, norm scales 1 (see src/model/init.h)"},
-                                     {"tokenizer_files_copied", copied}};
-  write_file_atomic(fs::path(a.out) / "tdyn_init.json", provenance.dump(2) + "\n");
-  std::cerr << fmt::format("tdyn: wrote a random {} initialisation (seed {}) to {}{}\n", c.family, a.seed, a.out,
-                           copied.empty() ? "; no tokenizer copied (pass --tokenizer to analyses)" : "");
+  const nlohmann::json provenance = write_init_checkpoint(*model, a.model.path, a.out, a.seed, a.initializer_range);
+  std::cerr << fmt::format("tdyn: wrote a random {} initialisation (seed {}) to {}{}\n", model->config.family, a.seed, a.out,
+                           provenance["tokenizer_files_copied"].empty() ? "; no tokenizer copied (pass --tokenizer to analyses)" : "");
   return 0;
 }
 

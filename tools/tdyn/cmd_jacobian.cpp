@@ -1,19 +1,15 @@
 // tdyn jacobian MODEL [--compare MODEL2 ...] --out DIR [...]: mean sublayer Jacobians over samples, their
-// cumulative products, operator metrics per depth, optional Schur surgery, and figures (SPEC §3, §5). The
-// analysis is run_jacobian (analysis/jacobian/run.h); report/jacobian_output.h writes it.
+// cumulative products, operator metrics per depth, optional Schur surgery, and figures (SPEC §3, §5), run and
+// written by jacobian_to (pipeline/parts.h).
 #include <charconv>
 #include <cmath>
 
-#include <nlohmann/json.hpp>
-
-#include "analysis/jacobian/run.h"
 #include "cli_util.h"
 #include "command.h"
-#include "pass_args.h"
 #include "core/error.h"
-#include "report/jacobian_output.h"
+#include "pass_args.h"
+#include "pipeline/parts.h"
 #include "report/progress.h"
-#include "report/results.h"
 
 namespace tdyn::cli {
 namespace {
@@ -21,7 +17,7 @@ namespace {
 struct JacobianArgs {
   ModelArgs model;
   SampleArgs samples;
-  PassArgs pass;
+  PassSource pass;
   std::vector<std::string> compare;
   std::string out, positions = "last", mean = "structured", cumulative = "product-of-means";
   JacobianOptions options;
@@ -46,41 +42,14 @@ JacobianOptions resolved_options(const JacobianArgs& a) {
   return o;
 }
 
-// What results.json records of how the checkpoints, samples and pass were given.
-nlohmann::json input_options(const JacobianArgs& a, bool use_pass) {
-  return {{"model", a.model.path},
-          {"compare", a.compare},
-          {"samples", a.samples.options.to_json()},
-          {"tokenizer", a.samples.tokenizer.empty() ? "(the model's own)" : a.samples.tokenizer},
-          {"pass", use_pass ? pass_options_json(a.pass) : nlohmann::json("not used: per-sample Jacobians are needed")}};
-}
-
 int run(const JacobianArgs& a) {
   const JacobianOptions options = resolved_options(a);
-  const bool use_pass = options.uses_pass();
-  if (!use_pass && (a.pass.resume || !a.pass.from_pass.empty()))
+  if (!options.uses_pass() && (a.pass.resume || !a.pass.from_pass.empty()))
     fail("--resume and --from-pass need the structured mean without --cumulative both and --save-per-sample");
-  require_single_rank(!use_pass, "jacobian with --mean plain, --cumulative both or --save-per-sample");
-  require_single_rank(!a.compare.empty(), "jacobian with --compare");
+  const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, a.pass);
   ResultsDir out(a.out, "jacobian", invocation());
-  std::vector<JacobianCheckpoint> checkpoints = {{a.model.path, a.model.load()}};
-  for (const std::string& path : a.compare) checkpoints.push_back({path, load_model(path, a.model.options())});
-  std::vector<Sample> samples;
-  {
-    PhaseTimer t(out, "load_samples");
-    samples = a.samples.load(a.model.path, checkpoints.front().model->config.d_vocab);
-  }
-  if (samples.empty()) fail("no samples to analyse (check --data / --min-len)");
-  out.options() = input_options(a, use_pass);
-  const JacobianPassSource pass = [&](const CheckpointJacobians& c, const Transformer& transformer,
-                                      const JacobianModel& jacobians, const PassSpec& spec, const std::string& label) {
-    return obtain_pass(a.pass, transformer, &jacobians, samples, spec, pass_model_identity(c.path, *c.model),
-                       out.file(c.prefix + "pass.tdynpass"), false, label);
-  };
   StderrProgress progress("tdyn");
-  JacobianFiles files(out, options);
-  const JacobianResult result = run_jacobian(checkpoints, samples, options, progress, pass, &files);
-  write_jacobian(out, result, options);
+  jacobian_to(out, in, a.compare, options, progress);
   progress.note(fmt::format("wrote {}", out.file("results.json").string()));
   return 0;
 }
@@ -91,7 +60,7 @@ std::function<int()> setup(CLI::App& app) {
   auto a = std::make_shared<JacobianArgs>();
   a->model.add_to(cmd);
   a->samples.add_to(cmd, 1000);
-  a->pass.add_to(cmd);
+  add_pass_flags(cmd, a->pass);
   cmd->add_option("--out", a->out, "Results directory")->required();
   cmd->add_option("--positions", a->positions, "Token positions per sample: last, all, or a list such as 5,23,-1")
       ->capture_default_str();

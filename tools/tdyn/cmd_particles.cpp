@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <memory>
 
-#include "analysis/particles/run.h"
 #include "cli_util.h"
 #include "command.h"
+#include "pipeline/parts.h"
 #include "report/particles_output.h"
 
 namespace tdyn::cli {
@@ -74,28 +74,6 @@ ParticlesOptions resolved_options(const ParticlesArgs& a, const ExperimentSpec& 
   return options;
 }
 
-// --from-model: the layer with the first sample's tokens (default: the first WikiText-2 passage drawn), or with
-// the tokens --init makes.
-ParticlesResult run_layer(const ParticlesArgs& a, const ExperimentSpec& spec, const ParticlesOptions& options) {
-  LoadOptions load;
-  load.config.allow_unknown_keys = a.allow_unknown_config_keys;
-  load.check_finite = !a.no_check_weights;
-  const std::shared_ptr<const Model> model = load_model(a.from_model, load);
-  const ModelHeadOptions head{a.layer, a.head, spec.n};
-  if (given(a, "--init")) return run_particles(*model, a.from_model, head, nullptr, spec, options);
-  SampleArgs one = a.tokens;
-  // An absolute corpus path in results.json, so the run reproduces from any directory.
-  if (one.options.data.empty() && one.options.prompt.empty() && one.options.ids.empty())
-    one.options.data = fs::absolute(default_corpus()).lexically_normal().string();
-  one.options.samples = 1;
-  one.options.min_len = 1;
-  one.options.max_len = std::max<int64_t>(spec.n, 1);
-  const std::vector<int32_t> ids = one.load(a.from_model, model->config.d_vocab).at(0).ids;
-  ParticlesResult result = run_particles(*model, a.from_model, head, &ids, spec, options);
-  result.model["bridge"]["token_source"] = one.options.to_json();
-  return result;
-}
-
 void print_summary(const ParticlesArgs& a, const ParticlesResult& r, const ParticlesOptions& options, const fs::path& results) {
   const auto& f = r.diagnostics.final;
   const std::string name = a.from_model.empty() ? r.spec.preset
@@ -120,9 +98,18 @@ int run(const ParticlesArgs& a) {
   const ParticlesOptions options = resolved_options(a, spec);
   step_count(spec.t_end, spec.dt);  // validates T and dt before any work
   ResultsDir out(a.out_dir, "particles", invocation());
-  const ParticlesResult result = a.from_model.empty() ? run_particles(spec, options) : run_layer(a, spec, options);
-  if (!a.from_model.empty()) out.options()["from_model"]["allow_unknown_config_keys"] = a.allow_unknown_config_keys;
-  write_particles(out, result, options);
+  ParticlesResult result;
+  if (a.from_model.empty()) {
+    result = run_particles(spec, options);
+    write_particles(out, result, options);
+  } else {
+    LoadOptions load;
+    load.config.allow_unknown_keys = a.allow_unknown_config_keys;
+    load.check_finite = !a.no_check_weights;
+    // --init: the tokens it makes; else the first sample of --data, --prompt or --ids (default: the first passage drawn).
+    const std::optional<SampleOptions> tokens = given(a, "--init") ? std::nullopt : std::optional(a.tokens.options);
+    result = particles_to(out, a.from_model, load, {a.layer, a.head, spec.n}, tokens, a.tokens.tokenizer, spec, options);
+  }
   print_summary(a, result, options, out.file("results.json"));
   return 0;
 }

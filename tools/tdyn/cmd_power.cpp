@@ -1,19 +1,11 @@
 // tdyn power MODEL --out DIR: the analysis of the power-method paper (Li & Altafini, SPEC §2) — layer matrices
 // F_t = O_t V_t and their spectra, token alignment with the dominant eigenvectors over real text, shared-weight
-// iteration of one layer, and rank-1 steering of the last layer — run by analysis/power/run.h and written to a
-// results directory (SPEC §5) by report/power_output.h.
-#include <memory>
-
-#include <nlohmann/json.hpp>
-
-#include "analysis/power/run.h"
+// iteration of one layer, and rank-1 steering of the last layer — run and written to a results directory (SPEC §5)
+// by power_to (pipeline/parts.h).
 #include "cli_util.h"
 #include "command.h"
-#include "pass_args.h"
-#include "report/power_output.h"
+#include "pipeline/parts.h"
 #include "report/progress.h"
-#include "report/results.h"
-#include "tokenizer/tokenizer.h"
 
 namespace tdyn::cli {
 namespace {
@@ -26,40 +18,14 @@ struct PowerArgs {
   PowerOptions options;
 };
 
-// The tokenizer of --tokenizer or the model's own; none when neither loads (the steering then names no pieces).
-std::unique_ptr<Tokenizer> optional_tokenizer(const PowerArgs& a) {
-  try {
-    return a.samples.tokenizer.empty() ? load_tokenizer_for_model(a.model.path) : load_tokenizer(a.samples.tokenizer);
-  } catch (const Error&) {
-    return nullptr;
-  }
-}
-
 int run_power(PowerArgs& a) {
   StderrProgress progress("tdyn power");
-  const std::shared_ptr<const Model> model = a.model.load();
-  PowerOptions& options = a.options;
-  options.dynamics = {parse_dynamics_mode(a.mode), !a.no_residual};
-  options.iterate = !a.no_iterate;
-  options.steer = !a.no_steer;
+  a.options.dynamics = {parse_dynamics_mode(a.mode), !a.no_residual};
+  a.options.iterate = !a.no_iterate;
+  a.options.steer = !a.no_steer;
+  const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, {false, a.from_pass});
   ResultsDir out(a.out_dir, "power", invocation());
-  const std::unique_ptr<Tokenizer> tok = optional_tokenizer(a);
-  const std::vector<Sample> samples = a.samples.load(a.model.path, model->config.d_vocab);
-  PowerPassSource pass;
-  if (!a.from_pass.empty())
-    pass = [&](const PassSpec& spec) {
-      PassArgs args;
-      args.from_pass = a.from_pass;
-      const Transformer transformer(model);
-      return obtain_pass(args, transformer, nullptr, samples, spec, pass_model_identity(a.model.path, *model), {}, false, "");
-    };
-  const PowerResult result = run_power(model, a.model.path, samples, options, progress, tok.get(), pass);
-  out.options()["from_pass"] = a.from_pass.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.from_pass);
-  out.options()["samples"] = a.samples.options.to_json();
-  if (a.samples.options.data.empty() && a.samples.options.prompt.empty() && a.samples.options.ids.empty())
-    out.options()["samples"]["data"] = default_corpus().string();
-  out.options()["tokenizer"] = a.samples.tokenizer;
-  write_power(out, result, options);
+  power_to(out, in, a.options, progress);
   progress.note("wrote " + out.file("results.json").string());
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "analysis/pass_source.h"
 #include "core/error.h"
 #include "core/ranks.h"
 #include "report/progress.h"
@@ -100,6 +101,9 @@ int main(int argc, char** argv) {
     const int code = selected ? selected() : 0;
     tdyn::finalize_ranks();
     return code;
+  } catch (const tdyn::WorkerShareDone&) {  // an MPI worker rank whose share of the pass is with rank 0
+    tdyn::finalize_ranks();
+    return 0;
   } catch (const tdyn::Error& e) {
     std::cerr << "tdyn: error" << where << ": " << e.what() << "\n";
     return fail_run(kExitInputError);

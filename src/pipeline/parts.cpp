@@ -1,0 +1,211 @@
+#include "pipeline/parts.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "model/init.h"
+#include "report/jacobian_output.h"
+#include "report/particles_output.h"
+#include "report/power_output.h"
+#include "report/topology_output.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tdyn {
+namespace {
+
+// The tokenizer of in.tokenizer or the model's own; none when neither loads (the steering then names no pieces).
+std::unique_ptr<Tokenizer> optional_tokenizer(const AnalysisInputs& in) {
+  try {
+    return in.tokenizer.empty() ? load_tokenizer_for_model(in.model_path) : load_tokenizer(in.tokenizer);
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+PowerResult power_to(ResultsDir& out, const AnalysisInputs& in, const PowerOptions& options, ProgressSink& progress) {
+  const std::unique_ptr<Tokenizer> tok = optional_tokenizer(in);
+  PowerPassSource pass;
+  if (!in.pass.from_pass.empty())
+    pass = [&](const PassSpec& spec) {
+      const Transformer transformer(in.model);
+      return obtain_pass(in.pass, transformer, nullptr, in.samples, spec, pass_model_identity(in.model_path, *in.model), {}, false,
+                         "", progress);
+    };
+  PowerResult result = run_power(in.model, in.model_path, in.samples, options, progress, tok.get(), pass);
+  out.options()["from_pass"] = in.pass.from_pass.empty() ? nlohmann::json(nullptr) : nlohmann::json(in.pass.from_pass);
+  out.options()["samples"] = sample_options_json(in.sample_options);
+  out.options()["tokenizer"] = in.tokenizer;
+  write_power(out, result, options);
+  return result;
+}
+
+JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std::vector<std::string>& compare,
+                           const JacobianOptions& options, ProgressSink& progress) {
+  const bool use_pass = options.uses_pass();
+  if (!use_pass && (in.pass.resume || !in.pass.from_pass.empty()))
+    fail("resuming or reading a pass needs the structured mean without the mean of products and per-sample Jacobians");
+  require_single_rank(!use_pass, "jacobian with the plain mean, the mean of products or per-sample Jacobians");
+  require_single_rank(!compare.empty(), "jacobian comparing checkpoints");
+  if (in.samples.empty()) fail("no samples to analyse in {} (check the data and min_len)", sample_options_json(in.sample_options)["data"].get<std::string>());
+  std::vector<JacobianCheckpoint> checkpoints = {{in.model_path, in.model}};
+  for (const std::string& path : compare) checkpoints.push_back({path, load_model(path, in.load)});
+  for (const auto& [phase, seconds] : in.timings) out.add_timing(phase, seconds);
+  out.options() = {{"model", in.model_path},
+                   {"compare", compare},
+                   {"samples", in.sample_options.to_json()},
+                   {"tokenizer", in.tokenizer.empty() ? "(the model's own)" : in.tokenizer},
+                   {"pass", use_pass ? in.pass.to_json() : nlohmann::json("not used: per-sample Jacobians are needed")}};
+  const JacobianPassSource pass = [&](const CheckpointJacobians& c, const Transformer& transformer, const JacobianModel& jacobians,
+                                      const PassSpec& spec, const std::string& label) {
+    return obtain_pass(in.pass, transformer, &jacobians, in.samples, spec, pass_model_identity(c.path, *c.model),
+                       out.file(c.prefix + "pass.tdynpass"), false, label, progress);
+  };
+  JacobianFiles files(out, options);
+  JacobianResult result = run_jacobian(checkpoints, in.samples, options, progress, pass, &files);
+  write_jacobian(out, result, options);
+  return result;
+}
+
+nlohmann::json TopologyComparisons::to_json() const {
+  return {{"compare", compare},
+          {"random_init", random_init ? nlohmann::json{{"seed", *random_init}, {"rule", "Hugging Face _init_weights: N(0, 0.02), norms 1"}}
+                                      : nlohmann::json(false)}};
+}
+
+namespace {
+
+// One checkpoint of a topology run: its pass (run here, or read per in.pass), its analysis with `options`, and its
+// results in `out`, whose options record the run's (`run_options`).
+TopologyResult analyse_checkpoint(const AnalysisInputs& in, const TopologyComparisons& comparisons, const TopologyOptions& options,
+                                  const TopologyOptions& run_options, const std::shared_ptr<const Model>& model,
+                                  const std::string& path, const std::string& label, ResultsDir& out, ProgressSink& progress) {
+  check_sample_ids(in.samples, model->config, path);
+  auto transformer = std::make_shared<const Transformer>(model);
+  std::unique_ptr<JacobianModel> jacobians;
+  if (options.coupling) jacobians = std::make_unique<JacobianModel>(transformer);
+  std::optional<PassFile> pass;
+  {
+    PhaseTimer timer(out, jacobians ? "forward_correlations_and_jacobians" : "forward_correlations");
+    pass = obtain_pass(in.pass, *transformer, jacobians.get(), in.samples, topology_pass_spec(model->config.n_layers, options),
+                       pass_model_identity(path, *model), out.file("pass.tdynpass"), false, fmt::format("topology {}: samples", label),
+                       progress);
+  }
+  TopologyResult result = run_topology(*model, path, label, *pass, options, progress);
+  out.options() = comparisons.to_json();
+  out.options()["samples"] = sample_options_json(in.sample_options);
+  out.options()["tokenizer"] = in.tokenizer.empty() ? "the one shipped with MODEL" : in.tokenizer;
+  out.options()["pass"] = in.pass.to_json();
+  write_topology(out, result, run_options);
+  return result;
+}
+
+// The architecture of `model` (loaded from `path`) as a Hugging Face config for write_random_init: a Hugging Face
+// checkpoint's own, or a llama2.c or GGUF Llama's written from its config.
+nlohmann::json hf_config_of(const Model& model, const std::string& path) {
+  const ModelConfig& c = model.config;
+  if (c.format == "hf") {
+    if (c.source.is_object() && c.source.contains("model_type")) return c.source;
+    return nlohmann::json::parse(read_file(fs::path(path) / "config.json"));
+  }
+  if (c.family == "llama") return llama_hf_config_json(c);  // llama2.c and GGUF Llama checkpoints
+  fail("cannot describe a {} {} checkpoint as a Hugging Face config (a random initialisation needs one): give a Hugging Face "
+       "directory", c.format, c.family);
+}
+
+}  // namespace
+
+TopologyResult topology_to(ResultsDir& out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
+                           const TopologyOptions& options, ProgressSink& progress) {
+  PositionSpec::parse(options.positions);  // fail early on bad positions
+  require_single_rank(!comparisons.compare.empty() || comparisons.random_init.has_value(),
+                      "topology comparing checkpoints or a random initialisation");
+  std::vector<std::string> labels;
+  std::vector<TopologyCheckpoint> checkpoints;
+  TopologyResult first = analyse_checkpoint(in, comparisons, options, options, in.model, in.model_path,
+                                            checkpoint_label(in.model_path, &labels), out, progress);
+  checkpoints.push_back(checkpoint_summary(first, out.path()));
+  TopologyOptions further = options;  // the communities of the first checkpoint only are compared with the control's
+  further.communities_control.clear();
+  auto analyse_further = [&](const std::shared_ptr<const Model>& model, const std::string& path, const std::string& label, ResultsDir& sub) {
+    checkpoints.push_back(checkpoint_summary(analyse_checkpoint(in, comparisons, further, options, model, path, label, sub, progress), sub.path()));
+  };
+  for (const std::string& path : comparisons.compare) {
+    const std::string label = checkpoint_label(path, &labels);
+    ResultsDir sub(out.file("compare") / label, "topology", out.argv());
+    analyse_further(load_model(path, in.load), path, label, sub);
+  }
+  if (comparisons.random_init) {
+    const std::string label = checkpoint_label("random_init", &labels);
+    ResultsDir sub(out.file("compare") / label, "topology", out.argv());
+    const fs::path model_dir = sub.file("model");
+    write_random_init(hf_config_of(*in.model, in.model_path), model_dir, *comparisons.random_init);
+    sub.record_file("model/config.json", "random initialisation of MODEL's architecture: configuration");
+    sub.record_file("model/model.safetensors", fmt::format("random initialisation: weights (seed {})", *comparisons.random_init));
+    analyse_further(load_model(model_dir), model_dir.string(), label, sub);
+  }
+  write_topology_comparison(out, checkpoints);
+  return first;
+}
+
+particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path, const LoadOptions& load,
+                                        const ModelHeadOptions& head, const std::optional<SampleOptions>& tokens,
+                                        const std::string& tokenizer, const particles::ExperimentSpec& spec,
+                                        const particles::ParticlesOptions& options) {
+  const std::shared_ptr<const Model> model = load_model(path, load);
+  particles::ParticlesResult result;
+  if (!tokens) {
+    result = particles::run_particles(*model, path, head, nullptr, spec, options);
+  } else {
+    SampleOptions one = *tokens;
+    // An absolute corpus path in results.json, so the run reproduces from any directory.
+    if (one.data.empty() && one.prompt.empty() && one.ids.empty()) one.data = fs::absolute(default_corpus()).lexically_normal().string();
+    one.samples = 1;
+    one.min_len = 1;
+    one.max_len = std::max<int64_t>(spec.n, 1);
+    const std::vector<int32_t> ids = load_samples_for_model(one, path, model->config.d_vocab, tokenizer).at(0).ids;
+    result = particles::run_particles(*model, path, head, &ids, spec, options);
+    result.model["bridge"]["token_source"] = one.to_json();
+  }
+  out.options()["from_model"]["allow_unknown_config_keys"] = load.config.allow_unknown_keys;
+  write_particles(out, result, options);
+  return result;
+}
+
+nlohmann::json write_init_checkpoint(const Model& source, const std::string& source_path, const fs::path& dir, uint64_t seed,
+                                     double initializer_range) {
+  const ModelConfig& c = source.config;
+  nlohmann::json hf_config = hf_config_of(source, source_path);
+  if (initializer_range > 0) {
+    if (hf_config.contains("text_config")) hf_config["text_config"]["initializer_range"] = initializer_range;
+    hf_config["initializer_range"] = initializer_range;
+  }
+  write_random_init(hf_config, dir, seed);
+  // Tokenizer files of a Hugging Face source travel with the init so that it runs on text as the source does.
+  std::vector<std::string> copied;
+  if (c.format == "hf") {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                             "vocab.txt", "encoder.json", "vocab.bpe", "tokenizer.model"}) {
+      const fs::path src = fs::path(source_path) / name;
+      if (fs::is_regular_file(src)) {
+        write_file_atomic(dir / name, read_file(src));
+        copied.push_back(name);
+      }
+    }
+  }
+  const nlohmann::json provenance = {{"source_model", source_path},
+                                     {"source_format", c.format},
+                                     {"family", c.family},
+                                     {"seed", seed},
+                                     {"initializer_range", hf_config.value("initializer_range", 0.02)},
+                                     {"rule", "Hugging Face _init_weights: matrices and embeddings ~ N(0, initializer_range), "
+                                              "biases 0, norm scales 1 (see src/model/init.h)"},
+                                     {"tokenizer_files_copied", copied}};
+  write_file_atomic(dir / "tdyn_init.json", provenance.dump(2) + "\n");
+  return provenance;
+}
+
+}  // namespace tdyn

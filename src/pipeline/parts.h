@@ -1,0 +1,57 @@
+// Each analysis of the three papers from its inputs (inputs.h) to a results directory (report/results.h): the
+// analysis (analysis/<part>/run.h) and its writer (report/<part>_output.h), with what results.json records of the
+// inputs. `tdyn power|jacobian|topology|particles|init` parse their flags and call one of these; `tdyn analyze`
+// (analyze.h) calls them in turn on one model.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/jacobian/run.h"
+#include "analysis/particles/run.h"
+#include "analysis/power/run.h"
+#include "analysis/topology/run.h"
+#include "pipeline/inputs.h"
+#include "report/results.h"
+
+namespace tdyn {
+
+// The power-method paper (Li & Altafini): spectra, token dynamics over the samples (from in.pass.from_pass when
+// given), iteration and steering.
+PowerResult power_to(ResultsDir& out, const AnalysisInputs& in, const PowerOptions& options, ProgressSink& progress);
+
+// The residual-stream paper's Jacobians of in.model and of the `compare` checkpoints (same architecture, loaded with
+// in.load) on the same samples; the pass file (run, resumed or read per in.pass) is DIR/pass.tdynpass.
+JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std::vector<std::string>& compare,
+                           const JacobianOptions& options, ProgressSink& progress);
+
+// Further checkpoints of a topology run, each analysed the same way in DIR/compare/LABEL.
+struct TopologyComparisons {
+  std::vector<std::string> compare;   // checkpoints of the same architecture
+  std::optional<uint64_t> random_init;  // seed of a random initialisation of in.model's architecture
+  nlohmann::json to_json() const;
+};
+
+// The residual-stream paper's topology of in.model (and the comparisons'), with the comparison of all checkpoints.
+// Returns the first checkpoint's result.
+TopologyResult topology_to(ResultsDir& out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
+                           const TopologyOptions& options, ProgressSink& progress);
+
+// The clustering paper's particles from a real layer: `path`'s layer and head (head.head < 0: the whole layer),
+// started from the first sample of `tokens` (whose samples, min_len and max_len are set here), or from spec.initial
+// when `tokens` is empty.
+particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path, const LoadOptions& load,
+                                        const ModelHeadOptions& head, const std::optional<SampleOptions>& tokens,
+                                        const std::string& tokenizer, const particles::ExperimentSpec& spec,
+                                        const particles::ParticlesOptions& options);
+
+// A random initialisation of `source`'s architecture with the family's published rule (model/init.h), written to
+// `dir` as a Hugging Face checkpoint with the source's tokenizer files and tdyn_init.json (which this returns).
+// initializer_range 0: the source config's (else 0.02).
+nlohmann::json write_init_checkpoint(const Model& source, const std::string& source_path, const fs::path& dir, uint64_t seed,
+                                     double initializer_range = 0);
+
+}  // namespace tdyn
