@@ -59,5 +59,6 @@ void bind_particles(py::module_& m);
 void bind_power(py::module_& m);
 void bind_jacobian(py::module_& m);
 void bind_topology(py::module_& m);
+void bind_analyze(py::module_& m);
 
 }  // namespace tdyn::python

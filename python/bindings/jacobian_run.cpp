@@ -13,6 +13,7 @@
 #include "convert.h"
 #include "py_model.h"
 #include "py_progress.h"
+#include "result_dicts.h"
 #include "report/jacobian_output.h"
 
 namespace tdyn::python {
@@ -76,23 +77,28 @@ py::dict jacobian_run(const py::object& model, const std::vector<std::vector<int
   }
   sink.rethrow();
   if (dir) write_jacobian(*dir, r, options);
+  return jacobian_dict(r, options);
+}
 
+}  // namespace
+
+py::dict jacobian_dict(const JacobianResult& r, const JacobianOptions& options) {
   py::dict result;
   result["results"] = to_python(results_json(r));
   result["options"] = to_python(options_json(r, options));
   result["model"] = to_python(r.model);
   result["samples.source_index"] = py::array_t<int64_t>(static_cast<int64_t>(r.source_indices.size()), r.source_indices.data());
   for (const CheckpointJacobians& m : r.models) {
-    result[py::str(m.prefix + "mean_jacobians")] = stacked_matrices(m.mean);
-    result[py::str(m.prefix + "cumulative_products")] = stacked_matrices(m.cumulative);
+    if (options.keep_matrices) {
+      result[py::str(m.prefix + "mean_jacobians")] = stacked_matrices(m.mean);
+      result[py::str(m.prefix + "cumulative_products")] = stacked_matrices(m.cumulative);
+    }
     if (options.mean_of_products) result[py::str(m.prefix + "mean_of_products")] = stacked_matrices(m.mean_of_products);
     add_spectra(result, m.prefix + "mean", m.mean_metrics);
     add_spectra(result, m.prefix + "cumulative", m.cumulative_metrics);
   }
   return result;
 }
-
-}  // namespace
 
 void bind_jacobian(py::module_& m) {
   const SurgeryOptions surgery_defaults;

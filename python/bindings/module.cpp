@@ -54,4 +54,5 @@ Errors in user data (files, shapes, ids, options) raise tdyn.Error with the libr
   bind_power(m);
   bind_jacobian(m);
   bind_topology(m);
+  bind_analyze(m);
 }

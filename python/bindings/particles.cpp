@@ -11,12 +11,14 @@
 #include "analysis/particles/run.h"
 #include "convert.h"
 #include "py_model.h"
+#include "result_dicts.h"
 #include "report/particles_output.h"
 
 namespace tdyn::python {
 namespace {
 
 using namespace tdyn::particles;
+using particles::Matrix;  // not linalg's, which the other analyses' headers bring
 
 // A matrix argument: None (the preset's), a generator spec such as "identity" or "psd:1", or an array.
 using MatrixArg = std::optional<std::variant<std::string, Matrix>>;
@@ -172,6 +174,12 @@ py::dict particles_run(const std::optional<std::string>& preset_name, const py::
     write_particles(dir, r, options);
   }
 
+  return particles_dict(r, options);
+}
+
+}  // namespace
+
+py::dict particles_dict(const particles::ParticlesResult& r, const particles::ParticlesOptions& options) {
   py::dict result;
   result["results"] = to_python(results_json(r));
   result["options"] = to_python(options_json(r, options));
@@ -179,7 +187,7 @@ py::dict particles_run(const std::optional<std::string>& preset_name, const py::
   result["x0"] = py::cast(r.experiment.x0);
   result["Q"] = py::cast(r.experiment.system.head.query);
   result["K"] = py::cast(r.experiment.system.head.key);
-  result["V"] = py::cast(Matrix(r.experiment.system.head.value_map()));
+  result["V"] = py::cast(particles::Matrix(r.experiment.system.head.value_map()));
   result["t"] = py::array_t<double>(static_cast<int64_t>(r.trajectory.times.size()), r.trajectory.times.data());
   result["x"] = stacked_matrices(r.trajectory.x);
   result["z"] = stacked_matrices(r.trajectory.z);
@@ -189,8 +197,6 @@ py::dict particles_run(const std::optional<std::string>& preset_name, const py::
   result["P_times"] = py::array_t<double>(static_cast<int64_t>(p_times.size()), p_times.data());
   return result;
 }
-
-}  // namespace
 
 void bind_particles(py::module_& m) {
   m.def("particles", &particles_run,

@@ -15,6 +15,7 @@
 #include "convert.h"
 #include "py_model.h"
 #include "py_progress.h"
+#include "result_dicts.h"
 #include "report/power_output.h"
 
 namespace tdyn::python {
@@ -78,15 +79,19 @@ py::dict power_run(const py::object& model, const std::optional<std::string>& da
     ResultsDir dir(*out, "power", {"tdyn.power"});
     write_power(dir, r, options);
   }
+  return power_dict(r, options);
+}
+
+}  // namespace
+
+py::dict power_dict(const PowerResult& r, const PowerOptions& options) {
   py::dict result;
   result["results"] = to_python(results_json(r));
   result["options"] = to_python(options_json(r, options));
   result["model"] = to_python(r.model);
-  for (const PowerArray& a : power_arrays(r, save_matrices)) result[a.name.c_str()] = numpy_of(a);
+  for (const PowerArray& a : power_arrays(r, options.save_matrices)) result[a.name.c_str()] = numpy_of(a);
   return result;
 }
-
-}  // namespace
 
 void bind_power(py::module_& m) {
   const SteeringOptions steering;

@@ -12,6 +12,7 @@
 #include "convert.h"
 #include "py_model.h"
 #include "py_progress.h"
+#include "result_dicts.h"
 #include "report/topology_output.h"
 
 namespace tdyn::python {
@@ -59,26 +60,6 @@ py::array_t<double> cube(const std::vector<topology::CorrelationMatrix>& matrice
   return out;
 }
 
-py::dict result_dict(const TopologyResult& r, const TopologyOptions& options) {
-  const int64_t d = r.model.at("d_model").get<int64_t>();
-  py::dict result;
-  result["results"] = to_python(results_json(r, options));
-  result["options"] = to_python(options_json(r, options));
-  result["model"] = to_python(r.model);
-  result["membership"] = stacked<int64_t>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.partition.membership; });
-  result["participation"] = stacked<double>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.scores.participation; });
-  result["n_other_communities"] =
-      stacked<int64_t>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.scores.n_other_communities; });
-  result["log_column_gain"] = stacked<double>(r.coupling.layers, d, [](const LayerCoupling& l) -> const auto& { return l.log_column_gain; });
-  result["log_row_gain"] = stacked<double>(r.coupling.layers, d, [](const LayerCoupling& l) -> const auto& { return l.log_row_gain; });
-  result["correlations"] = options.keep_correlations ? py::object(cube(r.correlations, d)) : py::none();
-  result["mean_jacobians"] = options.keep_jacobians ? py::object(stacked_matrices(r.mean_jacobians)) : py::none();
-  py::array_t<double> layout({static_cast<int64_t>(r.layout.size()), int64_t{2}});
-  for (size_t i = 0; i < r.layout.size(); ++i) layout.mutable_at(i, 0) = r.layout[i].first, layout.mutable_at(i, 1) = r.layout[i].second;
-  result["layout"] = layout;
-  return result;
-}
-
 py::dict topology_run(const py::object& model_or_path, const std::optional<std::vector<std::vector<int32_t>>>& ids,
                       const SampleOptions& sample_options, const std::optional<std::string>& tokenizer, const std::string& boundaries,
                       bool coupling, TopologyOptions options, const std::optional<std::string>& label,
@@ -104,10 +85,30 @@ py::dict topology_run(const py::object& model_or_path, const std::optional<std::
     write_topology(dir, r, options);
     write_topology_comparison(dir, {checkpoint_summary(r, dir.path())});
   }
-  return result_dict(r, options);
+  return topology_dict(r, options);
 }
 
 }  // namespace
+
+py::dict topology_dict(const TopologyResult& r, const TopologyOptions& options) {
+  const int64_t d = r.model.at("d_model").get<int64_t>();
+  py::dict result;
+  result["results"] = to_python(results_json(r, options));
+  result["options"] = to_python(options_json(r, options));
+  result["model"] = to_python(r.model);
+  result["membership"] = stacked<int64_t>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.partition.membership; });
+  result["participation"] = stacked<double>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.scores.participation; });
+  result["n_other_communities"] =
+      stacked<int64_t>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.scores.n_other_communities; });
+  result["log_column_gain"] = stacked<double>(r.coupling.layers, d, [](const LayerCoupling& l) -> const auto& { return l.log_column_gain; });
+  result["log_row_gain"] = stacked<double>(r.coupling.layers, d, [](const LayerCoupling& l) -> const auto& { return l.log_row_gain; });
+  result["correlations"] = options.keep_correlations ? py::object(cube(r.correlations, d)) : py::none();
+  result["mean_jacobians"] = options.keep_jacobians ? py::object(stacked_matrices(r.mean_jacobians)) : py::none();
+  py::array_t<double> layout({static_cast<int64_t>(r.layout.size()), int64_t{2}});
+  for (size_t i = 0; i < r.layout.size(); ++i) layout.mutable_at(i, 0) = r.layout[i].first, layout.mutable_at(i, 1) = r.layout[i].second;
+  result["layout"] = layout;
+  return result;
+}
 
 void bind_topology(py::module_& m) {
   m.def(
