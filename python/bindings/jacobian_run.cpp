@@ -13,6 +13,7 @@
 #include "convert.h"
 #include "py_model.h"
 #include "py_progress.h"
+#include "py_samples.h"
 #include "result_dicts.h"
 #include "report/jacobian_output.h"
 
@@ -42,8 +43,9 @@ JacobianCheckpoint checkpoint_of(const py::object& model) {
   return {path, load_model(path, LoadOptions{})};
 }
 
-py::dict jacobian_run(const py::object& model, const std::vector<std::vector<int32_t>>& samples,
-                      const std::vector<py::object>& compare, const std::string& positions, const std::string& mean,
+py::dict jacobian_run(const py::object& model, const py::object& ids, const std::optional<std::string>& data,
+                      const std::optional<std::string>& prompt, int64_t samples, int64_t max_len, int64_t min_len,
+                      uint64_t sample_seed, const std::optional<std::string>& tokenizer, const std::vector<py::object>& compare, const std::string& positions, const std::string& mean,
                       const std::string& cumulative, const std::vector<linalg::Index>& alignment_ks, bool surgery,
                       const std::vector<double>& alphas, uint64_t surgery_seed, const std::vector<int64_t>& eig_depths,
                       bool save_per_sample, const std::optional<py::function>& progress, const std::optional<std::string>& out) {
@@ -61,8 +63,7 @@ py::dict jacobian_run(const py::object& model, const std::vector<std::vector<int
   options.surgery_options = {alphas, surgery_seed};
   options.eig_depths = eig_depths;
   options.keep_matrices = true;
-  std::vector<Sample> sequences;
-  for (size_t i = 0; i < samples.size(); ++i) sequences.push_back({samples[i], static_cast<int64_t>(i)});
+  const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
   std::vector<JacobianCheckpoint> checkpoints = {checkpoint_of(model)};
   for (const py::object& c : compare) checkpoints.push_back(checkpoint_of(c));
 
@@ -73,7 +74,7 @@ py::dict jacobian_run(const py::object& model, const std::vector<std::vector<int
   JacobianResult r;
   {
     py::gil_scoped_release release;
-    r = run_jacobian(checkpoints, sequences, options, sink, {}, files ? &*files : nullptr);
+    r = run_jacobian(checkpoints, sample_args.load(*checkpoints.front().model), options, sink, {}, files ? &*files : nullptr);
   }
   sink.rethrow();
   if (dir) write_jacobian(*dir, r, options);
@@ -102,15 +103,19 @@ py::dict jacobian_dict(const JacobianResult& r, const JacobianOptions& options) 
 
 void bind_jacobian(py::module_& m) {
   const SurgeryOptions surgery_defaults;
-  m.def("jacobian", &jacobian_run, py::arg("model"), py::arg("samples"), py::kw_only(),
-        py::arg("compare") = std::vector<py::object>{}, py::arg("positions") = "last", py::arg("mean") = "structured",
+  m.def("jacobian", &jacobian_run, py::arg("model"), py::arg("ids") = py::none(), py::kw_only(), py::arg("data") = py::none(),
+        py::arg("prompt") = py::none(), py::arg("samples") = 1000, py::arg("max_len") = 128, py::arg("min_len") = 8,
+        py::arg("sample_seed") = 0, py::arg("tokenizer") = py::none(), py::arg("compare") = std::vector<py::object>{}, py::arg("positions") = "last", py::arg("mean") = "structured",
         py::arg("cumulative") = "product-of-means", py::arg("alignment_ks") = OperatorMetricsOptions{}.alignment_ks,
         py::arg("surgery") = false, py::arg("alphas") = surgery_defaults.alphas, py::arg("surgery_seed") = surgery_defaults.seed,
         py::arg("eig_depths") = std::vector<int64_t>{}, py::arg("save_per_sample") = false, py::arg("progress") = py::none(),
         py::arg("out") = py::none(),
         R"doc(Runs what `tdyn jacobian` runs and returns what it writes.
 
-model: a tdyn.Model or a checkpoint path; samples: sequences of token ids (sample i has source index i);
+model: a tdyn.Model or a checkpoint path. The samples, as tdyn.power and tdyn.topology take them: ids (a list
+of token-id lists, sample i with source index i, or one list: one sample), else drawn as the CLI draws them
+from data (a text file of passages, a .npy or .ids file; default the WikiText-2 test split) or prompt (one
+text), with samples, max_len, min_len, sample_seed; tokenizer: a tokenizer file (default the model's).
 compare: further checkpoints of the same architecture (Models or paths), run on the same samples.
 positions 'last', 'all' or '5,23,-1'; mean 'structured' (through the shared sample pass) or 'plain';
 cumulative 'product-of-means' or 'both' (also the mean of per-sample products); alignment_ks, surgery,

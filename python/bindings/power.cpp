@@ -6,7 +6,6 @@
 #include <variant>
 #include <vector>
 
-#include <fmt/ranges.h>
 #include <pybind11/complex.h>
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
@@ -15,6 +14,7 @@
 #include "convert.h"
 #include "py_model.h"
 #include "py_progress.h"
+#include "py_samples.h"
 #include "result_dicts.h"
 #include "report/power_output.h"
 
@@ -39,8 +39,8 @@ py::array numpy_of(const PowerArray& a) {
   }, a.values);
 }
 
-py::dict power_run(const py::object& model, const std::optional<std::string>& data, const std::optional<std::string>& prompt,
-                   const std::optional<std::vector<int32_t>>& ids, int64_t samples, int64_t max_len, int64_t min_len,
+py::dict power_run(const py::object& model, const py::object& ids, const std::optional<std::string>& data,
+                   const std::optional<std::string>& prompt, int64_t samples, int64_t max_len, int64_t min_len,
                    uint64_t sample_seed, const std::optional<std::string>& tokenizer, const std::string& mode, bool residual,
                    std::optional<int64_t> iterate_layer, bool iterate, int64_t iterate_sample, int64_t iterations,
                    bool steer, const std::string& steer_direction, uint64_t steer_seed, const std::vector<double>& steer_scales,
@@ -51,12 +51,7 @@ py::dict power_run(const py::object& model, const std::optional<std::string>& da
   const std::shared_ptr<const Model> m =
       loaded ? model.cast<const PyModel&>().shared_model() : load_model(model.cast<std::string>(), LoadOptions{});
   const std::string path = loaded ? m->path.string() : model.cast<std::string>();
-  SampleOptions sample_options;
-  sample_options.data = data.value_or("");
-  sample_options.prompt = prompt.value_or("");
-  if (ids) sample_options.ids = fmt::format("{}", fmt::join(*ids, ","));
-  sample_options.samples = samples, sample_options.max_len = max_len, sample_options.min_len = min_len;
-  sample_options.seed = sample_seed;
+  const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
   PowerOptions options;
   options.dynamics = {parse_dynamics_mode(mode), residual};
   options.iterate_layer = iterate_layer.value_or(-1);
@@ -71,7 +66,7 @@ py::dict power_run(const py::object& model, const std::optional<std::string>& da
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Tokenizer> tok = optional_tokenizer(*m, tokenizer);
-    const std::vector<Sample> samples_loaded = load_samples(sample_options, tok.get(), m->config.d_vocab);
+    const std::vector<Sample> samples_loaded = sample_args.load(*m);
     r = run_power(m, path, samples_loaded, options, sink, tok.get());
   }
   sink.rethrow();
@@ -95,8 +90,8 @@ py::dict power_dict(const PowerResult& r, const PowerOptions& options) {
 
 void bind_power(py::module_& m) {
   const SteeringOptions steering;
-  m.def("power", &power_run, py::arg("model"), py::kw_only(), py::arg("data") = py::none(), py::arg("prompt") = py::none(),
-        py::arg("ids") = py::none(), py::arg("samples") = 200, py::arg("max_len") = 128, py::arg("min_len") = 8,
+  m.def("power", &power_run, py::arg("model"), py::arg("ids") = py::none(), py::kw_only(), py::arg("data") = py::none(),
+        py::arg("prompt") = py::none(), py::arg("samples") = 200, py::arg("max_len") = 128, py::arg("min_len") = 8,
         py::arg("sample_seed") = 0, py::arg("tokenizer") = py::none(), py::arg("mode") = "full", py::arg("residual") = true,
         py::arg("iterate_layer") = py::none(), py::arg("iterate") = true, py::arg("iterate_sample") = 0,
         py::arg("iterations") = IterationOptions{}.steps, py::arg("steer") = true, py::arg("steer_direction") = "random",
@@ -104,9 +99,10 @@ void bind_power(py::module_& m) {
         py::arg("save_matrices") = false, py::arg("progress") = py::none(), py::arg("out") = py::none(),
         R"doc(Runs what `tdyn power` runs and returns what it writes.
 
-model: a tdyn.Model or a checkpoint path. The samples as the CLI's flags: data (a text file of passages, a .npy
-or .ids file; default the WikiText-2 test split), prompt (one text), or ids (one sequence of token ids), with
-samples, max_len, min_len, sample_seed; tokenizer: a tokenizer file (default the model's). mode 'full',
+model: a tdyn.Model or a checkpoint path. The samples, as tdyn.jacobian and tdyn.topology take them: ids (a
+list of token-id lists, or one list: one sample), else drawn as the CLI draws them from data (a text file of
+passages, a .npy or .ids file; default the WikiText-2 test split) or prompt (one text), with samples, max_len,
+min_len, sample_seed; tokenizer: a tokenizer file (default the model's). mode 'full',
 'attn-only' or 'attn-only-l2'; residual. The iteration of layer iterate_layer (default: the shared layer of a
 shared-weight model, else none; iterate=False skips it) for `iterations` steps on sample iterate_sample. The
 steering sweep (steer=False skips it) along steer_direction ('random' seeded by steer_seed, 'token:ID',

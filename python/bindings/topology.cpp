@@ -12,23 +12,12 @@
 #include "convert.h"
 #include "py_model.h"
 #include "py_progress.h"
+#include "py_samples.h"
 #include "result_dicts.h"
 #include "report/topology_output.h"
 
 namespace tdyn::python {
 namespace {
-
-// The samples: `ids` (one list of token ids per sample), else drawn from `options` (data or prompt) with the
-// tokenizer file `tokenizer` or the model's own.
-std::vector<Sample> topology_samples(const Model& model, const std::optional<std::vector<std::vector<int32_t>>>& ids,
-                                     const SampleOptions& options, const std::optional<std::string>& tokenizer) {
-  if (ids) {
-    std::vector<Sample> samples;
-    for (const auto& sample : *ids) samples.push_back({sample, static_cast<int64_t>(samples.size())});
-    return samples;
-  }
-  return load_samples_for_model(options, model.path, model.config.d_vocab, tokenizer.value_or(""));
-}
 
 // The pass over the samples into a temporary file, removed with the returned PassFile.
 PassFile topology_pass(PyModel& model, const std::vector<Sample>& samples, const TopologyOptions& options,
@@ -60,8 +49,7 @@ py::array_t<double> cube(const std::vector<topology::CorrelationMatrix>& matrice
   return out;
 }
 
-py::dict topology_run(const py::object& model_or_path, const std::optional<std::vector<std::vector<int32_t>>>& ids,
-                      const SampleOptions& sample_options, const std::optional<std::string>& tokenizer, const std::string& boundaries,
+py::dict topology_run(const py::object& model_or_path, const PySamples& sample_args, const std::string& boundaries,
                       bool coupling, TopologyOptions options, const std::optional<std::string>& label,
                       const std::optional<py::function>& progress, const std::optional<std::string>& out) {
   options.boundaries = parse_boundary_set(boundaries);
@@ -74,7 +62,7 @@ py::dict topology_run(const py::object& model_or_path, const std::optional<std::
   TopologyResult r;
   {
     py::gil_scoped_release release;
-    const std::vector<Sample> samples = topology_samples(model.model(), ids, sample_options, tokenizer);
+    const std::vector<Sample> samples = sample_args.load(model.model());
     check_sample_ids(samples, model.config(), path);
     const PassFile pass = topology_pass(model, samples, options, name, sink);
     r = run_topology(model.model(), path, name, pass, options, sink);
@@ -113,7 +101,7 @@ py::dict topology_dict(const TopologyResult& r, const TopologyOptions& options) 
 void bind_topology(py::module_& m) {
   m.def(
       "topology",
-      [](const py::object& model, const std::optional<std::vector<std::vector<int32_t>>>& ids, const std::optional<std::string>& data,
+      [](const py::object& model, const py::object& ids, const std::optional<std::string>& data,
          const std::optional<std::string>& prompt, int64_t samples, int64_t max_len, int64_t min_len, uint64_t sample_seed,
          const std::optional<std::string>& tokenizer, const std::string& boundaries, int64_t top_k, double threshold, double gamma,
          uint64_t leiden_seed, const std::vector<double>& gamma_scan, bool coupling, const std::string& positions,
@@ -121,12 +109,7 @@ void bind_topology(py::module_& m) {
          bool keep_jacobians, int64_t draw_boundary, const std::optional<std::string>& communities_control,
          bool communities_control_independent, int64_t communities_permutations, const std::optional<std::string>& label,
          const std::optional<py::function>& progress, const std::optional<std::string>& out) {
-        SampleOptions sample_options;
-        if (data) sample_options.data = *data;
-        else if (prompt) sample_options.prompt = *prompt;
-        else if (!ids) sample_options.data = default_corpus().string();
-        sample_options.samples = samples, sample_options.max_len = max_len, sample_options.min_len = min_len;
-        sample_options.seed = sample_seed;
+        const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
         TopologyOptions o;
         o.graph.top_k = top_k, o.graph.threshold = threshold, o.graph.gamma_scan = gamma_scan;
         o.graph.leiden.resolution = gamma, o.graph.leiden.seed = leiden_seed;
@@ -136,7 +119,7 @@ void bind_topology(py::module_& m) {
         o.communities_control = communities_control.value_or("");
         o.communities_control_independent = communities_control_independent;
         o.communities_permutations = communities_permutations;
-        return topology_run(model, ids, sample_options, tokenizer, boundaries, coupling, o, label, progress, out);
+        return topology_run(model, sample_args, boundaries, coupling, o, label, progress, out);
       },
       py::arg("model"), py::arg("ids") = py::none(), py::kw_only(), py::arg("data") = py::none(), py::arg("prompt") = py::none(),
       py::arg("samples") = 1000, py::arg("max_len") = 128, py::arg("min_len") = 8, py::arg("sample_seed") = 0,
@@ -151,9 +134,10 @@ void bind_topology(py::module_& m) {
       py::arg("label") = py::none(), py::arg("progress") = py::none(), py::arg("out") = py::none(),
       R"doc(Runs what `tdyn topology` runs for one checkpoint and returns what it writes.
 
-model: a tdyn.Model or a checkpoint path. The samples: ids (a list of token-id lists, one per sample), or
-drawn as the CLI draws them from data (a text file, .npy or .ids; default the WikiText-2 test set) or prompt,
-with samples, max_len, min_len, sample_seed and tokenizer (default the model's own). The other arguments are
+model: a tdyn.Model or a checkpoint path. The samples, as tdyn.power and tdyn.jacobian take them: ids (a list
+of token-id lists, or one list: one sample), else drawn as the CLI draws them from data (a text file, .npy or
+.ids; default the WikiText-2 test split) or prompt (one text), with samples, max_len, min_len, sample_seed and
+tokenizer (default the model's own). The other arguments are
 the CLI's options: boundaries ('layers' or 'sublayers'), top_k or threshold, gamma, leiden_seed, gamma_scan,
 coupling (False: topology only), positions, permutations, permutation_seed, min_effect, fdr_q, draw_boundary,
 communities_control (a topology results directory), communities_control_independent, communities_permutations;

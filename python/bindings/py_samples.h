@@ -1,0 +1,34 @@
+// The samples of tdyn.power, tdyn.jacobian and tdyn.topology, given the same way to each: `ids` (a list of token-id
+// lists, one per sample, or one list of ids: a single sample), else drawn as the CLI draws them from `data` (a text
+// file of passages, a .npy or .ids file; default the WikiText-2 test split) or `prompt` (one text), with
+// `samples`, `max_len`, `min_len` and `sample_seed`, tokenized with the file `tokenizer` or the model's own.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+
+#include "analysis/samples.h"
+#include "model/loader.h"
+
+namespace tdyn::python {
+
+namespace py = pybind11;
+
+struct PySamples {
+  std::optional<std::vector<std::vector<int32_t>>> ids;
+  SampleOptions options;
+  std::optional<std::string> tokenizer;
+
+  // The samples for `model` (call without the GIL if you like: nothing here touches Python).
+  std::vector<Sample> load(const Model& model) const;
+};
+
+// Reads the arguments (with the GIL held); throws Error on ids that are neither a list of ints nor a list of lists.
+PySamples py_samples(const py::object& ids, const std::optional<std::string>& data, const std::optional<std::string>& prompt,
+                     int64_t samples, int64_t max_len, int64_t min_len, uint64_t sample_seed,
+                     const std::optional<std::string>& tokenizer);
+
+}  // namespace tdyn::python
