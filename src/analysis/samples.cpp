@@ -86,7 +86,7 @@ std::vector<Sample> load_samples(const SampleOptions& o, const Tokenizer* tok, i
     if (!tok) fail("text input needs a tokenizer (none found beside the model; pass --tokenizer)");
   };
   if (!o.ids.empty()) {
-    candidates.push_back({parse_ids(o.ids, "--ids"), 0});
+    candidates.push_back({o.ids, 0});
   } else if (!o.prompt.empty()) {
     need_tokenizer();
     candidates.push_back({tok->encode(o.prompt, o.add_special), 0});

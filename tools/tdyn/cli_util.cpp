@@ -13,31 +13,23 @@ extern char** environ;
 
 namespace tdyn::cli {
 
-std::vector<int32_t> parse_int_list(const std::string& text, const std::string& flag) {
-  std::vector<int32_t> out;
-  for (std::string item : split_list(text)) {
-    size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
-    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
-    int32_t v = 0;
-    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size())
-      throw CLI::ValidationError(flag, "expected comma-separated integers, got '" + item + "'");
-    out.push_back(v);
-  }
-  return out;
-}
+const CLI::Validator finite_number(
+    [](std::string& item) {
+      double v = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+      const bool ok = !item.empty() && ec == std::errc() && end == item.data() + item.size() && std::isfinite(v);
+      return ok ? std::string() : "expected comma-separated numbers, got '" + item + "'";
+    },
+    "NUMBER");
 
-std::vector<double> parse_double_list(const std::string& text, const std::string& flag) {
-  std::vector<double> out;
-  for (const std::string& item : split_list(text)) {
-    double v = 0;
-    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || !std::isfinite(v))
-      throw CLI::ValidationError(flag, "expected comma-separated numbers, got '" + item + "'");
-    out.push_back(v);
-  }
-  return out;
-}
+const CLI::Validator token_id(
+    [](std::string& item) {
+      int32_t v = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+      const bool ok = !item.empty() && ec == std::errc() && end == item.data() + item.size();
+      return ok ? std::string() : "expected comma-separated integers, got '" + item + "'";
+    },
+    "INT");
 
 int run_self(const std::vector<std::string>& argv) {
   std::vector<char*> args;
@@ -94,7 +86,7 @@ void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples) {
                                "Input: a text file split into passages (paragraphs; default: ../shared/data/wikitext-2/"
                                "wiki.test.raw), a .npy of token ids [T] or [S, T], or a .ids file (one sample per line)");
   auto* prompt = cmd->add_option("--prompt", options.prompt, "Input: one text sample");
-  auto* ids = cmd->add_option("--ids", options.ids, "Input: one sample as comma-separated token ids");
+  auto* ids = cmd->add_option("--ids", options.ids, "Input: one sample as comma-separated token ids")->delimiter(',')->check(token_id);
   data->excludes(prompt)->excludes(ids);
   prompt->excludes(ids);
   cmd->add_option("--samples", options.samples, "S: number of passages drawn from --data")->capture_default_str()->check(CLI::PositiveNumber);

@@ -1,4 +1,4 @@
-// Flag helpers shared by the subcommands: model loading options and list parsing.
+// Flag helpers shared by the subcommands: model loading options, samples and list items.
 #pragma once
 
 #include <string>
@@ -11,10 +11,10 @@
 
 namespace tdyn::cli {
 
-// "1,2,3" -> {1, 2, 3}; throws CLI::ValidationError naming the flag on anything else.
-std::vector<int32_t> parse_int_list(const std::string& text, const std::string& flag);
-// "0,0.25,1e3" -> {0, 0.25, 1000}; finite numbers only.
-std::vector<double> parse_double_list(const std::string& text, const std::string& flag);
+// Item checks of comma-separated list options (add_option(...)->delimiter(',')->check(...)): what std::from_chars
+// reads in full, so CLI11's own conversion never sees "", "+1", "0x10" or "nan".
+extern const CLI::Validator finite_number;  // a finite double
+extern const CLI::Validator token_id;       // an int32
 
 // Runs this executable (/proc/self/exe) with `argv` (argv[0] included) and waits; returns the exit status
 // (128 + signal if killed, 127 if it could not start). Used to run one subcommand from another so that each

@@ -1,9 +1,6 @@
 // tdyn jacobian MODEL [--compare MODEL2 ...] --out DIR [...]: mean sublayer Jacobians over samples, their
 // cumulative products, operator metrics per depth, optional Schur surgery, and figures (SPEC §3, §5), run and
 // written by jacobian_to (pipeline/parts.h).
-#include <charconv>
-#include <cmath>
-
 #include "cli_util.h"
 #include "command.h"
 #include "core/error.h"
@@ -22,16 +19,6 @@ struct JacobianArgs {
   std::string out, positions = "last", mean = "structured", cumulative = "product-of-means";
   JacobianOptions options;
 };
-
-// One item of a number list: what std::from_chars reads, and finite.
-const CLI::Validator finite_number(
-    [](std::string& item) {
-      double v = 0;
-      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-      const bool ok = !item.empty() && ec == std::errc() && end == item.data() + item.size() && std::isfinite(v);
-      return ok ? std::string() : "expected comma-separated numbers, got '" + item + "'";
-    },
-    "NUMBER");
 
 // The flags as the library's options (--positions, --mean and --cumulative parsed; the typed lists set already).
 JacobianOptions resolved_options(const JacobianArgs& a) {

@@ -200,7 +200,7 @@ void add_model_options(CLI::App* cmd, ParticlesArgs& a, CLI::Option* preset_opti
                                "With --from-model: the tokens' source, a text file of passages (default: ../shared/data/wikitext-2/"
                                "wiki.test.raw), a .npy of ids or a .ids file; the first sample drawn is used");
   auto* prompt = cmd->add_option("--prompt", t.prompt, "With --from-model: the tokens as text (the model's tokenizer, special tokens added)");
-  auto* ids = cmd->add_option("--ids", t.ids, "With --from-model: the tokens as comma-separated ids");
+  auto* ids = cmd->add_option("--ids", t.ids, "With --from-model: the tokens as comma-separated ids")->delimiter(',')->check(token_id);
   auto* tokenizer = cmd->add_option("--tokenizer", a.tokens.tokenizer, "With --from-model: tokenizer file (default: the one shipped with MODEL)");
   data->excludes(prompt)->excludes(ids);
   prompt->excludes(ids);

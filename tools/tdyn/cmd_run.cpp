@@ -18,7 +18,8 @@ namespace {
 
 struct RunArgs {
   ModelArgs model;
-  std::string tokenizer, prompt, ids, token_types, save_logits, save_hooks, hooks = "*", overflow;
+  std::string tokenizer, prompt, save_logits, save_hooks, hooks = "*", overflow;
+  std::vector<int32_t> ids, token_types;
   int64_t max_new_tokens = 32, steps = -1;
   double temperature = 0.0;
   uint64_t seed = 0;
@@ -48,7 +49,7 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunArgs& a) {
 }
 
 std::vector<int32_t> prompt_ids(const RunArgs& a, const Tokenizer* tok, const ModelConfig& c) {
-  std::vector<int32_t> prompt = !a.ids.empty() ? parse_int_list(a.ids, "--ids") : tok->encode(a.prompt, !a.no_special);
+  std::vector<int32_t> prompt = !a.ids.empty() ? a.ids : tok->encode(a.prompt, !a.no_special);
   if (prompt.empty()) fail("the prompt encodes to no tokens");
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= c.d_vocab)
@@ -108,9 +109,8 @@ int run(const RunArgs& a) {
   const std::unique_ptr<Tokenizer> tok = run_tokenizer(a);
   std::vector<int32_t> prompt = prompt_ids(a, tok.get(), c);
   const GenerateOptions gen = generate_options(a, c, prompt);
-  std::vector<int32_t> types;
-  if (!a.token_types.empty()) {
-    types = parse_int_list(a.token_types, "--token-types");
+  const std::vector<int32_t>& types = a.token_types;
+  if (!types.empty()) {
     if (types.size() != prompt.size())
       fail("--token-types has {} entries but the prompt has {} tokens", types.size(), prompt.size());
     if (gen.max_new_tokens > 0) fail("--token-types applies to encoders, which do not generate");
@@ -148,10 +148,11 @@ std::function<int()> setup(CLI::App& app) {
   a->model.add_to(cmd);
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: the one shipped beside/inside MODEL)");
   auto* prompt = cmd->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer)");
-  auto* ids = cmd->add_option("--ids", a->ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
+  auto* ids = cmd->add_option("--ids", a->ids, "Prompt as comma-separated token ids, e.g. 1,403,407")->delimiter(',')->check(token_id);
   prompt->excludes(ids);
   cmd->add_option("--token-types", a->token_types,
-                  "BERT/ALBERT segment ids, one per prompt token, e.g. 0,0,0,1,1 (default all 0)");
+                  "BERT/ALBERT segment ids, one per prompt token, e.g. 0,0,0,1,1 (default all 0)")
+      ->delimiter(',')->check(token_id);
   cmd->add_flag("--no-special", a->no_special, "Do not add the tokenizer's special tokens (BOS, [CLS]/[SEP]) to --prompt");
   auto* max_new = cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate after the prompt")
                       ->capture_default_str()->check(CLI::NonNegativeNumber);

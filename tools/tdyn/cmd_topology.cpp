@@ -27,14 +27,12 @@ struct TopologyArgs {
   uint64_t init_seed = 0;
   std::string boundaries = "sublayers";
   bool no_coupling = false;
-  std::string gamma_scan;  // parsed by parse_double_list: CLI11's vector parsing would also take "", "+0.1" and "nan"
   TopologyOptions options;
 };
 
 int run(TopologyArgs& a) {
   a.options.boundaries = parse_boundary_set(a.boundaries);
   a.options.coupling = !a.no_coupling;
-  if (!a.gamma_scan.empty()) a.options.graph.gamma_scan = parse_double_list(a.gamma_scan, "--gamma-scan");
   PositionSpec::parse(a.options.positions);  // fail early on a bad --positions
   TopologyComparisons comparisons{a.compare, std::nullopt};
   if (a.random_init) comparisons.random_init = a.init_seed;
@@ -56,7 +54,8 @@ void add_graph_options(CLI::App* cmd, TopologyArgs& a) {
       ->check(CLI::Range(0.0, 1.0))->excludes(top_k);
   cmd->add_option("--gamma", g.leiden.resolution, "CPM resolution of the positive layer")->capture_default_str();
   cmd->add_option("--leiden-seed", g.leiden.seed, "Seed of igraph's Leiden (and of the graph layout)")->capture_default_str();
-  cmd->add_option("--gamma-scan", a.gamma_scan, "Comma-separated resolutions also partitioned at every boundary (gamma_scan.csv)");
+  cmd->add_option("--gamma-scan", g.gamma_scan, "Comma-separated resolutions also partitioned at every boundary (gamma_scan.csv)")
+      ->delimiter(',')->check(finite_number);
   cmd->add_option("--draw-boundary", a.options.draw_boundary, "Boundary index whose graph is drawn (default: the middle one)");
 }
 
