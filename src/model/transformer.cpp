@@ -1,11 +1,10 @@
 #include "model/transformer.h"
 
-#include <malloc.h>
-
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/heap.h"
 #include "model/finite.h"
 #include "kernels/products.h"
 #include "model/ops.h"
@@ -58,19 +57,6 @@ float round_to_dtype(double value, DType dtype) {
   return f;
 }
 
-// A forward pass allocates and frees its activations layer by layer. Above glibc's mmap threshold (128 KiB until
-// a free happens to raise it) each such buffer is a fresh mapping, and freeing trims the heap back: page faults
-// and kernel zeroing on every layer, measured at 40 % of a 256-token prefill of a d = 768 model. Buffers up to
-// 256 MiB stay on the heap and are reused instead (set once per process, before the first forward pass).
-void keep_activations_on_the_heap() {
-  static const bool set = [] {
-    mallopt(M_MMAP_THRESHOLD, 256 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-    return true;
-  }();
-  (void)set;
-}
-
 }  // namespace
 
 // Positions whose RoPE angles are tabled (2 × 4096 × d_head / 2 floats at most per distinct table); a longer
@@ -87,7 +73,7 @@ std::shared_ptr<const RopeTable> Transformer::rope_table(const LayerConfig& laye
 }
 
 Transformer::Transformer(std::shared_ptr<const Model> model) : model_(std::move(model)) {
-  keep_activations_on_the_heap();
+  reuse_large_buffers();
   const ModelConfig& c = config();
   is_kv_source_.assign(c.n_layers, false);
   for (int64_t l = 0; l < c.n_layers; ++l) {

@@ -12,6 +12,7 @@
 #include <unsupported/Eigen/MatrixFunctions>
 
 #include "core/error.h"
+#include "core/heap.h"
 #include "linalg/gemm.h"
 
 namespace tdyn::particles {
@@ -37,10 +38,11 @@ void multiply(const ConstView& A, const ConstView& B, bool transpose_b, Matrix& 
 // y_i = e^{x_i} for x_i ≤ 0 (or NaN), within 1 ulp of std::exp: Cody–Waite reduction x = k ln 2 + r, |r| ≤ ln2 / 2,
 // then a degree-13 Taylor polynomial (truncation error below 1e-17) scaled by 2^k built from its bits. std::exp
 // does not vectorise and Eigen's only does at the build's baseline ISA (SSE2); the n² exps of a step cost as much as
-// one of its O(n² d) products that way. The clones let the loop run at the machine's vector width (10× here).
+// one of its O(n² d) products that way. The clones let the loop run at the machine's vector width (10× here); they
+// are chosen by the CPU's features (microarchitecture levels), not its model, so AMD's cores get them too.
 // Results under −708 (subnormal, below 1e-307) are returned as 0.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
 void exp_nonpositive(const double* x, double* y, int64_t count) {
   for (int64_t i = 0; i < count; ++i) {
@@ -319,6 +321,7 @@ Trajectory simulate(const ParticleSystem& system, const Matrix& X0, const Simula
   const double dt = options.t_end / steps;  // exact grid: t_k = k · dt ends at t_end
   const bool in_z = options.variable == StateVariable::z;
 
+  reuse_large_buffers();  // the field's products and the saved states, allocated afresh per call
   linalg::SerialBlas blas_threads(small_products(n, d));
   VelocityField field(system);
   auto rhs = [&](double t, const Matrix& Y, Matrix& dY) {
