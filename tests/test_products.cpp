@@ -63,17 +63,6 @@ TEST(DotKernels, EqualFloat64DotsAtEveryLength) {
                                               : dot_bf16(w.bytes.data(), x.data(), n);
       // float32 accumulation: a few ulps of the sum of magnitudes
       EXPECT_NEAR(got, expected, 1e-6 * magnitude + 1e-30) << dtype_name(dtype) << " n = " << n;
-      // four rows at once: this row and three shifted copies of it
-      if (n < 3) continue;
-      const Stored rows = store(random_floats(n + 3, 1), dtype);
-      const int64_t width = dtype == DType::F32 ? 4 : 2;
-      float four[4];
-      dot4(dtype, rows.bytes.data(), width, x.data(), n - 3, four);
-      for (int k = 0; k < 4; ++k) {
-        double row_expected = 0;
-        for (int64_t i = 0; i < n - 3; ++i) row_expected += double(rows.values[k + i]) * x[i];
-        EXPECT_NEAR(four[k], row_expected, 1e-6 * magnitude + 1e-30) << dtype_name(dtype) << " n = " << n << " row " << k;
-      }
     }
   }
 }

@@ -69,24 +69,6 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline float avx2_dot(co
   return sum;
 }
 
-// The same for four rows w, w + row_bytes, ... at once, sharing each load of x.
-template <int Stride, __m256 (*Widen8)(const std::byte*), float (*Load)(const std::byte*)>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline void avx2_dot4(const std::byte* w, int64_t row_bytes,
-                                                                             const float* x, int64_t n, float* out) {
-  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 xi = _mm256_loadu_ps(x + i);
-    for (int k = 0; k < 4; ++k) a[k] = _mm256_fmadd_ps(Widen8(w + k * row_bytes + Stride * i), xi, a[k]);
-  }
-  for (int k = 0; k < 4; ++k) {
-    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(a[k]), _mm256_extractf128_ps(a[k], 1));
-    const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    out[k] = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
-    for (int64_t j = i; j < n; ++j) out[k] += Load(w + k * row_bytes + Stride * j) * x[j];
-  }
-}
-
 __attribute__((target("avx2,fma,f16c"))) float avx2_dot_f32(const std::byte* w, const float* x, int64_t n) {
   return avx2_dot<4, widen8_f32, load_f32>(w, x, n);
 }
@@ -96,13 +78,6 @@ __attribute__((target("avx2,fma,f16c"))) float avx2_dot_bf16(const std::byte* w,
 __attribute__((target("avx2,fma,f16c"))) float avx2_dot_f16(const std::byte* w, const float* x, int64_t n) {
   return avx2_dot<2, widen8_f16, load_f16>(w, x, n);
 }
-__attribute__((target("avx2,fma,f16c"))) void avx2_dot4_any(DType dtype, const std::byte* w, int64_t row_bytes,
-                                                           const float* x, int64_t n, float* out) {
-  if (dtype == DType::F32) avx2_dot4<4, widen8_f32, load_f32>(w, row_bytes, x, n, out);
-  else if (dtype == DType::BF16) avx2_dot4<2, widen8_bf16, load_bf16>(w, row_bytes, x, n, out);
-  else avx2_dot4<2, widen8_f16, load_f16>(w, row_bytes, x, n, out);
-}
-
 }  // namespace
 
 float dot_f32(const std::byte* w, const float* x, int64_t n) {
@@ -118,16 +93,6 @@ float dot_bf16(const std::byte* w, const float* x, int64_t n) {
 float dot_f16(const std::byte* w, const float* x, int64_t n) {
   if (cpu_has_avx2()) return avx2_dot_f16(w, x, n);
   return portable_dot(w, x, n, 2, load_f16);
-}
-
-void dot4(DType dtype, const std::byte* w, int64_t row_bytes, const float* x, int64_t n, float* out) {
-  if (cpu_has_avx2()) return avx2_dot4_any(dtype, w, row_bytes, x, n, out);
-  for (int k = 0; k < 4; ++k) {
-    const std::byte* row = w + k * row_bytes;
-    out[k] = dtype == DType::F32 ? portable_dot(row, x, n, 4, load_f32)
-             : dtype == DType::BF16 ? portable_dot(row, x, n, 2, load_bf16)
-                                    : portable_dot(row, x, n, 2, load_f16);
-  }
 }
 
 }  // namespace tdyn

@@ -15,10 +15,6 @@ namespace tdyn {
 float dot_f32(const std::byte* w, const float* x, int64_t n);   // w: n float32
 float dot_bf16(const std::byte* w, const float* x, int64_t n);  // w: n bfloat16
 float dot_f16(const std::byte* w, const float* x, int64_t n);   // w: n IEEE float16
-// out[k] = Σ_i w_k[i] x[i] for the four rows w_k = w + k row_bytes of `dtype` (F32, F16 or BF16). Reading four
-// rows at once keeps more memory requests in flight than one row does, which is what bounds one core's decoding
-// (about 1.3× the bandwidth of a single stream here).
-void dot4(DType dtype, const std::byte* w, int64_t row_bytes, const float* x, int64_t n, float* out);
 
 // The 16 bits at p (any alignment).
 inline uint16_t load_u16(const std::byte* p) {

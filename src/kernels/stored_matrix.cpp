@@ -96,15 +96,6 @@ float StoredMatrix::row_dot(int64_t r, const float* x) const {
   }
 }
 
-void StoredMatrix::rows_dot4(int64_t r, const float* x, float* out) const {
-  TDYN_CHECK(r >= 0 && r + 4 <= rows);
-  if (dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16) {
-    dot4(dtype, row(r), row_bytes, x, cols, out);
-    return;
-  }
-  for (int k = 0; k < 4; ++k) out[k] = row_dot(r + k, x);
-}
-
 float StoredMatrix::at(int64_t r, int64_t c) const {
   float v;
   row_floats(r, c, 1, &v);

@@ -36,8 +36,6 @@ struct StoredMatrix {
   void row_floats(int64_t r, int64_t col, int64_t n, float* out) const;
   // Σ_i W[r, i] · x[i] over the whole row r, accumulated in float32 without widening the row.
   float row_dot(int64_t r, const float* x) const;
-  // out[k] = row_dot(r + k, x) for k < 4, reading the four rows together (faster for plain dtypes).
-  void rows_dot4(int64_t r, const float* x, float* out) const;
   // One element, W[r, c] (slow: for spot checks and small matrices).
   float at(int64_t r, int64_t c) const;
 };
