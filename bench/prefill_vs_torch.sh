@@ -2,8 +2,8 @@
 # Prefill tokens/s of tdyn's forward pass (bench_forward) against a PyTorch float32 CPU forward of the same
 # llama2.c checkpoint (bench/torch_llama2c_forward.py), measured in the same run: one thread each, then each side's
 # best setting on this machine's cores (PyTorch: every split of intra-op threads × OpenBLAS threads, with OpenMP's
-# default spinning waits and with passive ones). tdyn runs with OMP_WAIT_POLICY=passive, as the tdyn program sets
-# for itself: spinning waiters take the core the other thread needs on a small machine.
+# default spinning waits and with passive ones). tdyn runs with GOMP_SPINCOUNT=1000, as the tdyn program sets for
+# itself: long-spinning waiters take the core the other thread needs on a small machine.
 # Model: random, 12 layers, d = 768, 12 heads, SwiGLU 2048, vocab 512 (bench/make_llama2c_model.py).
 #   bench/prefill_vs_torch.sh [BUILD_DIR] [TOKENS] [REPEATS]     (defaults build, 256, 5)
 set -euo pipefail
@@ -22,7 +22,7 @@ cores=$(nproc)
 echo "T = $tokens, median of $repeats; $cores cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 tdyn_rate() {  # threads
-  OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 "$build/bench_forward" "$model" "$tokens" "$repeats" "$1" |
+  GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 "$build/bench_forward" "$model" "$tokens" "$repeats" "$1" |
     sed -nE 's/^prefill_tok_s (.*)/\1/p'
 }
 torch_rate() {  # intra-op threads, BLAS threads, OpenMP wait policy (empty: the default)

@@ -49,19 +49,21 @@ static bool refused_under_mpi(const std::string& command) {
   return true;
 }
 
-// OpenMP threads that spin while they wait take the cores from each other and from OpenBLAS's threads where cores
-// are few, shared or virtual: a two-thread prefill of a d = 768 model measured 180-200 tok/s spinning against
-// 670-720 sleeping (one thread: 360-440). libgomp reads OMP_WAIT_POLICY when it loads, before main, so unless the
-// user chose a policy the process starts again with it set to passive.
-static void restart_with_passive_waits(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  ::setenv("OMP_WAIT_POLICY", "passive", 1);
-  ::execv("/proc/self/exe", argv);  // returns only if it failed: run on with the default policy
+// OpenMP threads that spin long while they wait take the cores from each other and from OpenBLAS's threads where
+// cores are few, shared or virtual: a two-thread prefill of a d = 768 model measured 180-200 tok/s with libgomp's
+// default spin against 670-870 with a short one. Sleeping at once (OMP_WAIT_POLICY=passive) prefills as fast but
+// wakes too slowly for decoding's short parallel loops: 118-126 tok/s against 159-172 with a spin of 1000 (bf16,
+// two threads). libgomp reads these variables when it loads, before main, so unless the user chose a policy or a
+// spin count the process starts again with GOMP_SPINCOUNT=1000.
+static void restart_with_short_spins(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  ::setenv("GOMP_SPINCOUNT", "1000", 1);
+  ::execv("/proc/self/exe", argv);  // returns only if it failed: run on with the default spin
 }
 
 int main(int argc, char** argv) {
   using namespace tdyn::cli;
-  restart_with_passive_waits(argv);
+  restart_with_short_spins(argv);
   tdyn::init_ranks(&argc, &argv);
   g_invocation.assign(argv, argv + argc);
   CLI::App app{"tdyn " TDYN_VERSION " - transformers as dynamical systems.\n"
@@ -75,7 +77,8 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads,
                  "Threads for BLAS and parallel loops (default: all cores). Use 1 on a machine busy with other work: "
-                 "idle threads spin while they wait, which costs far more than it gains when cores are shared")
+                 "idle threads spin a little while they wait (GOMP_SPINCOUNT=1000 unless GOMP_SPINCOUNT or OMP_WAIT_POLICY "
+                 "is set), which costs more than it gains when cores are shared")
       ->check(CLI::NonNegativeNumber);
   app.fallthrough();  // --quiet and --threads may follow the subcommand
   auto commands = command_registry();
