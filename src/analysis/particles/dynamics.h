@@ -81,7 +81,9 @@ class ValueFlow {
 // The right-hand side of the dynamics with its scratch buffers (one per integration; not thread-safe).
 class VelocityField {
  public:
-  explicit VelocityField(const ParticleSystem& system);
+  // split_rows: BLAS runs single-threaded (the products are small), and the field's own threads take blocks of
+  // tokens instead.
+  explicit VelocityField(const ParticleSystem& system, bool split_rows = false);
   // dX/dt at tokens X (n × d) in the original variables.
   void x_velocity(const Matrix& X, Matrix& dX);
   // dZ/dt at rescaled tokens Z (n × d) at time t: (P Z − Z) Wᵀ + ffn(X) e^{−tW}ᵀ, with X = Z e^{tW}ᵀ.
@@ -108,6 +110,7 @@ class VelocityField {
   Matrix mixed_;           // P X or P Z (n × d)
   Matrix hidden_;          // ffn pre-activation (n × d_ff)
   Matrix ffn_out_;         // (n × d)
+  bool split_rows_ = false;
   int64_t evaluations_ = 0;
 };
 
