@@ -27,7 +27,7 @@ const std::vector<std::string>& skippable_parts() {
 
 bool AnalyzeResult::failed() const {
   for (const std::string& name : analyze_parts())
-    if (results["results"]["parts"][name].value("status", "") == "failed") return true;
+    if (results.value(nlohmann::json::json_pointer("/results/parts/" + name + "/status"), "") == "failed") return true;
   return false;
 }
 

@@ -50,7 +50,7 @@ JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std:
     fail("resuming or reading a pass needs the structured mean without the mean of products and per-sample Jacobians");
   require_single_rank(!use_pass, "jacobian with the plain mean, the mean of products or per-sample Jacobians");
   require_single_rank(!compare.empty(), "jacobian comparing checkpoints");
-  if (in.samples.empty()) fail("no samples to analyse in {} (check the data and min_len)", sample_options_json(in.sample_options)["data"].get<std::string>());
+  if (in.samples.empty()) fail("no samples to analyse (check the data and min_len)");
   std::vector<JacobianCheckpoint> checkpoints = {{in.model_path, in.model}};
   for (const std::string& path : compare) checkpoints.push_back({path, load_model(path, in.load)});
   for (const auto& [phase, seconds] : in.timings) out.add_timing(phase, seconds);
