@@ -2,7 +2,7 @@
 # Prefill tokens/s of tdyn's forward pass (bench_forward) against a PyTorch float32 CPU forward of the same
 # llama2.c checkpoint (bench/torch_llama2c_forward.py), measured in the same run: one thread each, then each side's
 # best setting on this machine's cores (PyTorch: every split of intra-op threads × OpenBLAS threads, with OpenMP's
-# default spinning waits and with passive ones). tdyn runs with GOMP_SPINCOUNT=1000, as the tdyn program sets for
+# default spinning waits, passive ones, and tdyn's short spin). tdyn runs with GOMP_SPINCOUNT=1000, as the tdyn program sets for
 # itself: long-spinning waiters take the core the other thread needs on a small machine.
 # Model: random, 12 layers, d = 768, 12 heads, SwiGLU 2048, vocab 512 (bench/make_llama2c_model.py).
 #   bench/prefill_vs_torch.sh [BUILD_DIR] [TOKENS] [REPEATS]     (defaults build, 256, 5)
@@ -25,8 +25,8 @@ tdyn_rate() {  # threads
   GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 "$build/bench_forward" "$model" "$tokens" "$repeats" "$1" |
     sed -nE 's/^prefill_tok_s (.*)/\1/p'
 }
-torch_rate() {  # intra-op threads, BLAS threads, OpenMP wait policy (empty: the default)
-  env ${3:+OMP_WAIT_POLICY=$3} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$2 $py bench/torch_llama2c_forward.py "$model" "$tokens" "$repeats" "$1"
+torch_rate() {  # intra-op threads, BLAS threads, OpenMP wait setting (empty: the default)
+  env ${3:+$3} OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$2 $py bench/torch_llama2c_forward.py "$model" "$tokens" "$repeats" "$1"
 }
 best() { printf "%s\n" "$@" | sort -g | tail -1; }
 
@@ -37,7 +37,7 @@ for t in $(seq 2 "$cores"); do
   rate=$(tdyn_rate "$t")
   [ "$(best "$rate" "$tdyn_best")" = "$rate" ] && tdyn_best=$rate tdyn_threads=$t
 done
-for wait in "" passive; do
+for wait in "" OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=1000; do
   for intra in $(seq 1 "$cores"); do
     for blas in $(seq 1 "$cores"); do
       [ "$intra$blas$wait" = 11 ] && continue
