@@ -8,6 +8,7 @@
 #include <pybind11/eigen.h>
 #include <pybind11/stl.h>
 
+#include "analysis/pass_source.h"
 #include "analysis/topology/run.h"
 #include "convert.h"
 #include "py_model.h"
@@ -22,14 +23,10 @@ namespace {
 // The pass over the samples into a temporary file, removed with the returned PassFile.
 PassFile topology_pass(PyModel& model, const std::vector<Sample>& samples, const TopologyOptions& options,
                        const std::string& label, ProgressSink& progress) {
-  const PassSpec spec = topology_pass_spec(model.config().n_layers, options);
-  const nlohmann::json identity = pass_identity({{"path", model.model().path.string()}}, samples, spec);
-  ProgressLoop loop(progress, fmt::format("topology {}: samples", label),
-                    model.config().n_layers * static_cast<int64_t>(samples.size()), "sample-layers");
-  PassControl control;
-  control.progress = [&loop](int64_t done) { loop.advance(done); };
-  control.note = [&progress](const std::string& line) { progress.note(line); };
-  return run_pass(model.transformer(), options.coupling ? &model.jacobian_model() : nullptr, samples, spec, identity, control);
+  const Model& m = model.model();
+  return obtain_pass({}, model.transformer(), options.coupling ? &model.jacobian_model() : nullptr, samples,
+                     topology_pass_spec(m.config.n_layers, options), pass_model_identity(m.path.string(), m), {}, false,
+                     fmt::format("topology {}: samples", label), progress);
 }
 
 // [rows, d] of the per-boundary (or per-layer) vectors `field` of `items`.

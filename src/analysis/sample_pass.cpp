@@ -586,6 +586,7 @@ std::vector<double> PassFile::probe(const std::string& name) const {
 }
 
 void PassFile::remove_when_done() {
+  if (remove_) return;  // already set: replacing it would remove the file now, while this PassFile still reads it
   struct Remover {
     fs::path path;
     ~Remover() {
