@@ -45,8 +45,9 @@ JacobianCheckpoint checkpoint_of(const py::object& model) {
 
 py::dict jacobian_run(const py::object& model, const py::object& ids, const std::optional<std::string>& data,
                       const std::optional<std::string>& prompt, int64_t samples, int64_t max_len, int64_t min_len,
-                      uint64_t sample_seed, const std::optional<std::string>& tokenizer, const std::vector<py::object>& compare, const std::string& positions, const std::string& mean,
-                      const std::string& cumulative, const std::vector<linalg::Index>& alignment_ks, bool surgery,
+                      uint64_t sample_seed, const std::optional<std::string>& tokenizer, const std::vector<py::object>& compare,
+                      const std::string& positions, const std::string& mean, const std::string& cumulative,
+                      const std::vector<linalg::Index>& alignment_ks, bool surgery,
                       const std::vector<double>& alphas, uint64_t surgery_seed, const std::vector<int64_t>& eig_depths,
                       bool save_per_sample, const std::optional<py::function>& progress, const std::optional<std::string>& out) {
   if (mean != "structured" && mean != "plain") fail("mean: expected 'structured' or 'plain', got '{}'", mean);
@@ -105,7 +106,8 @@ void bind_jacobian(py::module_& m) {
   const SurgeryOptions surgery_defaults;
   m.def("jacobian", &jacobian_run, py::arg("model"), py::arg("ids") = py::none(), py::kw_only(), py::arg("data") = py::none(),
         py::arg("prompt") = py::none(), py::arg("samples") = 1000, py::arg("max_len") = 128, py::arg("min_len") = 8,
-        py::arg("sample_seed") = 0, py::arg("tokenizer") = py::none(), py::arg("compare") = std::vector<py::object>{}, py::arg("positions") = "last", py::arg("mean") = "structured",
+        py::arg("sample_seed") = 0, py::arg("tokenizer") = py::none(), py::arg("compare") = std::vector<py::object>{},
+        py::arg("positions") = "last", py::arg("mean") = "structured",
         py::arg("cumulative") = "product-of-means", py::arg("alignment_ks") = OperatorMetricsOptions{}.alignment_ks,
         py::arg("surgery") = false, py::arg("alphas") = surgery_defaults.alphas, py::arg("surgery_seed") = surgery_defaults.seed,
         py::arg("eig_depths") = std::vector<int64_t>{}, py::arg("save_per_sample") = false, py::arg("progress") = py::none(),

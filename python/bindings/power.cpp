@@ -66,7 +66,7 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
   {
     py::gil_scoped_release release;
     const std::unique_ptr<Tokenizer> tok = optional_tokenizer(*m, tokenizer);
-    const std::vector<Sample> samples_loaded = sample_args.load(*m);
+    const std::vector<Sample> samples_loaded = sample_args.load(*m, tok.get());
     r = run_power(m, path, samples_loaded, options, sink, tok.get());
   }
   sink.rethrow();

@@ -6,10 +6,12 @@
 
 namespace tdyn::python {
 
-std::vector<Sample> PySamples::load(const Model& model) const {
+std::vector<Sample> PySamples::load(const Model& model, const Tokenizer* loaded) const {
   std::vector<Sample> samples;
   if (ids) {
     for (const auto& sample : *ids) samples.push_back({sample, static_cast<int64_t>(samples.size())});
+  } else if (loaded) {
+    samples = load_samples(options, loaded, model.config.d_vocab);
   } else {
     samples = load_samples_for_model(options, model.path, model.config.d_vocab, tokenizer.value_or(""));
   }
