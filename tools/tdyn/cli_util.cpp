@@ -6,30 +6,33 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <type_traits>
 
-#include "core/text.h"
 
 extern char** environ;
 
 namespace tdyn::cli {
 
-const CLI::Validator finite_number(
-    [](std::string& item) {
-      double v = 0;
-      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-      const bool ok = !item.empty() && ec == std::errc() && end == item.data() + item.size() && std::isfinite(v);
-      return ok ? std::string() : "expected comma-separated numbers, got '" + item + "'";
-    },
-    "NUMBER");
+namespace {
 
-const CLI::Validator token_id(
-    [](std::string& item) {
-      int32_t v = 0;
-      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-      const bool ok = !item.empty() && ec == std::errc() && end == item.data() + item.size();
-      return ok ? std::string() : "expected comma-separated integers, got '" + item + "'";
-    },
-    "INT");
+// An item that std::from_chars reads as a T in full (and finite, for floating point).
+template <typename T>
+CLI::Validator whole_item(const std::string& expected, const std::string& name) {
+  return CLI::Validator(
+      [expected](std::string& item) {
+        T v{};
+        const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+        bool ok = !item.empty() && ec == std::errc() && end == item.data() + item.size();
+        if constexpr (std::is_floating_point_v<T>) ok = ok && std::isfinite(v);
+        return ok ? std::string() : "expected comma-separated " + expected + ", got '" + item + "'";
+      },
+      name);
+}
+
+}  // namespace
+
+const CLI::Validator finite_number = whole_item<double>("numbers", "NUMBER");
+const CLI::Validator token_id = whole_item<int32_t>("integers", "INT");
 
 int run_self(const std::vector<std::string>& argv) {
   std::vector<char*> args;
