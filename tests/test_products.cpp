@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "core/dtype.h"
 #include "kernels/dot.h"
@@ -103,6 +104,65 @@ TEST(Project, EveryPathEqualsTheFloat64Product) {
                            fmt::format("{} rows = {} transposed = {}, beta 1", dtype_name(dtype), rows, transposed));
       }
     }
+  }
+}
+
+// Several products of one X in one call (a layer's q, k, v; gate and up) equal the same products made one by
+// one, bit for bit, on the decoding path (shared parallel region) and on the prompt path, with beta 0 and 1.
+TEST(Project, EachEqualsOneByOne) {
+  const int64_t n_in = 72;
+  const int64_t outs[] = {48, 16, 33};
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    std::vector<Stored> weights;
+    for (int t = 0; t < 3; ++t) weights.push_back(store(random_floats(outs[t] * n_in, 20 + t), dtype));
+    for (const int64_t rows : {1, 3, 9}) {
+      const std::vector<float> x = random_floats(rows * n_in, 30);
+      std::vector<std::vector<float>> each(3), alone(3);
+      std::vector<Projection> targets;
+      std::vector<StoredMatrix> matrices;
+      for (int t = 0; t < 3; ++t) matrices.push_back({weights[t].bytes.data(), dtype, outs[t], n_in, n_in * int64_t(dtype_size(dtype))});
+      for (int t = 0; t < 3; ++t) {
+        const float beta = t == 1 ? 1.0f : 0.0f;
+        each[t] = alone[t] = random_floats(rows * outs[t], 40 + t);  // beta 1 adds to these
+        targets.push_back({matrices[t], false, beta, each[t].data()});
+        project(x.data(), rows, matrices[t], false, beta, alone[t].data());
+      }
+      project_each(x.data(), rows, targets);
+      for (int t = 0; t < 3; ++t) EXPECT_EQ(each[t], alone[t]) << dtype_name(dtype) << " rows = " << rows << " target " << t;
+    }
+  }
+}
+
+// A decoding query over a long cache (several blocks of keys, enough work for threads) equals the BLAS products'
+// answer, and is the same to the bit on one thread and on two: the sums do not depend on the threads.
+TEST(Attention, LongDecodingQuerySameOnAnyThreads) {
+  const int64_t n = 1300, n_heads = 8, n_kv_heads = 2, d_head = 64, last = 16;  // 3 blocks of keys; 6.7e5 madds
+  const std::vector<float> q = random_floats(n * n_heads * d_head, 11), k = random_floats(n * n_kv_heads * d_head, 12),
+                           v = random_floats(n * n_kv_heads * d_head, 13);
+  for (const int64_t window : {int64_t{0}, int64_t{700}}) {
+    // The last `last` queries at once (products) ...
+    const AttentionShape many{last, n, n - last, n_heads, n_kv_heads, d_head, 0.125, true, window};
+    std::vector<float> z(last * n_heads * d_head);
+    attention(many, q.data() + (n - last) * n_heads * d_head, k.data(), v.data(), z.data(), nullptr);
+    // ... and one at a time, on one thread and on two.
+    const int threads_before = omp_get_max_threads();
+    std::vector<float> by_threads[2];
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      std::vector<float>& z_loop = by_threads[threads - 1];
+      z_loop.resize(z.size());
+      for (int64_t i = 0; i < last; ++i) {
+        AttentionShape one = many;
+        one.n_queries = 1;
+        one.start_pos = n - last + i;
+        attention(one, q.data() + (n - last + i) * n_heads * d_head, k.data(), v.data(),
+                  z_loop.data() + i * n_heads * d_head, nullptr);
+      }
+    }
+    omp_set_num_threads(threads_before);
+    const std::string what = fmt::format("window = {}", window);
+    test::expect_close(by_threads[0], z, 1e-5, 1e-6, "one query at a time against the products, " + what);
+    EXPECT_EQ(by_threads[0], by_threads[1]) << what;
   }
 }
 

@@ -21,6 +21,19 @@ namespace tdyn {
 // Y must not alias X.
 void project(const float* x, int64_t rows, const StoredMatrix& w, bool transposed, float beta, float* y);
 
+// One of several products of the same X: Y = X Wᵀ + beta Y, as project() takes them.
+struct Projection {
+  const StoredMatrix& w;
+  bool transposed = false;
+  float beta = 0.0f;
+  float* y = nullptr;
+};
+
+// project() for each target. When every one of them is a decoding step's dot products, all their outputs share one
+// parallel region (a layer's q, k and v; gate and up): fewer hand-offs to the threads per token, and the threads'
+// shares stay even however the matrices' sizes differ.
+void project_each(const float* x, int64_t rows, std::span<const Projection> targets);
+
 // out[i, :] = table[ids[i], col : col + n] as float32, for every i (embedding lookups: only these rows are read).
 void gather_rows(const StoredMatrix& table, std::span<const int32_t> ids, int64_t col, int64_t n, float* out);
 

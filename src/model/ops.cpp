@@ -214,6 +214,111 @@ void attention_products(const AttentionShape& s, const float* q, const float* k,
   }
 }
 
+// A few queries (decoding) walk the keys in cache order. Each key row (and then each value row) holds every head's
+// slice next to each other, so reading them key after key is one sequential stream that the prefetcher follows,
+// where head after head jumps a row stride each key. The cache is read from memory each token (the weights
+// streamed since evicted it): this order made decoding attention 2-3x faster. Threads split the keys, never the
+// heads: half rows would break each thread's stream at every row (at 4 KiB, the prefetcher's page, or sooner).
+
+// Keys are mixed in blocks of this many, each block's sum added to the output in order: the same sums whatever
+// the number of threads, and the same as one running sum up to this many keys.
+constexpr int64_t kKeyBlock = 512;
+
+// Σ a_e b_e in eight lanes, summed at the end (a reordered sum): one chain of adds would wait 4 cycles an element,
+// and an `omp simd` reduction here went through the stack every step.
+float lane_dot(const float* a, const float* b, int64_t n) {
+  float lanes[8] = {};
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8)
+    for (int u = 0; u < 8; ++u) lanes[u] += a[e + u] * b[e + u];
+  for (; e < n; ++e) lanes[0] += a[e] * b[e];
+  return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+}
+
+// Query i's scores for keys [first_key, last_key] of every head into `scores` (n_heads rows of n_keys).
+void score_keys(const AttentionShape& s, int64_t i, const float* q, const float* k, int64_t first_key, int64_t last_key,
+                float* scores) {
+  const int64_t group = s.n_heads / s.n_kv_heads, hd = s.d_head;
+  const float* qi = q + i * s.n_heads * hd;
+  for (int64_t j = first_key; j <= last_key; ++j) {
+    const float* kj = k + j * s.n_kv_heads * hd;
+    for (int64_t h = 0; h < s.n_heads; ++h) {
+      const float* qh = qi + h * hd;
+      const float* kh = kj + (h / group) * hd;
+      scores[h * s.n_keys + j] = static_cast<float>(lane_dot(qh, kh, hd) * s.scale);
+    }
+  }
+}
+
+// out [n_heads * d_head] = Σ_j p_j v_j over keys [first_key, last_key] of every head, p the probabilities.
+void mix_values(const AttentionShape& s, const float* v, const float* p, int64_t first_key, int64_t last_key, float* out) {
+  const int64_t group = s.n_heads / s.n_kv_heads, hd = s.d_head;
+  const int64_t stride = s.n_kv_heads * hd;
+  std::fill(out, out + s.n_heads * hd, 0.0f);
+  int64_t j = first_key;
+  // Four keys a pass: the output is loaded and stored once per four rows instead of once per row. The adds stay
+  // in key order, so the sums are those of one key at a time.
+  for (; j + 3 <= last_key; j += 4) {
+    const float* v0 = v + j * stride;
+    for (int64_t h = 0; h < s.n_heads; ++h) {
+      const float* w = p + h * s.n_keys + j;
+      const float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+      const float* a = v0 + (h / group) * hd;
+      const float *b = a + stride, *c = b + stride, *d = c + stride;
+      float* oh = out + h * hd;
+#pragma omp simd
+      for (int64_t e = 0; e < hd; ++e) oh[e] = oh[e] + w0 * a[e] + w1 * b[e] + w2 * c[e] + w3 * d[e];
+    }
+  }
+  for (; j <= last_key; ++j) {
+    const float* vj = v + j * stride;
+    for (int64_t h = 0; h < s.n_heads; ++h) {
+      const float w = p[h * s.n_keys + j];
+      const float* vh = vj + (h / group) * hd;
+      float* oh = out + h * hd;
+#pragma omp simd
+      for (int64_t e = 0; e < hd; ++e) oh[e] += w * vh[e];
+    }
+  }
+}
+
+// Splits [0, n) into `parts` contiguous blocks and returns block `part`'s [begin, end).
+std::pair<int64_t, int64_t> share(int64_t n, int64_t parts, int64_t part) {
+  return {n * part / parts, n * (part + 1) / parts};
+}
+
+// Query i of a few (decoding), run by every thread of the team: scores, softmax, then the values block by block.
+// `scores` holds n_heads rows of n_keys; `partial` one output row per key block.
+void attend_query(const AttentionShape& s, int64_t i, const float* q, const float* k, const float* v, float* z,
+                  float* pattern, float* scores, float* partial) {
+  const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num(), width = s.n_heads * s.d_head;
+  const KeyRange keys = visible_keys(s, s.start_pos + i);
+  const int64_t n = keys.last - keys.first + 1, blocks = (n + kKeyBlock - 1) / kKeyBlock;
+  const auto [first, end] = share(n, threads, t);
+  score_keys(s, i, q, k, keys.first + first, keys.first + end - 1, scores);
+#pragma omp barrier
+  const auto [first_head, end_head] = share(s.n_heads, threads, t);
+  for (int64_t h = first_head; h < end_head; ++h) {
+    softmax_visible(scores + h * s.n_keys, s.n_keys, keys);
+    if (pattern) std::copy_n(scores + h * s.n_keys, s.n_keys, pattern + (h * s.n_queries + i) * s.n_keys);
+  }
+#pragma omp barrier
+  float* zi = z + i * width;
+  const auto [first_block, end_block] = share(blocks, threads, t);
+  for (int64_t b = first_block; b < end_block; ++b) {
+    const int64_t from = keys.first + b * kKeyBlock, to = std::min(from + kKeyBlock, keys.last + 1) - 1;
+    mix_values(s, v, scores, from, to, blocks == 1 ? zi : partial + b * width);
+  }
+  if (blocks == 1) return;
+#pragma omp barrier
+  const auto [first_out, end_out] = share(width, threads, t);
+  for (int64_t e = first_out; e < end_out; ++e) {
+    float sum = partial[e];
+    for (int64_t b = 1; b < blocks; ++b) sum += partial[b * width + e];
+    zi[e] = sum;
+  }
+}
+
 }  // namespace
 
 void attention(const AttentionShape& s, const float* q, const float* k, const float* v, float* z, float* pattern) {
@@ -223,37 +328,19 @@ void attention(const AttentionShape& s, const float* q, const float* k, const fl
     attention_products(s, q, k, v, z, pattern);
     return;
   }
-  const int64_t group = s.n_heads / s.n_kv_heads;
-  const int64_t q_stride = s.n_heads * s.d_head, kv_stride = s.n_kv_heads * s.d_head;
-  // Threads only pay off above ~10^5 multiply-adds; below that, waking them costs more than the work.
+  // This thread's buffers, shared with its team below.
+  thread_local std::vector<float> score_buffer, partial_buffer;
+  score_buffer.resize(s.n_heads * s.n_keys);
+  partial_buffer.resize((s.n_keys + kKeyBlock - 1) / kKeyBlock * s.n_heads * s.d_head);
+  float* const scores = score_buffer.data();
+  float* const partial = partial_buffer.data();
+  // Threads pay off from about 2^19 multiply-adds: one query over 12 heads of 64, with the keys already in cache,
+  // took 103 µs at 512 keys on one thread and 130 µs on two, 211 µs at 1024 keys on one and 143 µs on two.
   const int64_t work = s.n_heads * s.n_queries * s.n_keys * s.d_head;
-#pragma omp parallel if (work > 100000)
-  {
-    std::vector<float> p(s.n_keys);
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t h = 0; h < s.n_heads; ++h) {
-      for (int64_t i = 0; i < s.n_queries; ++i) {
-        const int64_t kvh = h / group;
-        const float* qi = q + i * q_stride + h * s.d_head;
-        const KeyRange keys = visible_keys(s, s.start_pos + i);
-        for (int64_t j = keys.first; j <= keys.last; ++j) {
-          const float* kj = k + j * kv_stride + kvh * s.d_head;
-          // In vector lanes (a reordered sum): one add chain per key would wait 4 cycles an element.
-          float dot = 0;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t e = 0; e < s.d_head; ++e) dot += qi[e] * kj[e];
-          p[j] = static_cast<float>(dot * s.scale);
-        }
-        softmax_visible(p.data(), s.n_keys, keys);
-        float* zi = z + i * q_stride + h * s.d_head;
-        std::fill(zi, zi + s.d_head, 0.0f);
-        for (int64_t j = keys.first; j <= keys.last; ++j) {
-          const float* vj = v + j * kv_stride + kvh * s.d_head;
-          for (int64_t e = 0; e < s.d_head; ++e) zi[e] += p[j] * vj[e];
-        }
-        if (pattern) std::copy(p.begin(), p.end(), pattern + (h * s.n_queries + i) * s.n_keys);
-      }
-    }
+#pragma omp parallel if (!omp_in_parallel() && work >= (int64_t{1} << 19))
+  for (int64_t i = 0; i < s.n_queries; ++i) {
+    attend_query(s, i, q, k, v, z, pattern, scores, partial);
+#pragma omp barrier
   }
 }
 

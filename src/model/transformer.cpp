@@ -205,19 +205,21 @@ Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVC
   const bool own_kv = src == l;
 
   Tensor q({n, q_dim});  // [pos, n_heads * d_head]
-  L.q.apply(input.ptr(), n, q.ptr());
+  Tensor k, v;           // [pos, n_kv_heads * d_head], this chunk's own keys/values
+  if (own_kv) {
+    k = Tensor({n, kv_dim});
+    v = Tensor({n, kv_dim});
+    apply_each(input.ptr(), n, {{L.q, q.ptr()}, {L.k, k.ptr()}, {L.v, v.ptr()}});
+  } else {
+    L.q.apply(input.ptr(), n, q.ptr());
+  }
   // QK-norm before RoPE: OLMo 3 over the whole projection, Gemma 4 per head.
   if (c.qk_norm == QKNorm::FullProjection) rms_norm(q.ptr(), n, q_dim, L.q_norm, c.norm_eps, q.ptr());
   if (c.qk_norm == QKNorm::PerHead) rms_norm(q.ptr(), n * c.n_heads, hd, L.q_norm, c.norm_eps, q.ptr());
   apply_rope(*rope_[l], q.ptr(), n, c.n_heads, hd, start);
   hook(hooks, l, "attn.hook_q", q.ptr(), {n, c.n_heads, hd});
 
-  Tensor k, v;  // [pos, n_kv_heads * d_head], this chunk's own keys/values
   if (own_kv) {
-    k = Tensor({n, kv_dim});
-    v = Tensor({n, kv_dim});
-    L.k.apply(input.ptr(), n, k.ptr());
-    L.v.apply(input.ptr(), n, v.ptr());
     if (c.qk_norm == QKNorm::FullProjection) rms_norm(k.ptr(), n, kv_dim, L.k_norm, c.norm_eps, k.ptr());
     if (c.qk_norm == QKNorm::PerHead) rms_norm(k.ptr(), n * c.n_kv_heads, hd, L.k_norm, c.norm_eps, k.ptr());
     if (c.v_norm) rms_norm(v.ptr(), n * c.n_kv_heads, hd, Norm{}, c.norm_eps, v.ptr());  // Gemma 4 v_norm: no scale
@@ -262,14 +264,14 @@ Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks, 
   const LayerWeights& L = model_->weights.layers[l];
   const int64_t n = input.dim(0), d_mlp = layers_[l].d_mlp;
   Tensor up({n, d_mlp});  // [pos, d_mlp]
-  L.up.apply(input.ptr(), n, up.ptr());
   if (c.gated_mlp) {
     Tensor gate({n, d_mlp});
-    L.gate.apply(input.ptr(), n, gate.ptr());
+    apply_each(input.ptr(), n, {{L.gate, gate.ptr()}, {L.up, up.ptr()}});
     hook(hooks, l, "mlp.hook_pre", gate.ptr(), {n, d_mlp});
     hook(hooks, l, "mlp.hook_pre_linear", up.ptr(), {n, d_mlp});
     gated_activate(c.activation, gate.ptr(), up.ptr(), up.size());
   } else {
+    L.up.apply(input.ptr(), n, up.ptr());
     hook(hooks, l, "mlp.hook_pre", up.ptr(), {n, d_mlp});
     activate_inplace(c.activation, up.ptr(), up.size());
   }

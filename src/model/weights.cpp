@@ -4,11 +4,25 @@
 
 namespace tdyn {
 
-void Linear::apply(const float* x, int64_t rows, float* y) const {
-  if (b) {
-    for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, y + r * out);
+namespace {
+
+// The product that gives `linear`'s output in y; its bias, when it has one, is first copied into every row of y.
+Projection with_bias(const Linear& linear, int64_t rows, float* y) {
+  if (linear.b) {
+    for (int64_t r = 0; r < rows; ++r) std::copy(linear.b, linear.b + linear.out, y + r * linear.out);
   }
-  project(x, rows, w, in_out, b ? 1.0f : 0.0f, y);
+  return {linear.w, linear.in_out, linear.b ? 1.0f : 0.0f, y};
+}
+
+}  // namespace
+
+void Linear::apply(const float* x, int64_t rows, float* y) const { apply_each(x, rows, {{*this, y}}); }
+
+void apply_each(const float* x, int64_t rows, std::initializer_list<LinearOutput> outputs) {
+  std::vector<Projection> products;
+  products.reserve(outputs.size());
+  for (const LinearOutput& o : outputs) products.push_back(with_bias(o.linear, rows, o.y));
+  project_each(x, rows, products);
 }
 
 Eigen::MatrixXd Linear::dense() const {

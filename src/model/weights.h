@@ -5,6 +5,7 @@
 // cache and no float32 copy in anonymous memory.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,14 @@ struct Linear {
   // W in the nn.Linear convention [out, in], widened to float64 (for analyses that work on one layer's matrices).
   Eigen::MatrixXd dense() const;
 };
+
+// One Linear of several applied to the same input, and where its output goes.
+struct LinearOutput {
+  const Linear& linear;
+  float* y;
+};
+// Y_i = X W_iᵀ (+ b_i) for each output (through project_each: a decoding step's products share one parallel region).
+void apply_each(const float* x, int64_t rows, std::initializer_list<LinearOutput> outputs);
 
 struct Norm {
   const float* w = nullptr;  // [d] scale (may be null: no scale)
