@@ -94,7 +94,7 @@ int main_impl(int argc, char** argv) {
     const Transformer t(load_model(argv[2]));
     const std::vector<Sample> samples = bench_samples(S, T, t.config().d_vocab);
     t.forward(samples[0].ids);  // maps the weights in
-    const linalg::SerialBlas serial_blas(S > 1 && omp_get_max_threads() > 1);  // as mean_jacobians runs its threads
+    const SerialBlas serial_blas(S > 1 && omp_get_max_threads() > 1);  // as mean_jacobians runs its threads
     const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t s = 0; s < S; ++s) t.forward(samples[s].ids);

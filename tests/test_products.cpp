@@ -133,6 +133,38 @@ TEST(Project, EachEqualsOneByOne) {
   }
 }
 
+// A product large enough to be split over the threads (blocks of Y's columns, each on its own thread's BLAS)
+// equals the float64 product, as on one thread, for every weight layout. (Not to the bit: OpenBLAS picks its
+// kernel, and with it the order of the sums, by the shape of each block.)
+TEST(Project, SplitOverThreadsEqualsOneThread) {
+  const int64_t rows = 32, n_out = 200, n_in = 300;  // 1.9e6 multiply-adds; 200 columns split unevenly
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    const Stored w = store(random_floats(n_out * n_in, 50), dtype);
+    std::vector<float> wt(n_in * n_out);
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t i = 0; i < n_in; ++i) wt[i * n_out + o] = w.values[o * n_in + i];
+    const Stored w_t = store(wt, dtype);
+    const std::vector<float> x = random_floats(rows * n_in, 51);
+    const std::vector<double> expected = reference_product(x, rows, w.values, n_out, n_in);
+    for (const bool transposed : {false, true}) {
+      const StoredMatrix m{transposed ? w_t.bytes.data() : w.bytes.data(), dtype, transposed ? n_in : n_out,
+                           transposed ? n_out : n_in, (transposed ? n_out : n_in) * int64_t(dtype_size(dtype))};
+      const std::string what = fmt::format("{} transposed = {}", dtype_name(dtype), transposed);
+      const int threads_before = omp_get_max_threads();
+      std::vector<float> by_threads[2];
+      for (const int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        by_threads[threads - 1].assign(rows * n_out, 0.0f);
+        project(x.data(), rows, m, transposed, 0.0f, by_threads[threads - 1].data());
+      }
+      omp_set_num_threads(threads_before);
+      // float32 sums of 300 products of N(0, 1) values: a few ulps of their magnitude (about 17)
+      test::expect_close(by_threads[0], expected, 1e-5, 1e-4, what + ", one thread");
+      test::expect_close(by_threads[1], expected, 1e-5, 1e-4, what + ", two threads");
+    }
+  }
+}
+
 // A decoding query over a long cache (several blocks of keys, enough work for threads) equals the BLAS products'
 // answer, and is the same to the bit on one thread and on two: the sums do not depend on the threads.
 TEST(Attention, LongDecodingQuerySameOnAnyThreads) {

@@ -383,7 +383,7 @@ class LayerRunner {
     int64_t failed = -1;
     std::exception_ptr error;
 
-    linalg::SerialBlas serial_blas(n_threads > 1);  // the threads take one sample each
+    SerialBlas serial_blas(n_threads > 1);  // the threads take one sample each
 #pragma omp parallel num_threads(n_threads)
     {
       ThreadSums& mine = threads[omp_get_thread_num()];

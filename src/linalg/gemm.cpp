@@ -55,15 +55,4 @@ void multiply_add_vector(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<con
               static_cast<int>(a.outerStride()), x.data(), 1, 1.0, y.data(), 1);
 }
 
-SerialBlas::SerialBlas(bool active) {
-  if (!active) return;
-  saved_ = openblas_get_num_threads();
-  openblas_set_num_threads(1);
-}
-
-void SerialBlas::restore() {
-  if (saved_ > 0) openblas_set_num_threads(saved_);
-  saved_ = 0;
-}
-
 }  // namespace tdyn::linalg

@@ -3,6 +3,7 @@
 // analyses (9 vs 50 GFLOP/s measured at 2048 × 7168 × 2048 on 2 cores); these are the few products that size.
 #pragma once
 
+#include "kernels/serial_blas.h"
 #include "linalg/dense.h"
 
 namespace tdyn::linalg {
@@ -21,20 +22,5 @@ inline Matrix multiply(const Matrix& a, const Matrix& b) {
   return c;
 }
 
-// From construction (when `active`) to restore() or destruction, BLAS runs on its calling thread only; the
-// thread count before is restored after. For loops whose OpenMP threads already fill the cores (one sample per
-// thread): BLAS threads of their own would oversubscribe them, and OpenBLAS's idle threads spin on the cores the
-// loop needs. The products after such a loop (one large dgemm) want the threads back: restore() then.
-class SerialBlas {
- public:
-  explicit SerialBlas(bool active = true);
-  ~SerialBlas() { restore(); }
-  void restore();
-  SerialBlas(const SerialBlas&) = delete;
-  SerialBlas& operator=(const SerialBlas&) = delete;
-
- private:
-  int saved_ = 0;  // 0: inactive
-};
 
 }  // namespace tdyn::linalg

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/serial_blas.h"
 
 namespace tdyn {
 
@@ -194,15 +195,19 @@ void softmax_visible(float* row, int64_t n_keys, KeyRange keys) {
   std::fill(row + keys.last + 1, row + n_keys, 0.0f);
 }
 
-// Many queries (a prompt): per head, scores = scale Q Kᵀ and z = P V as two BLAS products, the softmax between
-// them over rows split across threads.
+// Many queries (a prompt): per head, scores = scale Q Kᵀ and z = P V as two BLAS products with the softmax between
+// them. The threads take whole heads, each on its own thread's BLAS (as project() splits its products); with one
+// head, or inside a parallel region, the softmax rows are split instead.
 void attention_products(const AttentionShape& s, const float* q, const float* k, const float* v, float* z,
                         float* pattern) {
   const int64_t group = s.n_heads / s.n_kv_heads, n_q = s.n_queries, n_k = s.n_keys, hd = s.d_head;
   const int q_stride = static_cast<int>(s.n_heads * hd), kv_stride = static_cast<int>(s.n_kv_heads * hd);
-  thread_local std::vector<float> scores;
-  scores.resize(n_q * n_k);
+  const bool by_heads = !omp_in_parallel() && omp_get_max_threads() > 1 && s.n_heads > 1;
+  SerialBlas serial_blas(by_heads);
+#pragma omp parallel for schedule(static) if (by_heads)
   for (int64_t h = 0; h < s.n_heads; ++h) {
+    thread_local std::vector<float> scores;
+    scores.resize(n_q * n_k);
     const int64_t kvh = h / group;
     float* p = pattern ? pattern + h * n_q * n_k : scores.data();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_q), static_cast<int>(n_k), static_cast<int>(hd),

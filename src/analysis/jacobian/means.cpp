@@ -75,7 +75,7 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
   int64_t failed_sample = -1;
   std::exception_ptr error;
 
-  linalg::SerialBlas serial_blas(S > 1 && omp_get_max_threads() > 1);  // the threads take one sample each
+  SerialBlas serial_blas(S > 1 && omp_get_max_threads() > 1);  // the threads take one sample each
 #pragma omp parallel
   {
     // Per-thread sums, merged at the end.

@@ -99,7 +99,7 @@ void softmax_rows(View scores) {
   }
 }
 
-// Whether a simulation's products are small enough to run OpenBLAS single-threaded (linalg::SerialBlas).
+// Whether a simulation's products are small enough to run OpenBLAS single-threaded (SerialBlas).
 // OpenBLAS threads each product by its own size; at n·d·(n + d) ≤ 2²⁴ (n ≤ 256 at d = 128) a product takes
 // 0.1–0.5 ms, and a step waits on the hand-off to the pool three times. On this project's 2-core machine while other
 // work ran (its usual state) a step at n = 128–256 ran 1.05–2.3× slower with two threads than with one; with the
@@ -348,7 +348,7 @@ Trajectory simulate(const ParticleSystem& system, const Matrix& X0, const Simula
 
   reuse_large_buffers();  // the field's products and the saved states, allocated afresh per call
   const bool small = small_products(n, d);
-  linalg::SerialBlas blas_threads(small);
+  SerialBlas blas_threads(small);
   VelocityField field(system, small);
   auto rhs = [&](double t, const Matrix& Y, Matrix& dY) {
     if (in_z)
