@@ -249,10 +249,10 @@ void VelocityField::x_velocity(const Matrix& X, Matrix& dX) {
       const int64_t parts = omp_get_num_threads(), part = omp_get_thread_num();
       const int64_t begin = n * part / parts, rows = n * (part + 1) / parts - begin;
       multiply_into(X.middleRows(begin, rows), map_and_value_, false, projected_.middleRows(begin, rows));  // [X M  X Wᵀ]
-#pragma omp barrier
       auto scores = attention_.middleRows(begin, rows);
-      multiply_into(projected_.middleRows(begin, rows).leftCols(d), X, true, scores);  // (X M) Xᵀ
+      multiply_into(projected_.middleRows(begin, rows).leftCols(d), X, true, scores);  // (X M) Xᵀ: this thread's rows
       softmax_rows(scores);
+#pragma omp barrier
       multiply_into(scores, projected_.rightCols(d), false, dX.middleRows(begin, rows));  // Σ_j P_ij W x_j
     }
     ++evaluations_;
