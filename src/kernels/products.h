@@ -7,6 +7,8 @@
 //   * other dtypes, for many rows (a prompt, an analysis sample), are widened one panel of rows at a time into
 //     a small per-thread float32 buffer that sgemm then multiplies: the cost of widening is shared by every row
 //     of X, and no float32 copy of the whole matrix ever exists.
+// Products for many rows are split over the OpenMP threads by blocks of output columns, each thread running
+// BLAS single-threaded on its block (outside parallel regions; inside one, the calling thread does it all).
 #pragma once
 
 #include <cstdint>
