@@ -64,6 +64,9 @@ TEST(DotKernels, EqualFloat64DotsAtEveryLength) {
                                               : dot_bf16(w.bytes.data(), x.data(), n);
       // float32 accumulation: a few ulps of the sum of magnitudes
       EXPECT_NEAR(got, expected, 1e-6 * magnitude + 1e-30) << dtype_name(dtype) << " n = " << n;
+      for (const DotKernel& kernel : dot_kernels(dtype))
+        EXPECT_NEAR(kernel.dot(w.bytes.data(), x.data(), n), expected, 1e-6 * magnitude + 1e-30)
+            << dtype_name(dtype) << " " << kernel.name << " n = " << n;
     }
   }
 }

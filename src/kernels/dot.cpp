@@ -78,21 +78,72 @@ __attribute__((target("avx2,fma,f16c"))) float avx2_dot_bf16(const std::byte* w,
 __attribute__((target("avx2,fma,f16c"))) float avx2_dot_f16(const std::byte* w, const float* x, int64_t n) {
   return avx2_dot<2, widen8_f16, load_f16>(w, x, n);
 }
+bool cpu_has_avx512bw() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+
+// bfloat16 rows 16 values an instruction: at two threads each core widens ~11 G values/s, where the AVX2 loop's
+// extra instructions per value held decoding below the bandwidth bound.
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 widen16_bf16(const std::byte* p) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+__attribute__((target("avx512f,avx512bw"))) float avx512_dot_bf16(const std::byte* w, const float* x, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm512_fmadd_ps(widen16_bf16(w + 2 * i), _mm512_loadu_ps(x + i), a0);
+    a1 = _mm512_fmadd_ps(widen16_bf16(w + 2 * (i + 16)), _mm512_loadu_ps(x + i + 16), a1);
+  }
+  float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  for (; i < n; ++i) sum += load_bf16(w + 2 * i) * x[i];
+  return sum;
+}
+
+float portable_dot_f32(const std::byte* w, const float* x, int64_t n) { return portable_dot(w, x, n, 4, load_f32); }
+float portable_dot_bf16(const std::byte* w, const float* x, int64_t n) { return portable_dot(w, x, n, 2, load_bf16); }
+float portable_dot_f16(const std::byte* w, const float* x, int64_t n) { return portable_dot(w, x, n, 2, load_f16); }
+
 }  // namespace
+
+std::vector<DotKernel> dot_kernels(DType dtype) {
+  std::vector<DotKernel> kernels;
+  switch (dtype) {
+    case DType::F32:
+      kernels.push_back({"portable", portable_dot_f32});
+      if (cpu_has_avx2()) kernels.push_back({"avx2", avx2_dot_f32});
+      break;
+    case DType::BF16:
+      kernels.push_back({"portable", portable_dot_bf16});
+      if (cpu_has_avx2()) kernels.push_back({"avx2", avx2_dot_bf16});
+      if (cpu_has_avx512bw()) kernels.push_back({"avx512", avx512_dot_bf16});
+      break;
+    case DType::F16:
+      kernels.push_back({"portable", portable_dot_f16});
+      if (cpu_has_avx2()) kernels.push_back({"avx2", avx2_dot_f16});
+      break;
+    default:
+      break;
+  }
+  return kernels;
+}
 
 float dot_f32(const std::byte* w, const float* x, int64_t n) {
   if (cpu_has_avx2()) return avx2_dot_f32(w, x, n);
-  return portable_dot(w, x, n, 4, load_f32);
+  return portable_dot_f32(w, x, n);
 }
 
 float dot_bf16(const std::byte* w, const float* x, int64_t n) {
+  if (cpu_has_avx512bw()) return avx512_dot_bf16(w, x, n);
   if (cpu_has_avx2()) return avx2_dot_bf16(w, x, n);
-  return portable_dot(w, x, n, 2, load_bf16);
+  return portable_dot_bf16(w, x, n);
 }
 
 float dot_f16(const std::byte* w, const float* x, int64_t n) {
   if (cpu_has_avx2()) return avx2_dot_f16(w, x, n);
-  return portable_dot(w, x, n, 2, load_f16);
+  return portable_dot_f16(w, x, n);
 }
 
 }  // namespace tdyn

@@ -1,12 +1,14 @@
 // Dot products of one stored weight row with a float32 vector, accumulated in float32: the kernel of a decoding
 // step, where every weight byte is read once and the speed is the memory's. An AVX2 + FMA version (four
-// independent accumulators, so that the adds do not wait on each other) is chosen at run time when the CPU has
-// it; otherwise a portable loop the compiler vectorises as far as the build's target allows.
+// independent accumulators, so that the adds do not wait on each other; for bfloat16 an AVX-512 one before it) is
+// chosen at run time when the CPU has it; otherwise a portable loop the compiler vectorises as far as the build's
+// target allows. The sums' order, and so their last bits, depends on which one runs.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -15,6 +17,14 @@ namespace tdyn {
 float dot_f32(const std::byte* w, const float* x, int64_t n);   // w: n float32
 float dot_bf16(const std::byte* w, const float* x, int64_t n);  // w: n bfloat16
 float dot_f16(const std::byte* w, const float* x, int64_t n);   // w: n IEEE float16
+
+// Every kernel of one dtype's dot product that this CPU can run, the portable loop first (so that tests reach the
+// ones the dispatch above passes over).
+struct DotKernel {
+  const char* name;
+  float (*dot)(const std::byte* w, const float* x, int64_t n);
+};
+std::vector<DotKernel> dot_kernels(DType dtype);
 
 // The 16 bits at p (any alignment).
 inline uint16_t load_u16(const std::byte* p) {
