@@ -81,21 +81,36 @@ std::vector<double> reference_product(const std::vector<float>& x, int64_t rows,
   return y;
 }
 
+// W [n_out, n_in] (random) stored as `dtype`, and Wᵀ [n_in, n_out] as GPT-2's Conv1D stores it.
+struct StoredWeights {
+  Stored w, w_t;
+  int64_t n_out, n_in;
+  DType dtype;
+  // W as project() takes it: itself, or with `transposed` its stored transpose.
+  StoredMatrix matrix(bool transposed) const {
+    const int64_t rows = transposed ? n_in : n_out, cols = transposed ? n_out : n_in;
+    return {transposed ? w_t.bytes.data() : w.bytes.data(), dtype, rows, cols, cols * int64_t(dtype_size(dtype))};
+  }
+};
+
+StoredWeights random_weights(int64_t n_out, int64_t n_in, DType dtype, uint32_t seed) {
+  StoredWeights s{store(random_floats(n_out * n_in, seed), dtype), {}, n_out, n_in, dtype};
+  std::vector<float> wt(n_in * n_out);
+  for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t i = 0; i < n_in; ++i) wt[i * n_out + o] = s.w.values[o * n_in + i];
+  s.w_t = store(wt, dtype);
+  return s;
+}
+
 TEST(Project, EveryPathEqualsTheFloat64Product) {
   const int64_t n_out = 48, n_in = 72;
   for (const DType dtype : {DType::F32, DType::BF16}) {
-    const Stored w = store(random_floats(n_out * n_in, 3), dtype);
-    // Wᵀ as GPT-2's Conv1D stores it, [n_in, n_out]
-    std::vector<float> wt(n_in * n_out);
-    for (int64_t o = 0; o < n_out; ++o)
-      for (int64_t i = 0; i < n_in; ++i) wt[i * n_out + o] = w.values[o * n_in + i];
-    const Stored w_t = store(wt, dtype);
+    const StoredWeights w = random_weights(n_out, n_in, dtype, 3);
     for (const int64_t rows : {1, 3, 4, 5, 40}) {  // ≤ 4 rows: one dot product per output; more: BLAS
       const std::vector<float> x = random_floats(rows * n_in, 4);
-      const std::vector<double> expected = reference_product(x, rows, w.values, n_out, n_in);
+      const std::vector<double> expected = reference_product(x, rows, w.w.values, n_out, n_in);
       for (const bool transposed : {false, true}) {
-        const StoredMatrix m{transposed ? w_t.bytes.data() : w.bytes.data(), dtype, transposed ? n_in : n_out,
-                             transposed ? n_out : n_in, (transposed ? n_out : n_in) * int64_t(dtype_size(dtype))};
+        const StoredMatrix m = w.matrix(transposed);
         std::vector<float> y(rows * n_out, 1.0f);
         project(x.data(), rows, m, transposed, 0.0f, y.data());
         test::expect_close(y, expected, 1e-5, 1e-5,
@@ -116,14 +131,14 @@ TEST(Project, EachEqualsOneByOne) {
   const int64_t n_in = 72;
   const int64_t outs[] = {48, 16, 33};
   for (const DType dtype : {DType::F32, DType::BF16}) {
-    std::vector<Stored> weights;
-    for (int t = 0; t < 3; ++t) weights.push_back(store(random_floats(outs[t] * n_in, 20 + t), dtype));
+    std::vector<StoredWeights> weights;
+    for (int t = 0; t < 3; ++t) weights.push_back(random_weights(outs[t], n_in, dtype, 20 + t));
     for (const int64_t rows : {1, 3, 9}) {
       const std::vector<float> x = random_floats(rows * n_in, 30);
       std::vector<std::vector<float>> each(3), alone(3);
       std::vector<Projection> targets;
       std::vector<StoredMatrix> matrices;
-      for (int t = 0; t < 3; ++t) matrices.push_back({weights[t].bytes.data(), dtype, outs[t], n_in, n_in * int64_t(dtype_size(dtype))});
+      for (int t = 0; t < 3; ++t) matrices.push_back(weights[t].matrix(false));
       for (int t = 0; t < 3; ++t) {
         const float beta = t == 1 ? 1.0f : 0.0f;
         each[t] = alone[t] = random_floats(rows * outs[t], 40 + t);  // beta 1 adds to these
@@ -142,16 +157,11 @@ TEST(Project, EachEqualsOneByOne) {
 TEST(Project, SplitOverThreadsEqualsOneThread) {
   const int64_t rows = 32, n_out = 200, n_in = 300;  // 1.9e6 multiply-adds; 200 columns split unevenly
   for (const DType dtype : {DType::F32, DType::BF16}) {
-    const Stored w = store(random_floats(n_out * n_in, 50), dtype);
-    std::vector<float> wt(n_in * n_out);
-    for (int64_t o = 0; o < n_out; ++o)
-      for (int64_t i = 0; i < n_in; ++i) wt[i * n_out + o] = w.values[o * n_in + i];
-    const Stored w_t = store(wt, dtype);
+    const StoredWeights w = random_weights(n_out, n_in, dtype, 50);
     const std::vector<float> x = random_floats(rows * n_in, 51);
-    const std::vector<double> expected = reference_product(x, rows, w.values, n_out, n_in);
+    const std::vector<double> expected = reference_product(x, rows, w.w.values, n_out, n_in);
     for (const bool transposed : {false, true}) {
-      const StoredMatrix m{transposed ? w_t.bytes.data() : w.bytes.data(), dtype, transposed ? n_in : n_out,
-                           transposed ? n_out : n_in, (transposed ? n_out : n_in) * int64_t(dtype_size(dtype))};
+      const StoredMatrix m = w.matrix(transposed);
       const std::string what = fmt::format("{} transposed = {}", dtype_name(dtype), transposed);
       const int threads_before = omp_get_max_threads();
       std::vector<float> by_threads[2];
