@@ -2,8 +2,8 @@
 # Prefill tokens/s of tdyn's forward pass (bench_forward) against a PyTorch float32 CPU forward of the same
 # llama2.c checkpoint (bench/torch_llama2c_forward.py), measured in the same run: one thread each, then each side's
 # best setting on this machine's cores (PyTorch: every split of intra-op threads × OpenBLAS threads, with OpenMP's
-# default spinning waits, passive ones, and tdyn's short spin). tdyn runs with GOMP_SPINCOUNT=1000, as the tdyn program sets for
-# itself: long-spinning waiters take the core the other thread needs on a small machine.
+# default spinning waits, passive ones, and tdyn's short spin). tdyn runs with GOMP_SPINCOUNT=1000, as the tdyn
+# program sets for itself: long-spinning waiters take the core the other thread needs on a small machine.
 # Model: random, 12 layers, d = 768, 12 heads, SwiGLU 2048, vocab 512 (bench/make_llama2c_model.py).
 #   bench/prefill_vs_torch.sh [BUILD_DIR] [TOKENS] [REPEATS]     (defaults build, 256, 5)
 set -euo pipefail

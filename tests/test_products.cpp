@@ -154,7 +154,7 @@ TEST(Project, EachEqualsOneByOne) {
 // A product large enough to be split over the threads (blocks of Y's columns, each on its own thread's BLAS)
 // equals the float64 product, as on one thread, for every weight layout. (Not to the bit: OpenBLAS picks its
 // kernel, and with it the order of the sums, by the shape of each block.)
-TEST(Project, SplitOverThreadsEqualsOneThread) {
+TEST(Project, SplitOverThreadsEqualsTheFloat64Product) {
   const int64_t rows = 32, n_out = 200, n_in = 300;  // 1.9e6 multiply-adds; 200 columns split unevenly
   for (const DType dtype : {DType::F32, DType::BF16}) {
     const StoredWeights w = random_weights(n_out, n_in, dtype, 50);

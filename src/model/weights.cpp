@@ -16,7 +16,10 @@ Projection with_bias(const Linear& linear, int64_t rows, float* y) {
 
 }  // namespace
 
-void Linear::apply(const float* x, int64_t rows, float* y) const { apply_each(x, rows, {{*this, y}}); }
+void Linear::apply(const float* x, int64_t rows, float* y) const {
+  const Projection p = with_bias(*this, rows, y);
+  project(x, rows, p.w, p.transposed, p.beta, p.y);
+}
 
 void apply_each(const float* x, int64_t rows, std::initializer_list<LinearOutput> outputs) {
   std::vector<Projection> products;

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <type_traits>
 
-
 extern char** environ;
 
 namespace tdyn::cli {
