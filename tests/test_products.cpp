@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "kernels/dot.h"
 #include "kernels/products.h"
+#include "kernels/team.h"
 #include "model/ops.h"
 #include "test_util.h"
 
@@ -152,28 +153,40 @@ TEST(Project, EachEqualsOneByOne) {
 }
 
 // A product large enough to be split over the threads (blocks of Y's columns, each on its own thread's BLAS)
-// equals the float64 product, as on one thread, for every weight layout. (Not to the bit: OpenBLAS picks its
-// kernel, and with it the order of the sums, by the shape of each block.)
+// equals the float64 product, as on one thread, for every weight layout, for a prompt's rows and for a decoding
+// step's one row, in a region of its own and in a team. (Not to the bit: OpenBLAS picks its kernel, and with it
+// the order of the sums, by the shape of each block.)
 TEST(Project, SplitOverThreadsEqualsTheFloat64Product) {
-  const int64_t rows = 32, n_out = 200, n_in = 300;  // 1.9e6 multiply-adds; 200 columns split unevenly
-  for (const DType dtype : {DType::F32, DType::BF16}) {
-    const StoredWeights w = random_weights(n_out, n_in, dtype, 50);
-    const std::vector<float> x = random_floats(rows * n_in, 51);
-    const std::vector<double> expected = reference_product(x, rows, w.w.values, n_out, n_in);
-    for (const bool transposed : {false, true}) {
-      const StoredMatrix m = w.matrix(transposed);
-      const std::string what = fmt::format("{} transposed = {}", dtype_name(dtype), transposed);
-      const int threads_before = omp_get_max_threads();
-      std::vector<float> by_threads[2];
-      for (const int threads : {1, 2}) {
-        omp_set_num_threads(threads);
-        by_threads[threads - 1].assign(rows * n_out, 0.0f);
-        project(x.data(), rows, m, transposed, 0.0f, by_threads[threads - 1].data());
+  struct Shape {
+    int64_t rows, n_out, n_in;
+  };
+  // 1.9e6 and 1.1e6 multiply-adds; 200 and 1100 columns split unevenly
+  for (const Shape shape : {Shape{32, 200, 300}, Shape{1, 1100, 1000}}) {
+    const int64_t rows = shape.rows, n_out = shape.n_out, n_in = shape.n_in;
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+      const StoredWeights w = random_weights(n_out, n_in, dtype, 50);
+      const std::vector<float> x = random_floats(rows * n_in, 51);
+      const std::vector<double> expected = reference_product(x, rows, w.w.values, n_out, n_in);
+      for (const bool transposed : {false, true}) {
+        const StoredMatrix m = w.matrix(transposed);
+        const int threads_before = omp_get_max_threads();
+        std::vector<float> y[3];
+        for (const int run : {0, 1, 2}) {
+          omp_set_num_threads(run == 0 ? 1 : 2);
+          y[run].assign(rows * n_out, 0.0f);
+          const auto multiply = [&] { project(x.data(), rows, m, transposed, 0.0f, y[run].data()); };
+          if (run == 2)
+            with_team(multiply);
+          else
+            multiply();
+        }
+        omp_set_num_threads(threads_before);
+        const std::string what = fmt::format("{} rows, {} transposed = {}", rows, dtype_name(dtype), transposed);
+        // float32 sums of 300-1000 products of N(0, 1) values: a few ulps of their magnitude (17-32)
+        test::expect_close(y[0], expected, 1e-5, 1e-4, what + ", one thread");
+        test::expect_close(y[1], expected, 1e-5, 1e-4, what + ", two threads");
+        test::expect_close(y[2], expected, 1e-5, 1e-4, what + ", a team of two");
       }
-      omp_set_num_threads(threads_before);
-      // float32 sums of 300 products of N(0, 1) values: a few ulps of their magnitude (about 17)
-      test::expect_close(by_threads[0], expected, 1e-5, 1e-4, what + ", one thread");
-      test::expect_close(by_threads[1], expected, 1e-5, 1e-4, what + ", two threads");
     }
   }
 }
@@ -189,25 +202,32 @@ TEST(Attention, LongDecodingQuerySameOnAnyThreads) {
     const AttentionShape many{last, n, n - last, n_heads, n_kv_heads, d_head, 0.125, true, window};
     std::vector<float> z(last * n_heads * d_head);
     attention(many, q.data() + (n - last) * n_heads * d_head, k.data(), v.data(), z.data(), nullptr);
-    // ... and one at a time, on one thread and on two.
+    // ... and one at a time: on one thread, on two in a region each, and on two kept as a team.
     const int threads_before = omp_get_max_threads();
-    std::vector<float> by_threads[2];
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
-      std::vector<float>& z_loop = by_threads[threads - 1];
+    std::vector<float> by_threads[3];
+    for (int run : {0, 1, 2}) {
+      omp_set_num_threads(run == 0 ? 1 : 2);
+      std::vector<float>& z_loop = by_threads[run];
       z_loop.resize(z.size());
-      for (int64_t i = 0; i < last; ++i) {
-        AttentionShape one = many;
-        one.n_queries = 1;
-        one.start_pos = n - last + i;
-        attention(one, q.data() + (n - last + i) * n_heads * d_head, k.data(), v.data(),
-                  z_loop.data() + i * n_heads * d_head, nullptr);
-      }
+      const auto queries = [&] {
+        for (int64_t i = 0; i < last; ++i) {
+          AttentionShape one = many;
+          one.n_queries = 1;
+          one.start_pos = n - last + i;
+          attention(one, q.data() + (n - last + i) * n_heads * d_head, k.data(), v.data(),
+                    z_loop.data() + i * n_heads * d_head, nullptr);
+        }
+      };
+      if (run == 2)
+        with_team(queries);
+      else
+        queries();
     }
     omp_set_num_threads(threads_before);
     const std::string what = fmt::format("window = {}", window);
     test::expect_close(by_threads[0], z, 1e-5, 1e-6, "one query at a time against the products, " + what);
     EXPECT_EQ(by_threads[0], by_threads[1]) << what;
+    EXPECT_EQ(by_threads[0], by_threads[2]) << what << ", in a team";
   }
 }
 

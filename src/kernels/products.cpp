@@ -1,20 +1,17 @@
 #include "kernels/products.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "core/error.h"
 #include "kernels/serial_blas.h"
+#include "kernels/team.h"
 
 namespace tdyn {
 namespace {
 
-// At most this many rows of X take the dot-product path: beyond it one widened panel serves enough rows that
-// sgemm's speed wins over reading the stored bytes directly.
-constexpr int64_t kDotProductRows = 4;
 // Floats in a widened panel: 4 MiB per thread, large enough for sgemm to run at full speed.
 constexpr int64_t kPanelFloats = int64_t{1} << 20;
 // Products of at least this many multiply-adds (for many rows of X) are split over the threads, in blocks of
@@ -28,10 +25,12 @@ void sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_
               static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-// Stored rows [first, first + n) widened into panel [n, w.cols], spread over threads outside parallel regions.
+// Stored rows [first, first + n) widened into panel [n, w.cols], spread over the threads when there are any.
 void widen_rows(const StoredMatrix& w, int64_t first, int64_t n, float* panel) {
-#pragma omp parallel for schedule(static) if (!omp_in_parallel() && n * w.cols >= (int64_t{1} << 16))
-  for (int64_t r = 0; r < n; ++r) w.row_floats(first + r, 0, w.cols, panel + r * w.cols);
+  on_threads(n * w.cols >= (int64_t{1} << 16), [&](int thread, int threads) {
+    const auto [begin, end] = thread_share(n, threads, thread);
+    for (int64_t r = begin; r < end; ++r) w.row_floats(first + r, 0, w.cols, panel + r * w.cols);
+  });
 }
 
 // Whether project() multiplies these rows of X by w one dot product per output.
@@ -49,10 +48,8 @@ void project_by_dots(const float* x, int64_t rows, std::span<const Projection> t
     total_rows += t.w.rows;
     total_work += t.w.rows * t.w.cols;
   }
-#pragma omp parallel if (!omp_in_parallel() && total_work >= (int64_t{1} << 16))
-  {
-    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int64_t begin = total_rows * thread / threads, end = total_rows * (thread + 1) / threads;
+  on_threads(total_work >= (int64_t{1} << 16), [&](int thread, int threads) {
+    const auto [begin, end] = thread_share(total_rows, threads, thread);
     int64_t offset = 0;  // the first target row's index among all targets' rows
     for (const Projection& t : targets) {
       const int64_t n_out = t.w.rows, n_in = t.w.cols;
@@ -63,13 +60,20 @@ void project_by_dots(const float* x, int64_t rows, std::span<const Projection> t
         }
       offset += n_out;
     }
-  }
+  });
 }
 
 // Y [rows, n_out] with leading dimension ldy = X Wᵀ + beta Y for many rows of X, on this thread's BLAS: float32
 // weights in place, others widened one panel of rows at a time.
 void multiply_many(const float* x, int64_t rows, const StoredMatrix& w, bool transposed, float beta, float* y, int64_t ldy) {
   const int64_t n_out = transposed ? w.cols : w.rows, n_in = transposed ? w.rows : w.cols;
+  if (const float* f = w.f32(); f && transposed && rows <= kDotProductRows) {
+    // One GEMV per row: sgemm would first copy (pack) the whole weight matrix for these few rows.
+    for (int64_t r = 0; r < rows; ++r)
+      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(w.rows), static_cast<int>(w.cols), 1.0f, f,
+                  static_cast<int>(w.row_bytes / 4), x + r * n_in, 1, beta, y + r * ldy, 1);
+    return;
+  }
   if (const float* f = w.f32()) {
     sgemm(!transposed, rows, n_out, n_in, x, n_in, f, w.row_bytes / 4, beta, y, ldy);
     return;
@@ -107,40 +111,30 @@ void project(const float* x, int64_t rows, const StoredMatrix& w, bool transpose
   TDYN_CHECK(beta == 0.0f || beta == 1.0f);
   const int64_t n_out = transposed ? w.cols : w.rows, n_in = transposed ? w.rows : w.cols;
   if (rows == 0 || n_out == 0) return;
-  const float* f = w.f32();
-  if (f && transposed && rows <= kDotProductRows) {
-    // One GEMV per row: sgemm would first copy (pack) the whole weight matrix for these few rows.
-    for (int64_t r = 0; r < rows; ++r)
-      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(w.rows), static_cast<int>(w.cols), 1.0f, f,
-                  static_cast<int>(w.row_bytes / 4), x + r * n_in, 1, beta, y + r * n_out, 1);
-    return;
-  }
   if (by_dots(rows, transposed)) {
     const Projection one{w, false, beta, y};
     project_by_dots(x, rows, {&one, 1});
     return;
   }
   // A block of columns of Wᵀ is a column slice of the stored transpose, which a quantized row cannot give.
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const bool split = threads > 1 && rows * n_out * n_in >= kSplitWork && (!transposed || !is_quantized(w.dtype));
+  const bool split = available_threads() > 1 && rows * n_out * n_in >= kSplitWork && (!transposed || !is_quantized(w.dtype));
   if (!split) {
     multiply_many(x, rows, w, transposed, beta, y, n_out);
     return;
   }
-  // The OpenMP threads take blocks of Y's columns, each running BLAS on its own thread: one pool of threads for
-  // the whole forward pass. With OpenBLAS threading each product, its idle threads spun on the cores that the
-  // OpenMP loops between products needed, and the other way round: a T = 256 prefill at d = 768 ran 1.45-1.65x
-  // its one-thread speed on two cores that way, and 1.9-2.0x this way.
+  // The threads take blocks of Y's columns, each running BLAS on its own thread: one pool of threads for the whole
+  // forward pass. With OpenBLAS threading each product, its idle threads spun on the cores that the OpenMP loops
+  // between products needed, and the other way round: a T = 256 prefill at d = 768 ran 1.45-1.65x its one-thread
+  // speed on two cores that way, and 1.9-2.0x this way.
   SerialBlas serial_blas;
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t blocks = (n_out + kColumnBlock - 1) / kColumnBlock, parts = omp_get_num_threads(), part = omp_get_thread_num();
-    const int64_t first = std::min(n_out, blocks * part / parts * kColumnBlock);
-    const int64_t n = std::min(n_out, blocks * (part + 1) / parts * kColumnBlock) - first;
+  on_threads(true, [&](int part, int parts) {
+    const int64_t blocks = (n_out + kColumnBlock - 1) / kColumnBlock;
+    const auto [first_block, end_block] = thread_share(blocks, parts, part);
+    const int64_t first = std::min(n_out, first_block * kColumnBlock), n = std::min(n_out, end_block * kColumnBlock) - first;
     if (n > 0)
       multiply_many(x, rows, transposed ? w.column_slice(first, n) : w.row_slice(first, n), transposed, beta, y + first,
                     n_out);
-  }
+  });
 }
 
 void gather_rows(const StoredMatrix& table, std::span<const int32_t> ids, int64_t col, int64_t n, float* out) {

@@ -18,6 +18,10 @@
 
 namespace tdyn {
 
+// At most this many rows of X (a decoding step) take the dot-product path: beyond it one widened panel serves
+// enough rows that sgemm's speed wins over reading the stored bytes directly.
+constexpr int64_t kDotProductRows = 4;
+
 // Y[rows, n_out] = X[rows, n_in] Wᵀ + beta Y, W the nn.Linear matrix [n_out, n_in]: `w` itself, or with
 // `transposed` w stores Wᵀ [n_in, n_out] (GPT-2 Conv1D). beta is 0 or 1; with beta 0, Y need not be initialised.
 // Y must not alias X.

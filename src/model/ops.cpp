@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/serial_blas.h"
+#include "kernels/team.h"
 
 namespace tdyn {
 
@@ -287,36 +288,31 @@ void mix_values(const AttentionShape& s, const float* v, const float* p, int64_t
   }
 }
 
-// Splits [0, n) into `parts` contiguous blocks and returns block `part`'s [begin, end).
-std::pair<int64_t, int64_t> share(int64_t n, int64_t parts, int64_t part) {
-  return {n * part / parts, n * (part + 1) / parts};
-}
-
 // Query i of a few (decoding), run by every thread of the team: scores, softmax, then the values block by block.
 // `scores` holds n_heads rows of n_keys; `partial` one output row per key block.
 void attend_query(const AttentionShape& s, int64_t i, const float* q, const float* k, const float* v, float* z,
-                  float* pattern, float* scores, float* partial) {
-  const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num(), width = s.n_heads * s.d_head;
+                  float* pattern, float* scores, float* partial, int t, int threads) {
+  const int64_t width = s.n_heads * s.d_head;
   const KeyRange keys = visible_keys(s, s.start_pos + i);
   const int64_t n = keys.last - keys.first + 1, blocks = (n + kKeyBlock - 1) / kKeyBlock;
-  const auto [first, end] = share(n, threads, t);
+  const auto [first, end] = thread_share(n, threads, t);
   score_keys(s, i, q, k, keys.first + first, keys.first + end - 1, scores);
-#pragma omp barrier
-  const auto [first_head, end_head] = share(s.n_heads, threads, t);
+  job_barrier();
+  const auto [first_head, end_head] = thread_share(s.n_heads, threads, t);
   for (int64_t h = first_head; h < end_head; ++h) {
     softmax_visible(scores + h * s.n_keys, s.n_keys, keys);
     if (pattern) std::copy_n(scores + h * s.n_keys, s.n_keys, pattern + (h * s.n_queries + i) * s.n_keys);
   }
-#pragma omp barrier
+  job_barrier();
   float* zi = z + i * width;
-  const auto [first_block, end_block] = share(blocks, threads, t);
+  const auto [first_block, end_block] = thread_share(blocks, threads, t);
   for (int64_t b = first_block; b < end_block; ++b) {
     const int64_t from = keys.first + b * kKeyBlock, to = std::min(from + kKeyBlock, keys.last + 1) - 1;
     mix_values(s, v, scores, from, to, blocks == 1 ? zi : partial + b * width);
   }
   if (blocks == 1) return;
-#pragma omp barrier
-  const auto [first_out, end_out] = share(width, threads, t);
+  job_barrier();
+  const auto [first_out, end_out] = thread_share(width, threads, t);
   for (int64_t e = first_out; e < end_out; ++e) {
     float sum = partial[e];
     for (int64_t b = 1; b < blocks; ++b) sum += partial[b * width + e];
@@ -343,11 +339,12 @@ void attention(const AttentionShape& s, const float* q, const float* k, const fl
   // two threads ran 169-170 tok/s from there and 133-164 from 2^19; with the keys already in cache (not so when
   // decoding) one query took 103 µs at 512 keys on one thread and 130 µs on two, 211 and 143 µs at 1024 keys.
   const int64_t work = s.n_heads * s.n_queries * s.n_keys * s.d_head;
-#pragma omp parallel if (!omp_in_parallel() && work >= (int64_t{1} << 18))
-  for (int64_t i = 0; i < s.n_queries; ++i) {
-    attend_query(s, i, q, k, v, z, pattern, scores, partial);
-#pragma omp barrier
-  }
+  on_threads(work >= (int64_t{1} << 18), [&](int thread, int threads) {
+    for (int64_t i = 0; i < s.n_queries; ++i) {
+      attend_query(s, i, q, k, v, z, pattern, scores, partial, thread, threads);
+      job_barrier();
+    }
+  });
 }
 
 }  // namespace tdyn

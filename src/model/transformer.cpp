@@ -7,6 +7,7 @@
 #include "core/heap.h"
 #include "model/finite.h"
 #include "kernels/products.h"
+#include "kernels/team.h"
 #include "model/ops.h"
 
 namespace tdyn {
@@ -391,7 +392,20 @@ Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks
   if (cache && c.is_encoder()) fail("{} is a bidirectional encoder: it takes no KV cache (run whole sequences)", c.family);
   if (cache && start + n > cache->capacity())
     fail("sequence of {} positions exceeds the KV cache ({} positions)", start + n, cache->capacity());
+  // A decoding step is a string of short products, about four a layer: one team of threads serves them all.
+  if (n <= kDotProductRows) {
+    Tensor logits;
+    with_team([&] { logits = run_chunk(ids, hooks, cache, token_types); });
+    return logits;
+  }
+  return run_chunk(ids, hooks, cache, token_types);
+}
 
+Tensor Transformer::run_chunk(std::span<const int32_t> ids, ActivationCache* hooks, KVCache* cache,
+                              std::span<const int32_t> token_types) const {
+  const ModelConfig& c = config();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t start = cache ? cache->length : 0;
   Tensor x = embed(ids, start, token_types, hooks);  // residual stream [pos, d_model]
   const std::vector<Tensor> per_layer = per_layer_inputs(ids, x, hooks);  // per layer [pos, d_per_layer], or none
 

@@ -110,6 +110,9 @@ class Transformer {
   Tensor mlp(int64_t layer, const Tensor& input, ActivationCache* hooks = nullptr, int64_t start = 0) const;
 
  private:
+  // forward() once its arguments are checked.
+  Tensor run_chunk(std::span<const int32_t> ids, ActivationCache* hooks, KVCache* cache,
+                   std::span<const int32_t> token_types) const;
   // The layer's RoPE table: one already built with the same style and frequencies, or a new one.
   std::shared_ptr<const RopeTable> rope_table(const LayerConfig& layer) const;
 

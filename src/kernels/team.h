@@ -1,0 +1,46 @@
+// Work shared over the threads, for loops short enough that handing them to the threads is what they cost.
+//
+// A decoding step runs about four products a layer, each a few hundred microseconds on two threads. Opened one
+// OpenMP region each, the step's other thread spends the gaps between them waiting the way libgomp waits: a short
+// spin (tdyn sets GOMP_SPINCOUNT=1000, which prefill needs: see tools/tdyn/main.cpp), then asleep in the kernel,
+// so nearly every product first wakes it through a futex. `with_team` keeps one region open around such a stretch
+// instead: the calling thread runs it, and the other threads spin in their own loop for the jobs `on_threads`
+// hands them, as long as the stretch lasts.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+
+namespace tdyn {
+
+namespace detail {
+using JobFunction = void (*)(void* job, int thread, int threads);
+void on_threads(bool parallel, void* job, JobFunction run);
+}  // namespace detail
+
+// Runs job(thread, threads) on every thread of the team open on this thread (see with_team), else, when
+// `parallel`, in an OpenMP region of its own (unless one is open already), else on this thread alone as (0, 1);
+// returns when every thread has finished. Jobs must not throw. A job that calls on_threads runs that one alone.
+template <class Job>
+void on_threads(bool parallel, Job&& job) {
+  detail::on_threads(parallel, &job, [](void* j, int thread, int threads) { (*static_cast<Job*>(j))(thread, threads); });
+}
+
+// Thread `thread` of `threads`'s part of [0, n): contiguous blocks, in thread order, as even as they can be.
+inline std::pair<int64_t, int64_t> thread_share(int64_t n, int threads, int thread) {
+  return {n * thread / threads, n * (thread + 1) / threads};
+}
+
+// Inside a job of on_threads: waits until every thread running the job has reached it.
+void job_barrier();
+
+// The threads a job of on_threads(true, ...) called here would run on.
+int available_threads();
+
+// Runs fn on this thread with the other OpenMP threads kept as a team for on_threads (one parallel region for
+// all of fn), BLAS single-threaded meanwhile (OpenBLAS's threads would take the cores the team spins on).
+// Exceptions from fn pass on to the caller. Inside a parallel region, or with one thread, it just calls fn.
+void with_team(const std::function<void()>& fn);
+
+}  // namespace tdyn
