@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include "analysis/particles/dynamics.h"
 #include "analysis/particles/diagnostics.h"
@@ -145,6 +146,50 @@ TEST(ParticlesIntegrators, EulerFrozenEqualsTwoHandComputedSteps) {
   EXPECT_EQ(tr.velocity_evaluations, 2);  // one P per step: frozen
   // The Euler rescaling (I + ΔtV)^{-k}: z^2 = x^2 / 1.5².
   EXPECT_NEAR(tr.z[2](0, 0), a2 / 2.25, 1e-14);
+}
+
+// A system small enough to share each step over the threads (96 tokens in 40 dimensions: two blocks of rows on two
+// threads), stepped on one thread and on two: both equal plain Euler steps P(x) x Vᵀ (+ ffn), and the rescaled
+// tokens equal x (I + Δt V)^{-k}ᵀ. Plain heads move their tokens inside the threads' work; a feed-forward term or
+// the sphere take the general path.
+TEST(ParticlesIntegrators, EulerStepsSharedOverThreadsEqualPlainSteps) {
+  const int64_t n = 96, d = 40, steps = 3;
+  const double dt = 0.05;
+  const Matrix x0 = random_matrix(n, d, 7) * 0.5;
+  for (const int variant : {0, 1, 2}) {
+    ParticleSystem s = head_system(random_matrix(d, d, 8, 1) / std::sqrt(double(d)), random_matrix(d, d, 8, 2) / std::sqrt(double(d)),
+                                   Matrix::Identity(d, d) + 0.1 * random_matrix(d, d, 8, 3) / std::sqrt(double(d)));
+    if (variant == 1) s.ffn = FeedForward{Activation::relu, random_matrix(8, d, 9, 1) * 0.1, Vector(), random_matrix(d, 8, 9, 2) * 0.1, Vector()};
+    if (variant == 2) s.project_to_sphere = true;
+    const std::string what = variant == 0 ? "plain head" : variant == 1 ? "with a feed-forward term" : "on the sphere";
+    Matrix expected = x0;
+    if (s.project_to_sphere) expected.rowwise().normalize();
+    for (int64_t k = 0; k < steps; ++k) {
+      Matrix velocity = naive_attention(s.head.query, s.head.key, expected) * expected * s.head.value.transpose();
+      if (s.ffn) velocity += (expected * s.ffn->w_in.transpose()).cwiseMax(0.0) * s.ffn->w_out.transpose();
+      if (s.project_to_sphere) {
+        const Vector along = velocity.cwiseProduct(expected).rowwise().sum().cwiseQuotient(expected.rowwise().squaredNorm());
+        velocity -= along.asDiagonal() * expected;
+      }
+      expected += dt * velocity;
+      if (s.project_to_sphere) expected.rowwise().normalize();
+    }
+    SimulationOptions o;
+    o.t_end = steps * dt, o.dt = dt;
+    const int threads_before = omp_get_max_threads();
+    for (const int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      const Trajectory tr = simulate(s, x0, o);
+      omp_set_num_threads(threads_before);
+      const std::string where = fmt::format("{}, {} thread(s)", what, threads);
+      expect_matrix_close(tr.x.back(), expected, 1e-12, 1e-12, "x after three steps, " + where);
+      if (s.project_to_sphere) continue;  // the sphere's tokens have no Euler rescaling to check
+      const Matrix step_inverse = (Matrix::Identity(d, d) + dt * s.head.value).inverse();
+      Matrix power = Matrix::Identity(d, d);
+      for (int64_t k = 0; k < steps; ++k) power = step_inverse * power;
+      expect_matrix_close(tr.z.back(), Matrix(tr.x.back() * power.transpose()), 1e-12, 1e-12, "z, " + where);
+    }
+  }
 }
 
 // With Q = 0 the attention is uniform and the system is linear: x̄' = W x̄, so
