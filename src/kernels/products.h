@@ -7,8 +7,9 @@
 //   * other dtypes, for many rows (a prompt, an analysis sample), are widened one panel of rows at a time into
 //     a small per-thread float32 buffer that sgemm then multiplies: the cost of widening is shared by every row
 //     of X, and no float32 copy of the whole matrix ever exists.
-// Products for many rows are split over the OpenMP threads by blocks of output columns, each thread running
-// BLAS single-threaded on its block (outside parallel regions; inside one, the calling thread does it all).
+// Large products are split over the threads (kernels/team.h: a decoding step's team, or a parallel region of their
+// own; inside another region the calling thread does it all): dot products by output rows, as above, BLAS products
+// by blocks of output columns, each thread running BLAS single-threaded on its block.
 #pragma once
 
 #include <cstdint>

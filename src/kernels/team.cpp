@@ -43,7 +43,7 @@ uint32_t wait_for_change(const std::atomic<uint32_t>& counter, uint32_t seen) {
 
 struct Team {
   int threads = 1;
-  void* job = nullptr;
+  const void* job = nullptr;
   detail::JobFunction run = nullptr;
   bool closing = false;              // set, with a last bump of `jobs`, when with_team's function has returned
   std::atomic<uint32_t> jobs{0};     // bumped for every job handed out
@@ -58,12 +58,16 @@ thread_local Running running = Running::NoJob;
 thread_local Team* job_team = nullptr;   // the team of an InTeam job
 thread_local Team* led_team = nullptr;   // the team this thread leads (inside with_team)
 
-void run_job(Running how, Team* team, void* job, detail::JobFunction run, int thread, int threads) {
+// Runs this thread's part of a job, then puts back how the thread was running before. noexcept: an exception
+// from a job ends the program, as one leaving an OpenMP region does (the other threads could not be told).
+void run_job(Running how, Team* team, const void* job, detail::JobFunction run, int thread, int threads) noexcept {
+  const Running outer = running;
+  Team* const outer_team = job_team;
   running = how;
   job_team = team;
   run(job, thread, threads);
-  running = Running::NoJob;
-  job_team = nullptr;
+  running = outer;
+  job_team = outer_team;
 }
 
 // A team member other than the leader: runs each job handed out until the team closes.
@@ -77,7 +81,7 @@ void serve(Team& team, int thread) {
   }
 }
 
-void run_in_team(Team& team, void* job, detail::JobFunction run) {
+void run_in_team(Team& team, const void* job, detail::JobFunction run) {
   team.job = job;
   team.run = run;
   team.busy.store(team.threads - 1, std::memory_order_relaxed);
@@ -93,18 +97,14 @@ void run_in_team(Team& team, void* job, detail::JobFunction run) {
 
 namespace detail {
 
-void on_threads(bool parallel, void* job, JobFunction run) {
+void on_threads(bool parallel, const void* job, JobFunction run) {
   if (running == Running::NoJob && parallel && led_team && led_team->threads > 1) {
     run_in_team(*led_team, job, run);
   } else if (running == Running::NoJob && parallel && !led_team && !omp_in_parallel() && omp_get_max_threads() > 1) {
 #pragma omp parallel
     run_job(Running::OwnRegion, nullptr, job, run, omp_get_thread_num(), omp_get_num_threads());
   } else {
-    const Running outer = running;
-    Team* const outer_team = job_team;
     run_job(Running::Alone, nullptr, job, run, 0, 1);
-    running = outer;
-    job_team = outer_team;
   }
 }
 

@@ -15,16 +15,17 @@
 namespace tdyn {
 
 namespace detail {
-using JobFunction = void (*)(void* job, int thread, int threads);
-void on_threads(bool parallel, void* job, JobFunction run);
+using JobFunction = void (*)(const void* job, int thread, int threads);
+void on_threads(bool parallel, const void* job, JobFunction run);
 }  // namespace detail
 
-// Runs job(thread, threads) on every thread of the team open on this thread (see with_team), else, when
-// `parallel`, in an OpenMP region of its own (unless one is open already), else on this thread alone as (0, 1);
-// returns when every thread has finished. Jobs must not throw. A job that calls on_threads runs that one alone.
+// When `parallel`, runs job(thread, threads) on every thread of the team this thread leads (see with_team), or
+// else in an OpenMP region of its own (unless one is open already); otherwise on this thread alone as (0, 1).
+// Returns when every thread has finished. A job that throws ends the program, as in an OpenMP region. A job that
+// calls on_threads runs that one alone.
 template <class Job>
-void on_threads(bool parallel, Job&& job) {
-  detail::on_threads(parallel, &job, [](void* j, int thread, int threads) { (*static_cast<Job*>(j))(thread, threads); });
+void on_threads(bool parallel, const Job& job) {
+  detail::on_threads(parallel, &job, [](const void* j, int thread, int threads) { (*static_cast<const Job*>(j))(thread, threads); });
 }
 
 // Thread `thread` of `threads`'s part of [0, n): contiguous blocks, in thread order, as even as they can be.

@@ -52,9 +52,10 @@ static bool refused_under_mpi(const std::string& command) {
 // OpenMP threads that spin long while they wait take the cores from each other and from OpenBLAS's threads where
 // cores are few, shared or virtual: a two-thread prefill of a d = 768 model measured 180-200 tok/s with libgomp's
 // default spin against 670-870 with a short one. Sleeping at once (OMP_WAIT_POLICY=passive) prefills as fast but
-// wakes too slowly for decoding's short parallel loops: 118-126 tok/s against 159-172 with a spin of 1000 (bf16,
-// two threads). libgomp reads these variables when it loads, before main, so unless the user chose a policy or a
-// spin count the process starts again with GOMP_SPINCOUNT=1000.
+// woke too slowly for decoding's short parallel loops: 118-126 tok/s against 159-172 with a spin of 1000 (bf16,
+// two threads; a decoding step now keeps a team of threads of its own, kernels/team.h). libgomp reads these
+// variables when it loads, before main, so unless the user chose a policy or a spin count the process starts again
+// with GOMP_SPINCOUNT=1000.
 static void restart_with_short_spins(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
   ::setenv("GOMP_SPINCOUNT", "1000", 1);
