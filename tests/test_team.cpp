@@ -67,12 +67,14 @@ TEST(Team, ManyJobsInOneTeam) {
 TEST(Team, NotParallelOrNestedRunsAlone) {
   const Threads two(2);
   with_team([&] {
-    int calls = 0, threads_seen = 0;
+    int calls = 0, thread_seen = -1, threads_seen = 0;
     on_threads(false, [&](int thread, int threads) {
       ++calls;
-      threads_seen = threads + thread;
+      thread_seen = thread;
+      threads_seen = threads;
     });
     EXPECT_EQ(calls, 1);
+    EXPECT_EQ(thread_seen, 0);
     EXPECT_EQ(threads_seen, 1);
     std::atomic<int> nested_calls{0}, outer_calls{0};
     on_threads(true, [&](int, int) {
