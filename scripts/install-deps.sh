@@ -8,6 +8,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
   libigraph-dev libarpack2-dev libglpk-dev libplfit-dev
   libicu-dev
+  libxsmm-dev  # float64 kernels for a particle step's small products (optional: the build uses dgemm without it)
   libsentencepiece-dev  # SentencePiece .model files and the Precompiled normalizer; its trainer builds test models
   gnuplot-nox
   libopenmpi-dev openmpi-bin  # MPI ranks (mpirun -np N tdyn ...); the build leaves MPI out without them

@@ -2,6 +2,7 @@
 // matrices, and agreement with numpy on the saved matrices of tests/data/linalg (make_linalg_refs.py):
 // eigenvalues as multisets, eigenvectors up to phase.
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <random>
 #include <tuple>
@@ -442,6 +443,33 @@ TEST(LinalgGemm, MatchesEigenOnEveryShape) {
   Vector y = Vector::Ones(6);
   multiply_add_vector(a, x, y, 3.0);
   EXPECT_LE((y - (Vector::Ones(6) + 3.0 * a * x)).norm(), 1e-13 * (1 + y.norm()));
+}
+
+// multiply_small against a long-double sum, entry by entry: c is a block of a larger matrix filled with NaN (a kernel
+// that read c, or wrote outside the block, would show), a and b are blocks read through their strides, and the
+// shapes include a particle step's, sizes that are no multiple of a register block, and empty ones.
+TEST(LinalgGemm, SmallProductsMatchAnExactSumAndWriteOnlyTheirBlock) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (auto [m, k, n] : {std::tuple{128, 128, 64}, {256, 128, 64}, {7, 5, 3}, {1, 9, 1}, {33, 17, 65}, {5, 0, 4}, {0, 3, 2}}) {
+    const Matrix big_a = random_gaussian(m + 3, k + 1, 11), big_b = random_gaussian(k + 2, n, 12);
+    const auto a = big_a.block(1, 1, m, k), b = big_b.middleRows(2, k);
+    Matrix big_c = Matrix::Constant(m + 5, n + 2, nan);
+    multiply_small(m, n, k, a.data(), big_a.rows(), b.data(), big_b.rows(), big_c.data() + 2 + big_c.rows(), big_c.rows());
+    std::vector<double> got, expected;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i) {
+        long double sum = 0;
+        for (int64_t l = 0; l < k; ++l) sum += static_cast<long double>(a(i, l)) * b(l, j);
+        got.push_back(big_c(2 + i, 1 + j));
+        expected.push_back(static_cast<double>(sum));
+      }
+    test::expect_close(got, expected, 1e-13, 1e-13 * std::sqrt(k), fmt::format("{} x {} x {}", m, k, n));
+    int64_t outside = 0;
+    for (int64_t j = 0; j < big_c.cols(); ++j)
+      for (int64_t i = 0; i < big_c.rows(); ++i)
+        outside += (i < 2 || i >= 2 + m || j < 1 || j >= 1 + n) && !std::isnan(big_c(i, j));
+    EXPECT_EQ(outside, 0) << m << " x " << k << " x " << n << ": entries written outside c's block";
+  }
 }
 
 }  // namespace

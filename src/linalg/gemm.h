@@ -3,6 +3,8 @@
 // analyses (9 vs 50 GFLOP/s measured at 2048 × 7168 × 2048 on 2 cores); these are the few products that size.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/serial_blas.h"
 #include "linalg/dense.h"
 
@@ -16,6 +18,14 @@ void multiply_add(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Matr
 // y += alpha a x (dgemv: a dgemm with one column would first copy all of a into its panel layout).
 void multiply_add_vector(const Eigen::Ref<const Matrix>& a, const Eigen::Ref<const Vector>& x, Eigen::Ref<Vector> y,
                          double alpha = 1);
+// c [rows × cols] = a b on column-major storage with leading dimensions, c written without being read, for
+// products that stay in the caches and recur at one shape (a particle step's): a kernel libxsmm generated for that
+// exact shape where the build has libxsmm and the CPU gets a kernel, else dgemm. OpenBLAS packs both operands on
+// every call, which at this size costs as much as the arithmetic (see multiply_small's measurements in gemm.cpp).
+void multiply_small(int64_t rows, int64_t cols, int64_t depth, const double* a, int64_t lda, const double* b,
+                    int64_t ldb, double* c, int64_t ldc);
+// What multiply_small runs on this build and CPU: "libxsmm" or "dgemm".
+const char* small_product_kernels();
 inline Matrix multiply(const Matrix& a, const Matrix& b) {
   Matrix c;
   multiply(a, b, c);

@@ -26,9 +26,15 @@ using ConstView = Eigen::Ref<const Matrix, 0, Eigen::OuterStride<>>;
 using View = Eigen::Ref<Matrix, 0, Eigen::OuterStride<>>;
 
 // C = A · op(B) into C, already of the product's shape, through OpenBLAS: the O(n² d) products dominate every step.
-void multiply_into(const ConstView& A, const ConstView& B, bool transpose_b, View C) {
+// `small` (see small_products) takes linalg::multiply_small for C = A B instead.
+void multiply_into(const ConstView& A, const ConstView& B, bool transpose_b, View C, bool small = false) {
   const int64_t rows = A.rows(), inner = A.cols(), cols = transpose_b ? B.rows() : B.cols();
   TDYN_CHECK((transpose_b ? B.cols() : B.rows()) == inner && C.rows() == rows && C.cols() == cols);
+  if (small && !transpose_b) {  // row-major C = A B is column-major Cᵀ = Bᵀ Aᵀ
+    linalg::multiply_small(cols, rows, inner, B.data(), B.outerStride(), A.data(), A.outerStride(), C.data(),
+                           C.outerStride());
+    return;
+  }
   if (rows == 0 || cols == 0) return;
   if (inner == 0) {
     C.setZero();
@@ -261,23 +267,34 @@ void VelocityField::x_velocity(const Matrix& X, Matrix& dX, Matrix* advance, dou
     }
     const int64_t n = X.rows();
     projected_.resize(n, 2 * d);
+    if (split_rows_) transposed_.resize(d, n);
     attention_.resize(n, n);
     dX.resize(n, d);
-    // Small products run on single-threaded BLAS (small_products); the threads then take blocks of at least 32
-    // tokens: each computes its rows of [X M  X Wᵀ] and of the scores and P, and after all are done (nothing reads
-    // X after that) its rows of the velocity, and moves them. On two idle cores a step took 0.78 of the one-thread
-    // time at n = d = 128 and 0.68 at n = 256.
-    const int64_t most_parts = split_rows_ ? std::max<int64_t>(1, n / 32) : 1;
+    // Small products run single-threaded (small_products); the threads then take blocks of at least 32 tokens:
+    // each computes its rows of [X M  X Wᵀ] and its columns of Xᵀ, after all are done its rows of the scores and
+    // P, and after that (nothing reads X then) its rows of the velocity, and moves them. On two idle cores a step
+    // took 0.78 of the one-thread time at n = d = 128 and 0.68 at n = 256.
+    const bool small = split_rows_;
+    const int64_t most_parts = small ? std::max<int64_t>(1, n / 32) : 1;
     on_threads(most_parts > 1, [&](int thread, int threads) {
       const int64_t parts = std::min<int64_t>(threads, most_parts);
       const auto [begin, end] = thread < parts ? thread_share(n, parts, thread) : std::pair<int64_t, int64_t>{n, n};
       const int64_t rows = end - begin;
-      multiply_into(X.middleRows(begin, rows), map_and_value_, false, projected_.middleRows(begin, rows));  // [X M  X Wᵀ]
-      auto scores = attention_.middleRows(begin, rows);
-      multiply_into(projected_.middleRows(begin, rows).leftCols(d), X, true, scores);  // (X M) Xᵀ: this thread's rows
+      const auto tokens = X.middleRows(begin, rows);
+      auto projected = projected_.middleRows(begin, rows), scores = attention_.middleRows(begin, rows);
+      multiply_into(tokens, map_and_value_, false, projected, small);  // [X M  X Wᵀ]
+      if (small) {
+        // The scores (X M) Xᵀ from Xᵀ: multiply_small takes untransposed operands only. (Large runs skip the copy,
+        // 6% of a step at n = 512.)
+        transposed_.middleCols(begin, rows) = tokens.transpose();
+        job_barrier();
+        multiply_into(projected.leftCols(d), transposed_, false, scores, true);
+      } else {
+        multiply_into(projected.leftCols(d), X, true, scores);
+      }
       softmax_rows(scores);
       job_barrier();
-      multiply_into(scores, projected_.rightCols(d), false, dX.middleRows(begin, rows));  // Σ_j P_ij W x_j
+      multiply_into(scores, projected_.rightCols(d), false, dX.middleRows(begin, rows), small);  // Σ_j P_ij W x_j
       if (advance) advance->middleRows(begin, rows) += dt * dX.middleRows(begin, rows);
     });
     ++evaluations_;

@@ -110,6 +110,7 @@ class VelocityField {
   Matrix score_map_;       // M = Qᵀ K (d × d), formed at the first evaluation that scores through it
   Matrix map_and_value_;   // [M  Wᵀ] (d × 2d), likewise
   Matrix projected_;       // X [M  Wᵀ] (n × 2d)
+  Matrix transposed_;      // Xᵀ (d × n), for small products (split_rows)
   Matrix queries_, keys_;  // X Qᵀ, X Kᵀ (n × d_head), or X M in queries_
   Matrix attention_;       // scores, then P (n × n)
   Matrix mixed_;           // P X or P Z (n × d)
