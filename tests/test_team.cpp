@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -117,6 +119,63 @@ TEST(Team, ExceptionsPassToTheCallerAndTheNextTeamWorks) {
   int failures = -1;
   with_team([&] { failures = failed_two_phase_jobs(100, 2); });
   EXPECT_EQ(failures, 0);
+}
+
+// Every index of a SharedRange goes to exactly one thread, in chunks of at least the grain (but the last) and at
+// most a quarter of what was left on two threads.
+TEST(Team, SharedRangeHandsOutEveryIndexOnce) {
+  const Threads two(2);
+  int failures = 0;
+  with_team([&] {
+    for (int job = 0; job < 200; ++job) {
+      const int64_t n = 1000 + job;
+      std::vector<std::atomic<int>> taken(n);
+      std::atomic<int> bad_chunks{0};
+      SharedRange range(n, 16);
+      on_threads(true, [&](int, int threads) {
+        for (auto [begin, end] = range.next(threads); begin < end; std::tie(begin, end) = range.next(threads)) {
+          if ((end - begin < 16 && end != n) || (end - begin > 16 && end - begin > (n - begin) / 4)) bad_chunks.fetch_add(1);
+          for (int64_t i = begin; i < end; ++i) taken[i].fetch_add(1);
+        }
+      });
+      int64_t wrong = 0;
+      for (const auto& t : taken) wrong += t.load() != 1;
+      if (wrong != 0 || bad_chunks.load() != 0) ++failures;
+    }
+  });
+  EXPECT_EQ(failures, 0);
+  SharedRange empty(0, 16), coarse(10, 16);
+  EXPECT_EQ(empty.next(2).first, empty.next(2).second);
+  EXPECT_EQ(coarse.next(2), (std::pair<int64_t, int64_t>{0, 10}));
+  EXPECT_EQ(coarse.next(2), (std::pair<int64_t, int64_t>{10, 10}));
+}
+
+// A thread that stops after its first chunk, until the other has taken everything, ends up with at most that
+// chunk: a quarter of the range on two threads. The other takes the rest.
+TEST(Team, SharedRangeGivesASlowThreadLess) {
+  const Threads two(2);
+  const int64_t n = 4096;
+  std::atomic<int64_t> slow_rows{-1}, fast_rows{0};
+  with_team([&] {
+    SharedRange range(n, 16);
+    std::atomic<bool> drained{false};
+    on_threads(true, [&](int thread, int threads) {
+      int64_t mine = 0;
+      for (auto [begin, end] = range.next(threads); begin < end; std::tie(begin, end) = range.next(threads)) {
+        mine += end - begin;
+        if (thread == 1)
+          while (!drained.load()) std::this_thread::yield();
+      }
+      if (thread == 0) {
+        drained.store(true);
+        fast_rows.store(mine);
+      } else {
+        slow_rows.store(mine);
+      }
+    });
+  });
+  EXPECT_LE(slow_rows.load(), n / 4);
+  EXPECT_EQ(slow_rows.load() + fast_rows.load(), n);
 }
 
 }  // namespace

@@ -93,24 +93,41 @@ float activate(Activation a, float x) {
   return x;
 }
 
+namespace {
+
+// f(begin, end) over [0, n), shared over the threads from 2^15 elements. Below that it runs here without opening a
+// parallel region: `omp parallel if (false)` still opens a one-thread one, which inside a decoding step's team
+// (kernels/team.h) is a nested region whose start and end wake libgomp's threads through the kernel.
+template <class F>
+void elementwise(int64_t n, F f) {
+  on_threads(n > (int64_t{1} << 15), [&](int thread, int threads) {
+    const auto [begin, end] = thread_share(n, threads, thread);
+    f(begin, end);
+  });
+}
+
+}  // namespace
+
 void activate_inplace(Activation a, float* x, int64_t n) {
-  if (a == Activation::SiLU) {  // the common case, as one vectorised loop
-#pragma omp parallel for simd if (n > (1 << 15))
-    for (int64_t i = 0; i < n; ++i) x[i] = silu(x[i]);
-    return;
-  }
-#pragma omp parallel for if (n > (1 << 15))
-  for (int64_t i = 0; i < n; ++i) x[i] = activate(a, x[i]);
+  elementwise(n, [&](int64_t begin, int64_t end) {
+    if (a == Activation::SiLU) {  // the common case, as one vectorised loop
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) x[i] = silu(x[i]);
+    } else {
+      for (int64_t i = begin; i < end; ++i) x[i] = activate(a, x[i]);
+    }
+  });
 }
 
 void gated_activate(Activation a, const float* gate, float* up, int64_t n) {
-  if (a == Activation::SiLU) {
-#pragma omp parallel for simd if (n > (1 << 15))
-    for (int64_t i = 0; i < n; ++i) up[i] *= silu(gate[i]);
-    return;
-  }
-#pragma omp parallel for if (n > (1 << 15))
-  for (int64_t i = 0; i < n; ++i) up[i] *= activate(a, gate[i]);
+  elementwise(n, [&](int64_t begin, int64_t end) {
+    if (a == Activation::SiLU) {
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) up[i] *= silu(gate[i]);
+    } else {
+      for (int64_t i = begin; i < end; ++i) up[i] *= activate(a, gate[i]);
+    }
+  });
 }
 
 void softcap_inplace(float* x, int64_t n, double cap) {
