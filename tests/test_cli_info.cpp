@@ -67,5 +67,25 @@ TEST(GlobalFlags, QuietSilencesProgressBeforeOrAfterTheCommand) {
   fs::remove_all(out);
 }
 
+// --version names the build's optional parts and the CPUs tdyn runs on. With OMP_PROC_BIND set, libgomp binds
+// the first process to one place before tdyn restarts itself (tools/tdyn/main.cpp); the restarted process must
+// still see every CPU.
+TEST(GlobalFlags, VersionListsTheCpusAlsoWhenThreadsAreBound) {
+  const auto cpus = [](const std::string& text) {
+    const size_t at = text.find("CPUs: ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  std::string unbound, bound;
+  ASSERT_EQ(test::run_cli("--version", &unbound), 0);
+  EXPECT_EQ(unbound.rfind("tdyn ", 0), 0u) << unbound;
+  EXPECT_NE(unbound.find("small float64 products: "), std::string::npos) << unbound;
+  ASSERT_NE(cpus(unbound), "") << unbound;
+  ::setenv("OMP_PROC_BIND", "true", 1);
+  const int code = test::run_cli("--version", &bound);
+  ::unsetenv("OMP_PROC_BIND");
+  ASSERT_EQ(code, 0);
+  EXPECT_EQ(cpus(bound), cpus(unbound));
+}
+
 }  // namespace
 }  // namespace tdyn

@@ -1,9 +1,11 @@
 // tdyn: transformers as dynamical systems. Entry point: builds the subcommands, parses, runs, maps errors.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -14,6 +16,7 @@
 #include "analysis/pass_source.h"
 #include "core/error.h"
 #include "core/ranks.h"
+#include "linalg/gemm.h"
 #include "report/progress.h"
 
 namespace tdyn::cli {
@@ -49,6 +52,24 @@ static bool refused_under_mpi(const std::string& command) {
   return true;
 }
 
+// The CPUs this process may run on: those of every OpenMP place where binding (OMP_PROC_BIND, OMP_PLACES) made
+// places (libgomp took them from the mask the process started with, then bound this thread to the first one), else
+// this thread's mask.
+static cpu_set_t process_cpus() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (const int places = omp_get_num_places(); places > 0) {
+    for (int place = 0; place < places; ++place) {
+      std::vector<int> ids(omp_get_place_num_procs(place));
+      omp_get_place_proc_ids(place, ids.data());
+      for (const int id : ids) CPU_SET(id, &cpus);
+    }
+  } else if (::sched_getaffinity(0, sizeof cpus, &cpus) != 0) {
+    CPU_ZERO(&cpus);
+  }
+  return cpus;
+}
+
 // OpenMP threads that spin long while they wait take the cores from each other and from OpenBLAS's threads where
 // cores are few, shared or virtual: a two-thread prefill of a d = 768 model measured 180-200 tok/s with libgomp's
 // default spin against 670-870 with a short one. Sleeping at once (OMP_WAIT_POLICY=passive) prefills as fast but
@@ -56,10 +77,37 @@ static bool refused_under_mpi(const std::string& command) {
 // two threads; a decoding step now keeps a team of threads of its own, kernels/team.h). libgomp reads these
 // variables when it loads, before main, so unless the user chose a policy or a spin count the process starts again
 // with GOMP_SPINCOUNT=1000.
+//
+// With OMP_PROC_BIND set, libgomp has also bound this thread to the first OpenMP place as it loaded; the new
+// process would inherit that one place's CPUs and run every thread on them (a two-thread decoding step then ran at
+// 5 tok/s instead of 200). It gets back the CPUs of all places first.
 static void restart_with_short_spins(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  if (omp_get_num_places() > 0) {
+    const cpu_set_t cpus = process_cpus();
+    ::sched_setaffinity(0, sizeof cpus, &cpus);
+  }
   ::setenv("GOMP_SPINCOUNT", "1000", 1);
   ::execv("/proc/self/exe", argv);  // returns only if it failed: run on with the default spin
+}
+
+// --version: the version, the optional parts this build has, and the CPUs this process may run on.
+static std::string version_text() {
+  const cpu_set_t cpus = process_cpus();
+  std::string allowed;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &cpus) || (cpu > 0 && CPU_ISSET(cpu - 1, &cpus))) continue;  // not the first of a run
+    int last = cpu;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &cpus)) ++last;
+    allowed += (allowed.empty() ? "" : ",") + (last == cpu ? fmt::format("{}", cpu) : fmt::format("{}-{}", cpu, last));
+  }
+#ifdef TDYN_HAVE_MPI
+  const char* mpi = "yes";
+#else
+  const char* mpi = "no";
+#endif
+  return fmt::format("tdyn {}\nsmall float64 products: {}; MPI: {}\nCPUs: {} ({} OpenMP threads by default)", TDYN_VERSION,
+                     tdyn::linalg::small_product_kernels(), mpi, allowed.empty() ? "unknown" : allowed, omp_get_max_threads());
 }
 
 int main(int argc, char** argv) {
@@ -72,7 +120,7 @@ int main(int argc, char** argv) {
                "activation in reach, and measures how tokens move through depth.",
                "tdyn"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", TDYN_VERSION);
+  app.set_version_flag("--version", std::function<std::string()>(version_text));
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "No progress output on stderr (errors and warnings still appear)");
   int threads = 0;
