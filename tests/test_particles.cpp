@@ -192,6 +192,33 @@ TEST(ParticlesIntegrators, EulerStepsSharedOverThreadsEqualPlainSteps) {
   }
 }
 
+// A run whose tokens overflow stops with an error naming the time, on one thread and on two, whether each thread
+// checks its own tokens as it moves them (a plain head) or the whole state is checked after the step.
+TEST(ParticlesIntegrators, EulerRunsThatOverflowStopWithAnError) {
+  const int64_t n = 96, d = 40;
+  const Matrix x0 = random_matrix(n, d, 7);
+  for (const bool with_ffn : {false, true}) {
+    // V = 10^80 I: after one step of dt = 1 the tokens are 10^80 times larger; the scores overflow at the next.
+    ParticleSystem s = head_system(random_matrix(d, d, 8, 1), random_matrix(d, d, 8, 2), 1e80 * Matrix::Identity(d, d));
+    if (with_ffn) s.ffn = FeedForward{Activation::relu, random_matrix(8, d, 9, 1), Vector(), random_matrix(d, 8, 9, 2), Vector()};
+    SimulationOptions o;
+    o.t_end = 10, o.dt = 1;
+    const int threads_before = omp_get_max_threads();
+    for (const int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      std::string message;
+      try {
+        simulate(s, x0, o);
+      } catch (const Error& e) {
+        message = e.what();
+      }
+      omp_set_num_threads(threads_before);
+      EXPECT_NE(message.find("the tokens became non-finite at t = "), std::string::npos)
+          << (with_ffn ? "with a feed-forward term, " : "plain head, ") << threads << " thread(s): " << message;
+    }
+  }
+}
+
 // With Q = 0 the attention is uniform and the system is linear: x̄' = W x̄, so
 // x_i(t) = x_i(0) + (e^{tW} − I) x̄(0). Errors at Δt and Δt/2 give the observed order.
 double error_against_uniform_solution(Integrator integrator, double dt) {

@@ -87,8 +87,8 @@ class VelocityField {
   // dX/dt at tokens X (n × d) in the original variables.
   void x_velocity(const Matrix& X, Matrix& dX);
   // One Euler step in the original variables, X += dt · dX/dt(X), with P evaluated at X; dX is left holding the
-  // velocity. The same values as x_velocity followed by the update.
-  void euler_step(Matrix& X, double dt, Matrix& dX);
+  // velocity. The same values as x_velocity followed by the update. Returns whether every entry of X is finite.
+  bool euler_step(Matrix& X, double dt, Matrix& dX);
   // dZ/dt at rescaled tokens Z (n × d) at time t: (P Z − Z) Wᵀ + ffn(X) e^{−tW}ᵀ, with X = Z e^{tW}ᵀ.
   void z_velocity(double t, const Matrix& Z, Matrix& dZ);
   // P of the last evaluation.
@@ -100,8 +100,9 @@ class VelocityField {
   bool scores_through_map(int64_t n) const;
   const Matrix& score_map();
   void compute_attention(const Matrix& X);
-  // x_velocity, and with `advance` (only when nothing is added after attention) also advance += dt · dX.
-  void x_velocity(const Matrix& X, Matrix& dX, Matrix* advance, double dt);
+  // x_velocity, and with `advance` (only when nothing is added after attention) also advance += dt · dX; returns
+  // whether every entry of *advance is then finite (true without it).
+  bool x_velocity(const Matrix& X, Matrix& dX, Matrix* advance, double dt);
   void add_ffn(const Matrix& X, Matrix& dX, const Matrix* rotate_back);
 
   const ParticleSystem& system_;
