@@ -28,8 +28,7 @@ void sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_
 
 // Stored rows [first, first + n) widened into panel [n, w.cols], spread over the threads when there are any.
 void widen_rows(const StoredMatrix& w, int64_t first, int64_t n, float* panel) {
-  on_threads(n * w.cols >= (int64_t{1} << 16), [&](int thread, int threads) {
-    const auto [begin, end] = thread_share(n, threads, thread);
+  on_thread_shares(n * w.cols >= (int64_t{1} << 16), n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) w.row_floats(first + r, 0, w.cols, panel + r * w.cols);
   });
 }

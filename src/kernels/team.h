@@ -35,6 +35,15 @@ inline std::pair<int64_t, int64_t> thread_share(int64_t n, int threads, int thre
   return {n * thread / threads, n * (thread + 1) / threads};
 }
 
+// f(begin, end) on each thread's thread_share of [0, n), through on_threads(parallel, ...).
+template <class F>
+void on_thread_shares(bool parallel, int64_t n, const F& f) {
+  on_threads(parallel, [&](int thread, int threads) {
+    const auto [begin, end] = thread_share(n, threads, thread);
+    f(begin, end);
+  });
+}
+
 // [0, n) handed out in chunks to the threads of one on_threads job as each asks for more: the first chunks are
 // large and later ones smaller (a 2·threads-th of what is left, at least `grain`), so a thread on a slower or
 // busier core takes fewer. Virtual cores can differ that much: on a 2-core virtual machine, one-thread bfloat16

@@ -99,11 +99,8 @@ namespace {
 // parallel region: `omp parallel if (false)` still opens a one-thread one, which inside a decoding step's team
 // (kernels/team.h) is a nested region whose start and end wake libgomp's threads through the kernel.
 template <class F>
-void elementwise(int64_t n, F f) {
-  on_threads(n > (int64_t{1} << 15), [&](int thread, int threads) {
-    const auto [begin, end] = thread_share(n, threads, thread);
-    f(begin, end);
-  });
+void elementwise(int64_t n, const F& f) {
+  on_thread_shares(n > (int64_t{1} << 15), n, f);
 }
 
 }  // namespace

@@ -70,8 +70,7 @@ void transpose_into(const ConstView& A, View T) {
 void multiply_split(const ConstView& A, const ConstView& B, bool transpose_b, Matrix& C, bool split) {
   const int64_t rows = A.rows(), cols = transpose_b ? B.rows() : B.cols();
   if (C.rows() != rows || C.cols() != cols) C.resize(rows, cols);
-  on_threads(split && rows >= 64, [&](int thread, int threads) {
-    const auto [begin, end] = thread_share(rows, threads, thread);
+  on_thread_shares(split && rows >= 64, rows, [&](int64_t begin, int64_t end) {
     multiply_into(A.middleRows(begin, end - begin), B, transpose_b, C.middleRows(begin, end - begin), split);
   });
 }
