@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <boost/numeric/odeint.hpp>
 #include <unsupported/Eigen/MatrixFunctions>
@@ -75,58 +76,99 @@ void multiply_split(const ConstView& A, const ConstView& B, bool transpose_b, Ma
   });
 }
 
-// y_i = e^{x_i} for x_i ≤ 0 (or NaN), within 1 ulp of std::exp: Cody–Waite reduction x = k ln 2 + r, |r| ≤ ln2 / 2,
-// then a degree-13 Taylor polynomial (truncation error below 1e-17) scaled by 2^k built from its bits. std::exp
-// does not vectorise and Eigen's only does at the build's baseline ISA (SSE2); the n² exps of a step cost as much as
-// one of its O(n² d) products that way. The clones let the loop run at the machine's vector width (10× here); they
-// are chosen by the CPU's features (microarchitecture levels), not its model, so AMD's cores get them too.
-// Results under −708 (subnormal, below 1e-307) are returned as 0.
+// Clones of a loop for each x86-64 microarchitecture level: the build's baseline is SSE2, and the O(n²) loops of a
+// step (softmax, the Euler update) cost as much as one of its O(n² d) products at that width. The clones are chosen
+// by the CPU's features (microarchitecture levels), not its model, so AMD's cores get them too.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define TDYN_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TDYN_VECTOR_CLONES
 #endif
-void exp_nonpositive(const double* x, double* y, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    const double v = std::max(x[i], -708.0);  // keeps 2^k normal; NaN passes through
-    // k = round(v / ln 2) by the 1.5·2⁵² shift: the low bits of t then hold k as an integer.
-    const double shift = 6755399441055744.0;
-    const double t = v * 1.4426950408889634 + shift;
-    const double k = t - shift;
-    // ln 2 split into a head with trailing zero bits (k · head is exact) and a tail.
-    const double r = (v - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
-    double p = 1.0 / 6227020800;
-    p = p * r + 1.0 / 479001600;
-    p = p * r + 1.0 / 39916800;
-    p = p * r + 1.0 / 3628800;
-    p = p * r + 1.0 / 362880;
-    p = p * r + 1.0 / 40320;
-    p = p * r + 1.0 / 5040;
-    p = p * r + 1.0 / 720;
-    p = p * r + 1.0 / 120;
-    p = p * r + 1.0 / 24;
-    p = p * r + 1.0 / 6;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    int64_t t_bits;
-    std::memcpy(&t_bits, &t, sizeof t);
-    const int64_t scale_bits = (t_bits + 1023) << 52;  // exponent field k + 1023 (the shift's bits fall off the top)
-    double scale;
-    std::memcpy(&scale, &scale_bits, sizeof scale);
-    y[i] = x[i] < -708.0 ? 0.0 : p * scale;
-  }
+
+// e^x for x ≤ 0 (or NaN), within 1 ulp of std::exp: Cody–Waite reduction x = k ln 2 + r, |r| ≤ ln2 / 2, then a
+// degree-13 Taylor polynomial (truncation error below 1e-17) scaled by 2^k built from its bits. std::exp does not
+// vectorise; this does, inlined into a cloned loop (10× at this machine's width). Results under −708 (subnormal,
+// below 1e-307) are returned as 0.
+[[gnu::always_inline]] inline double exp_nonpositive(double x) {
+  const double v = std::max(x, -708.0);  // keeps 2^k normal; NaN passes through
+  // k = round(v / ln 2) by the 1.5·2⁵² shift: the low bits of t then hold k as an integer.
+  const double shift = 6755399441055744.0;
+  const double t = v * 1.4426950408889634 + shift;
+  const double k = t - shift;
+  // ln 2 split into a head with trailing zero bits (k · head is exact) and a tail.
+  const double r = (v - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
+  double p = 1.0 / 6227020800;
+  p = p * r + 1.0 / 479001600;
+  p = p * r + 1.0 / 39916800;
+  p = p * r + 1.0 / 3628800;
+  p = p * r + 1.0 / 362880;
+  p = p * r + 1.0 / 40320;
+  p = p * r + 1.0 / 5040;
+  p = p * r + 1.0 / 720;
+  p = p * r + 1.0 / 120;
+  p = p * r + 1.0 / 24;
+  p = p * r + 1.0 / 6;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  int64_t t_bits;
+  std::memcpy(&t_bits, &t, sizeof t);
+  const int64_t scale_bits = (t_bits + 1023) << 52;  // exponent field k + 1023 (the shift's bits fall off the top)
+  double scale;
+  std::memcpy(&scale, &scale_bits, sizeof scale);
+  return x < -708.0 ? 0.0 : p * scale;
 }
 
-// Row-wise softmax in place with the row maximum subtracted (log-sum-exp): exact for any score magnitude.
+// Softmax of one row in place, with its maximum subtracted (log-sum-exp): exact for any score magnitude. A NaN or
+// infinite score makes the whole row NaN, which the step's finiteness check then reports.
+TDYN_VECTOR_CLONES void softmax_row(double* row, int64_t count) {
+  double top = -std::numeric_limits<double>::infinity();
+#pragma omp simd reduction(max : top)
+  for (int64_t i = 0; i < count; ++i) top = row[i] > top ? row[i] : top;  // (std::max's reference defeats simd)
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < count; ++i) {
+    row[i] = exp_nonpositive(row[i] - top);
+    sum += row[i];
+  }
+  const double inverse = 1 / sum;  // a multiply per entry instead of a division (4× the cost even when vectorised)
+  for (int64_t i = 0; i < count; ++i) row[i] *= inverse;
+}
+
+// Row-wise softmax in place (softmax_row).
 // Single-threaded on purpose: its O(n²) exps cost a few percent of the O(n² d) products, and an OpenMP pool
 // spinning beside OpenBLAS's own threads slowed whole steps several-fold on a loaded machine.
 void softmax_rows(View scores) {
-  const int64_t n = scores.rows();
-  for (int64_t i = 0; i < n; ++i) {
-    auto row = scores.row(i);
-    row.array() -= row.maxCoeff();
-    exp_nonpositive(row.data(), row.data(), row.size());
-    row /= row.sum();
+  for (int64_t i = 0; i < scores.rows(); ++i) softmax_row(scores.row(i).data(), scores.cols());
+}
+
+// An entry is finite unless its exponent bits are all ones (infinity or NaN). Tested bit by bit, the test
+// vectorises as an integer OR where a floating-point reduction would not (its order is fixed without -ffast-math).
+constexpr uint64_t kExponentBits = uint64_t{0x7ff} << 52;
+[[gnu::always_inline]] inline uint64_t nonfinite_bit(double x) {
+  uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return (bits & kExponentBits) == kExponentBits;
+}
+
+// Whether every entry of x is finite.
+TDYN_VECTOR_CLONES bool all_finite(const double* x, int64_t count) {
+  uint64_t nonfinite = 0;
+#pragma omp simd reduction(| : nonfinite)
+  for (int64_t i = 0; i < count; ++i) nonfinite |= nonfinite_bit(x[i]);
+  return nonfinite == 0;
+}
+bool all_finite(const Matrix& m) { return all_finite(m.data(), m.size()); }
+
+// The Euler update x += dt · v of `count` entries, checking each new x as it is written: whether all are finite.
+TDYN_VECTOR_CLONES bool advance_finite(double* x, const double* v, double dt, int64_t count) {
+  uint64_t nonfinite = 0;
+#pragma omp simd reduction(| : nonfinite)
+  for (int64_t i = 0; i < count; ++i) {
+    x[i] += dt * v[i];
+    nonfinite |= nonfinite_bit(x[i]);
   }
+  return nonfinite == 0;
 }
 
 // Whether a simulation's products are small enough to run OpenBLAS single-threaded (SerialBlas).
@@ -139,10 +181,6 @@ bool small_products(int64_t n, int64_t d) {
   constexpr int64_t kSmallWork = int64_t{1} << 24;
   return n * d * (n + d) <= kSmallWork;
 }
-
-// Whether every entry is finite, as one vectorised sum: x − x is 0 for finite x and NaN otherwise. Eigen's
-// allFinite tests entry by entry with an early exit that does not vectorise: 3% of a step at n = d = 128.
-bool all_finite(const ConstView& m) { return (m.array() - m.array()).sum() == 0.0; }
 
 std::string shape_of(const Matrix& m) { return fmt::format("[{}, {}]", m.rows(), m.cols()); }
 
@@ -161,7 +199,7 @@ void AttentionHead::validate() const {
   } else if (output.rows() != d || output.cols() != value.rows()) {
     fail("output matrix O: expected shape [{}, {}] (d × d_value), got {}", d, value.rows(), shape_of(output));
   }
-  if (!query.allFinite() || !key.allFinite() || !value.allFinite() || !output.allFinite())
+  if (!all_finite(query) || !all_finite(key) || !all_finite(value) || !all_finite(output))
     fail("attention matrices contain NaN or infinite entries");
 }
 
@@ -265,8 +303,7 @@ bool VelocityField::euler_step(Matrix& X, double dt, Matrix& dX) {
   // checking all of them after (5% of a step at n = d = 128 that the other threads waited through).
   if (scores_through_map(X.rows()) && !system_.ffn && !system_.project_to_sphere) return x_velocity(X, dX, &X, dt);
   x_velocity(X, dX);
-  X += dt * dX;
-  return all_finite(X);
+  return advance_finite(X.data(), dX.data(), dt, X.size());
 }
 
 bool VelocityField::x_velocity(const Matrix& X, Matrix& dX, Matrix* advance, double dt) {
@@ -309,10 +346,8 @@ bool VelocityField::x_velocity(const Matrix& X, Matrix& dX, Matrix* advance, dou
       softmax_rows(scores);
       job_barrier();
       multiply_into(scores, projected_.rightCols(d), false, dX.middleRows(begin, rows), small);  // Σ_j P_ij W x_j
-      if (advance) {
-        advance->middleRows(begin, rows) += dt * dX.middleRows(begin, rows);
-        if (!all_finite(advance->middleRows(begin, rows))) advanced_finite.store(false, std::memory_order_relaxed);
-      }
+      if (advance && !advance_finite(advance->data() + begin * d, dX.data() + begin * d, dt, rows * d))
+        advanced_finite.store(false, std::memory_order_relaxed);
     });
     ++evaluations_;
   } else {
@@ -472,7 +507,6 @@ Trajectory run_simulation(const ParticleSystem& system, const Matrix& X0, const 
 
   // The other variable on the saved grid: z = R(t)⁻¹ x, x = R(t) z (rows: Z = X R⁻ᵀ); see Trajectory.
   const Matrix& W = field.value_map();
-  ValueFlow flow(W);
   const bool euler_rescaling = options.integrator == Integrator::euler_frozen && !in_z;
   Matrix step_inverse;  // (I + ΔtW)⁻¹
   if (euler_rescaling) {
@@ -481,8 +515,12 @@ Trajectory run_simulation(const ParticleSystem& system, const Matrix& X0, const 
     Matrix step = Matrix::Identity(d, d) + dt * W;
     step_inverse = Matrix::Identity(d, d);
     std::vector<lapack_int> pivots(d);
-    const lapack_int info = LAPACKE_dgesv(LAPACK_ROW_MAJOR, d, d, step.data(), d, pivots.data(), step_inverse.data(), d);
-    if (info != 0 || !step_inverse.allFinite())
+    // Row-major A is column-major Aᵀ: solving Aᵀ Y = I column-major leaves Y = A⁻ᵀ, which read row-major is A⁻¹.
+    // LAPACK then works on the data as it lies (LAPACKE's row-major call copies both matrices in and out
+    // transposed, and checks them for NaN, which W was: 9% of a 1-step call at n = d = 128).
+    const lapack_int info =
+        LAPACKE_dgesv_work(LAPACK_COL_MAJOR, d, d, step.data(), d, pivots.data(), step_inverse.data(), d);
+    if (info != 0 || !all_finite(step_inverse))
       fail("I + dt V is singular (V has the eigenvalue -1/dt = {}): the rescaled tokens of the Euler scheme are undefined; "
            "change --dt", -1.0 / dt);
   }
@@ -512,7 +550,7 @@ Trajectory run_simulation(const ParticleSystem& system, const Matrix& X0, const 
       else
         multiply_split(states[k], power, true, other, small);
     } else {
-      multiply(states[k], flow.exp(in_z ? out.times[k] : -out.times[k]), true, other);
+      multiply(states[k], field.flow().exp(in_z ? out.times[k] : -out.times[k]), true, other);
     }
     if (in_z) {
       out.z.push_back(std::move(states[k]));
@@ -532,7 +570,7 @@ Trajectory simulate(const ParticleSystem& system, const Matrix& X0, const Simula
   if (d != system.head.d_model())
     fail("initial tokens have d = {} but Q has {} columns (d)", d, system.head.d_model());
   if (n < 1) fail("need at least one token");
-  if (!X0.allFinite()) fail("initial tokens contain NaN or infinite entries");
+  if (!all_finite(X0)) fail("initial tokens contain NaN or infinite entries");
   if (options.save_every < 1) fail("--save-every must be at least 1, got {}", options.save_every);
   if (system.project_to_sphere && options.variable == StateVariable::z)
     fail("--sphere cannot be combined with --integrate z: the rescaling e^(-tV) leaves the sphere; integrate x");

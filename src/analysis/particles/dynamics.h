@@ -94,6 +94,7 @@ class VelocityField {
   // P of the last evaluation.
   const Matrix& attention() const { return attention_; }
   const Matrix& value_map() const { return value_map_; }
+  const ValueFlow& flow() const { return flow_; }
   int64_t evaluations() const { return evaluations_; }
 
  private:
