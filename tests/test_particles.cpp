@@ -192,6 +192,30 @@ TEST(ParticlesIntegrators, EulerStepsSharedOverThreadsEqualPlainSteps) {
   }
 }
 
+// The Euler scheme's rescaled tokens need (I + Δt V)⁻¹: where it does not exist, the run says so and why.
+TEST(ParticlesIntegrators, EulerRescalingRefusesASingularStepMatrix) {
+  const int64_t n = 96, d = 40;
+  const double dt = 0.5;
+  ParticleSystem s = head_system(random_matrix(d, d, 8, 1) / std::sqrt(double(d)), random_matrix(d, d, 8, 2) / std::sqrt(double(d)),
+                                 Matrix::Identity(d, d));
+  s.head.value(3, 3) = -1 / dt;  // I + Δt V has a zero row
+  SimulationOptions o;
+  o.t_end = 2 * dt, o.dt = dt;
+  const int threads_before = omp_get_max_threads();
+  for (const int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    std::string message;
+    try {
+      simulate(s, random_matrix(n, d, 7), o);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    omp_set_num_threads(threads_before);
+    EXPECT_NE(message.find("I + dt V is singular (V has the eigenvalue -1/dt = -2)"), std::string::npos)
+        << threads << " thread(s): " << message;
+  }
+}
+
 // A run whose tokens overflow stops with an error naming the time, on one thread and on two, whether each thread
 // checks its own tokens as it moves them (a plain head) or the whole state is checked after the step.
 TEST(ParticlesIntegrators, EulerRunsThatOverflowStopWithAnError) {

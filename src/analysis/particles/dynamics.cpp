@@ -257,7 +257,12 @@ bool VelocityField::scores_through_map(int64_t n) const {
 }
 
 const Matrix& VelocityField::score_map() {
-  if (score_map_.size() == 0) multiply(Matrix(system_.head.query.transpose()), system_.head.key, false, score_map_);
+  if (score_map_.size() == 0) {
+    const Matrix& query = system_.head.query;
+    Matrix query_transposed(query.cols(), query.rows());
+    transpose_into(query, query_transposed);
+    multiply_split(query_transposed, system_.head.key, false, score_map_, split_rows_);
+  }
   return score_map_;
 }
 
@@ -314,7 +319,8 @@ bool VelocityField::x_velocity(const Matrix& X, Matrix& dX, Matrix* advance, dou
     // instead of two, and the wider product runs nearer the kernel's peak (a step 6% faster at n = d = 128).
     if (map_and_value_.size() == 0) {
       map_and_value_.resize(d, 2 * d);
-      map_and_value_ << score_map(), value_map_.transpose();
+      map_and_value_.leftCols(d) = score_map();
+      transpose_into(value_map_, map_and_value_.rightCols(d));
     }
     const int64_t n = X.rows();
     projected_.resize(n, 2 * d);
@@ -516,10 +522,16 @@ Trajectory run_simulation(const ParticleSystem& system, const Matrix& X0, const 
     step_inverse = Matrix::Identity(d, d);
     std::vector<lapack_int> pivots(d);
     // Row-major A is column-major Aᵀ: solving Aᵀ Y = I column-major leaves Y = A⁻ᵀ, which read row-major is A⁻¹.
-    // LAPACK then works on the data as it lies (LAPACKE's row-major call copies both matrices in and out
-    // transposed, and checks them for NaN, which W was: 9% of a 1-step call at n = d = 128).
-    const lapack_int info =
-        LAPACKE_dgesv_work(LAPACK_COL_MAJOR, d, d, step.data(), d, pivots.data(), step_inverse.data(), d);
+    // LAPACK then works on the data as it lies (LAPACKE's row-major calls copy both matrices in and out
+    // transposed, and check them for NaN, which W was: 9% of a 1-step call at n = d = 128). The solves, two thirds
+    // of the work, share the columns of Y over the threads of a small run.
+    const lapack_int info = LAPACKE_dgetrf_work(LAPACK_COL_MAJOR, d, d, step.data(), d, pivots.data());
+    if (info == 0) {
+      on_thread_shares(small, d, [&](int64_t begin, int64_t end) {
+        LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'N', d, end - begin, step.data(), d, pivots.data(),
+                            step_inverse.data() + begin * d, d);
+      });
+    }
     if (info != 0 || !all_finite(step_inverse))
       fail("I + dt V is singular (V has the eigenvalue -1/dt = {}): the rescaled tokens of the Euler scheme are undefined; "
            "change --dt", -1.0 / dt);
