@@ -131,7 +131,7 @@ TDYN_VECTOR_CLONES void softmax_row(double* row, int64_t count) {
     row[i] = exp_nonpositive(row[i] - top);
     sum += row[i];
   }
-  const double inverse = 1 / sum;  // a multiply per entry instead of a division (4× the cost even when vectorised)
+  const double inverse = 1 / sum;  // one division a row: vector divisions issue far more slowly than multiplies
   for (int64_t i = 0; i < count; ++i) row[i] *= inverse;
 }
 
