@@ -486,7 +486,7 @@ Trajectory run_simulation(const ParticleSystem& system, const Matrix& X0, const 
         // P is evaluated once at x^k and held for the whole step.
         if (in_z) {
           rhs(t, Y, k1);
-          Y += dt * k1;
+          checked_finite = advance_finite(Y.data(), k1.data(), dt, Y.size());  // (no sphere in z: see simulate)
         } else {
           checked_finite = field.euler_step(Y, dt, k1) && !system.project_to_sphere;
         }
