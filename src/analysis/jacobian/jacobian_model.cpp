@@ -189,16 +189,13 @@ struct AttentionTrace {
   std::vector<Matrix> mix;     // per head: scale Σ_j P_j (v_j − z)k_jᵀ = ∂z_h/∂q_h   [d_head, d_head]
   Vector p_self;               // per head: P_pp
   Vector z;                    // [n_heads * d_head]
-  Vector f;                    // output projection incl. bias [d]
   NormJacobian pre;            // at the step input
 };
 
 struct MlpTrace {
   Vector pre_act, up;  // gated: gate pre-activation and up projection; else pre_act = up projection
-  Vector f;            // down projection incl. bias
   NormJacobian pre;
-  Vector after_mlp;    // Gemma 4: the stream after the MLP residual (input of the per-layer-input gate)
-  Vector ple_gate_pre, ple_input, ple_branch;  // per-layer-input branch: W_gate y, the input row, W_proj(...)
+  Vector ple_gate_pre, ple_input;  // Gemma 4's per-layer-input branch: W_gate y and the input row
 };
 
 }  // namespace
@@ -437,13 +434,15 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
       }
     }
   }
-  Dual f = linear(W.o, z);  // [d]
   if (trace) {
     trace->q = q.v;
     if (own) trace->k_self = k.v, trace->v_self = v.v;
     trace->z = z.v;
-    trace->f = f.v;
+    // The structured form reads the output only through a post-norm's Jacobian: without one, W_o's product
+    // (a d × q_dim float64 pass per sample) is not needed.
+    if (c.norm_placement == NormPlacement::Pre) return Dual{};
   }
+  Dual f = linear(W.o, z);  // [d]
   return residual_step(c, x, std::move(f), W.attn_post_norm, post);
 }
 
@@ -468,8 +467,10 @@ Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::
     hidden.t = dact.asDiagonal() * up.t;
     if (trace) trace->pre_act = up.v;
   }
+  // As in attention_step: the structured form needs no output unless a post-norm or the per-layer-input branch
+  // reads it.
+  if (trace && c.norm_placement == NormPlacement::Pre && c.d_per_layer_input == 0) return Dual{};
   Dual f = linear(W.down, hidden);
-  if (trace) trace->f = f.v;
   Dual y = residual_step(c, x, std::move(f), W.mlp_post_norm, post);
 
   if (c.d_per_layer_input > 0) {
@@ -483,7 +484,7 @@ Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::
     mixed.t = gate.v.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); }).cwiseProduct(input).asDiagonal() *
               gate.t;
     Dual branch = linear(W.ple_proj, mixed);
-    if (trace) trace->after_mlp = y.v, trace->ple_gate_pre = gate.v, trace->ple_input = input, trace->ple_branch = branch.v;
+    if (trace) trace->ple_gate_pre = gate.v, trace->ple_input = input;
     norm_inplace(NormKind::RMSNorm, W.ple_post_norm, c.norm_eps, branch, ple_post);
     y = add(y, branch);
   }
