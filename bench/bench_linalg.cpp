@@ -15,6 +15,7 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <Eigen/Dense>
 
 #include "bench_common.h"
 #include "linalg/dense.h"

@@ -3,6 +3,8 @@
 // (CLI) — never a crash, a hang or a silent success. The suite also runs under ASan + UBSan (scripts/test.sh).
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "model/init.h"

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/npy.h"
 #include "fixture_check.h"
 #include "io/safetensors.h"

@@ -9,6 +9,8 @@
 #include <functional>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "analysis/jacobian/jacobian_model.h"
 #include "core/npy.h"
 #include "fixture_check.h"

@@ -15,6 +15,7 @@
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/gguf_writer.h"

@@ -3,6 +3,7 @@
 // blobs/), with clear errors for what a real cache can hold: a missing revision, an ambiguous commit prefix, a
 // link to a blob that never arrived.
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "io/hub_cache.h"
 #include "model/loader.h"

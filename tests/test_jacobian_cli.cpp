@@ -9,7 +9,7 @@
 namespace tdyn {
 namespace {
 
-const char* kStories = "models/stories260K/stories260K.bin";
+using test::kStories;
 
 TEST(JacobianSurgery, DepartureScalesWithAlphaOnARealMeanJacobian) {
   TDYN_REQUIRE_SHARED(kStories);

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include <gtest/gtest.h>
+#include <Eigen/Dense>
 
 #include "random_matrix.h"
 #include "core/error.h"

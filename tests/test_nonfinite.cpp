@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "io/llama2c.h"

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <Eigen/Dense>
 
 #include "random_matrix.h"
 #include "analysis/operator_metrics.h"

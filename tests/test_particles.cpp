@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 #include <omp.h>
+#include <Eigen/Dense>
 
 #include "analysis/particles/dynamics.h"
 #include "analysis/particles/diagnostics.h"

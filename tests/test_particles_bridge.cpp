@@ -13,13 +13,10 @@
 #include "model/loader.h"
 #include "test_util.h"
 
-namespace tdyn {
+namespace tdyn::particles {
 namespace {
 
-using particles::Matrix;
-using particles::Vector;
-
-const char* kStories = "models/stories260K/stories260K.bin";
+using test::kStories;
 
 // Tensor names of one layer in the two Llama layouts the tests use.
 struct Names {
@@ -353,4 +350,4 @@ TEST(ParticlesBridgeCli, WholeLayerFromAPromptAndOverrides) {
 }
 
 }  // namespace
-}  // namespace tdyn
+}  // namespace tdyn::particles

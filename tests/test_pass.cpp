@@ -26,7 +26,7 @@
 namespace tdyn {
 namespace {
 
-const char* kStories = "models/stories260K/stories260K.bin";
+using test::kStories;
 
 std::vector<Sample> random_samples(int64_t count, int64_t d_vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -350,7 +350,7 @@ int64_t peak_anonymous_kb(const std::vector<std::string>& args, const fs::path& 
 // The pass holds one layer at a time: jacobian and topology on random Llama models of one width and 2 or 8 layers
 // use the same anonymous memory within 10 % (each layer's float64 weights alone are 11 MB here, its sums 2 MB).
 TEST(PassCli, AnonymousMemoryDoesNotGrowWithDepth) {
-#ifdef __SANITIZE_ADDRESS__
+#ifdef TDYN_TEST_UNDER_ASAN
   GTEST_SKIP() << "RssAnon is the sanitizer's shadow memory and quarantine here";
 #endif
   const fs::path dir = test::scratch_dir("pass_memory");

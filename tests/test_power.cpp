@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <Eigen/Dense>
 
 #include "analysis/power/iteration.h"
 #include "analysis/power/spectra.h"

@@ -7,6 +7,7 @@
 #include <set>
 
 #include <nlohmann/json.hpp>
+#include <Eigen/Dense>
 
 #include "analysis/jacobian/means.h"
 #include "random_matrix.h"

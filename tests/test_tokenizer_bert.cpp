@@ -1,5 +1,6 @@
 // BERT WordPiece with the real bert-base-uncased vocabulary, and the same tokenizer read from a tokenizer.json.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "test_util.h"

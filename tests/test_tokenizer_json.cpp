@@ -1,6 +1,7 @@
 // SentencePiece-style tokenizer.json models (Unigram, BPE with byte fallback), written here with answers that
 // follow from their scores and merge ranks by hand.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "test_util.h"

@@ -1,6 +1,7 @@
 // llama2.c tokenizer.bin against the goldens of run.c (tokenize.json, prompt_tokens_*.npy, gen_*.txt) for the
 // three llama2.c models in shared/models.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/npy.h"
 #include "core/error.h"

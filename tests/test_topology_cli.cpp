@@ -18,7 +18,7 @@ namespace {
 
 using linalg::Matrix;
 
-const char* kStories = "models/stories260K/stories260K.bin";
+using test::kStories;
 
 // Three samples of different lengths from the model's golden token files.
 std::vector<Sample> golden_samples() {

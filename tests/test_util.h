@@ -15,6 +15,15 @@
 #include "core/error.h"
 #include "core/files.h"
 
+// Whether this build runs under AddressSanitizer (gcc says __SANITIZE_ADDRESS__, clang __has_feature).
+#if defined(__SANITIZE_ADDRESS__)
+#define TDYN_TEST_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TDYN_TEST_UNDER_ASAN 1
+#endif
+#endif
+
 namespace tdyn::test {
 
 // ../shared next to the source tree (override with TDYN_SHARED).
@@ -22,6 +31,9 @@ inline fs::path shared_dir() {
   if (const char* env = std::getenv("TDYN_SHARED")) return env;
   return fs::path(TDYN_SOURCE_DIR).parent_path() / "shared";
 }
+
+// The shared TinyStories checkpoint most end-to-end tests run (relative to shared_dir()).
+inline constexpr const char* kStories = "models/stories260K/stories260K.bin";
 
 inline fs::path source_dir() { return TDYN_SOURCE_DIR; }
 inline fs::path cli_path() { return TDYN_CLI_PATH; }

@@ -184,7 +184,7 @@ void bind_model(py::module_& m) {
   py::class_<PyModel>(m, "Model", "A loaded checkpoint (Hugging Face directory, llama2.c .bin or .gguf); see tdyn.load.")
       .def_property_readonly("config", [](const PyModel& s) { return to_python(describe(s.config())); },
                              "The parsed configuration as a dict (d_model, n_layers, n_heads, d_head, d_mlp, d_vocab, ...).")
-      .def_property_readonly("source_config", [](const PyModel& s) { return to_python(s.config().source); },
+      .def_property_readonly("source_config", [](const PyModel& s) { return to_python(*s.config().source); },
                              "The raw description the configuration was parsed from (config.json, GGUF metadata, header).")
       .def_property_readonly("family", [](const PyModel& s) { return s.config().family; },
                              "'llama', 'mistral', 'qwen2', 'phi3', 'gpt2', 'gpt_neo', 'gpt_neox', 'bert', 'albert', 'olmo3' or 'gemma4'.")

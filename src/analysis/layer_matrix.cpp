@@ -21,13 +21,24 @@ const Linear& value_projection(const Model& model, int64_t layer) {
 
 }  // namespace
 
+linalg::Matrix dense_matrix(const Linear& linear) {
+  linalg::Matrix d(linear.out, linear.in);
+  const StoredMatrix& w = linear.w;
+  std::vector<float> row(w.cols);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    w.row_floats(r, 0, w.cols, row.data());
+    for (int64_t c = 0; c < w.cols; ++c) (linear.in_out ? d(c, r) : d(r, c)) = row[c];
+  }
+  return d;
+}
+
 linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer) {
   require_layer(model, layer);
   const ModelConfig& c = model.config;
   const int64_t d_head = c.layer(layer).d_head, group = c.n_heads / c.n_kv_heads;
   const Linear& v = value_projection(model, layer);  // [n_kv_heads * d_head, d_model]
   TDYN_CHECK(v.out == c.n_kv_heads * d_head && v.in == c.d_model);
-  const linalg::Matrix stored = v.dense();
+  const linalg::Matrix stored = dense_matrix(v);
   linalg::Matrix expanded(c.n_heads * d_head, c.d_model);  // [n_heads * d_head, d_model]
   for (int64_t h = 0; h < c.n_heads; ++h) expanded.middleRows(h * d_head, d_head) = stored.middleRows((h / group) * d_head, d_head);
   return expanded;
@@ -35,7 +46,7 @@ linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer) {
 
 linalg::Matrix output_matrix(const Model& model, int64_t layer) {
   require_layer(model, layer);
-  return model.weights.layers.at(layer).o.dense();  // [d_model, n_heads * d_head]
+  return dense_matrix(model.weights.layers.at(layer).o);  // [d_model, n_heads * d_head]
 }
 
 LayerMatrix layer_matrix(const Model& model, int64_t layer) {

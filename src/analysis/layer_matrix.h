@@ -29,6 +29,9 @@ struct LayerMatrix {
   linalg::Vector bias;      // [d_model]           c_t = O_t b_V + b_O (zeros when the layer has no biases)
 };
 
+// A projection's matrix W in the nn.Linear convention [out, in], widened to float64, whatever its storage.
+linalg::Matrix dense_matrix(const Linear& linear);
+
 // The expanded value projection V_t [n_heads * d_head, d_model] in float64 (block h = KV head h / group).
 linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer);
 // The output projection O_t [d_model, n_heads * d_head] in float64.

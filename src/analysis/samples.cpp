@@ -6,6 +6,8 @@
 #include <numeric>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "core/npy.h"
 

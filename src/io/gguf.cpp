@@ -6,6 +6,8 @@
 #include <fstream>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 
 namespace tdyn {

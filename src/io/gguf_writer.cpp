@@ -3,6 +3,8 @@
 #include <bit>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "kernels/quant_blocks.h"
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 
 namespace tdyn {

@@ -4,10 +4,14 @@
 #include <cstring>
 #include <type_traits>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "kernels/quant_blocks.h"
 
 namespace tdyn {
+
+TensorStore::TensorStore() : metadata_(nlohmann::json::object()) {}
 
 void TensorStore::add(TensorInfo info) {
   auto it = tensors_.find(info.name);

@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "core/dtype.h"
+#include "core/json_value.h"
 #include "core/tensor.h"
 #include "io/mapped_file.h"
 
@@ -52,6 +51,7 @@ class FloatBuffer {
 
 class TensorStore {
  public:
+  TensorStore();
   // Adds a tensor; a duplicate name is an error naming both files.
   void add(TensorInfo info);
   void keep_alive(std::shared_ptr<const MappedFile> file) { files_.push_back(std::move(file)); }
@@ -70,14 +70,14 @@ class TensorStore {
 
   // Format-level metadata (safetensors __metadata__, GGUF key/values, llama2.c header, PyTorch archive name and
   // version record), for `tdyn info`.
-  nlohmann::json& metadata() { return metadata_; }
-  const nlohmann::json& metadata() const { return metadata_; }
+  nlohmann::json& metadata() { return *metadata_; }
+  const nlohmann::json& metadata() const { return *metadata_; }
   std::string format;  // "safetensors", "pytorch", "gguf", "llama2c"
 
  private:
   std::map<std::string, TensorInfo> tensors_;
   std::vector<std::shared_ptr<const MappedFile>> files_;
-  nlohmann::json metadata_ = nlohmann::json::object();
+  JsonValue metadata_;  // an object
 };
 
 }  // namespace tdyn

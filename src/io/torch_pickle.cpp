@@ -5,6 +5,7 @@
 #include <set>
 
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/zip.h"

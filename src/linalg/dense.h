@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include <Eigen/Dense>
+#include <Eigen/Core>
 
 namespace tdyn::linalg {
 

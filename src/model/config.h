@@ -14,9 +14,10 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "core/files.h"
+#include "core/json_value.h"
 
 namespace tdyn {
 
@@ -131,7 +132,7 @@ struct ModelConfig {
 
   std::vector<LayerOverrides> layers;  // empty, or one entry per layer
   std::optional<int32_t> bos_id, eos_id;
-  nlohmann::json source;  // the raw description it was parsed from, for `tdyn info`
+  JsonValue source;  // the raw description it was parsed from, for `tdyn info`
 
   int64_t q_dim() const { return n_heads * d_head; }
   int64_t kv_dim() const { return n_kv_heads * d_head; }

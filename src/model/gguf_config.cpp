@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 
 namespace tdyn {
@@ -294,7 +296,7 @@ ModelConfig gguf_config(const TensorStore& store, const std::string& origin) {
   // merges), which stay in the store's metadata.
   c.source = nlohmann::json::object();
   for (const auto& [key, value] : store.metadata().items()) {
-    if (!value.is_array() || value.size() <= 64) c.source[key] = value;
+    if (!value.is_array() || value.size() <= 64) (*c.source)[key] = value;
   }
   c.validate(origin);
   return c;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/families.h"

@@ -6,6 +6,7 @@
 #include <set>
 
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/gguf.h"

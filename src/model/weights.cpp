@@ -28,14 +28,4 @@ void apply_each(const float* x, int64_t rows, std::initializer_list<LinearOutput
   project_each(x, rows, products);
 }
 
-Eigen::MatrixXd Linear::dense() const {
-  Eigen::MatrixXd d(out, in);
-  std::vector<float> row(w.cols);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    w.row_floats(r, 0, w.cols, row.data());
-    for (int64_t c = 0; c < w.cols; ++c) (in_out ? d(c, r) : d(r, c)) = row[c];
-  }
-  return d;
-}
-
 }  // namespace tdyn

@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include <Eigen/Core>
-
 #include "io/tensor_store.h"
 #include "kernels/stored_matrix.h"
 #include "model/config.h"
@@ -29,8 +27,6 @@ struct Linear {
   explicit operator bool() const { return static_cast<bool>(w); }
   // Y[rows, out] = X[rows, in] W^T (+ b). Y must not alias X.
   void apply(const float* x, int64_t rows, float* y) const;
-  // W in the nn.Linear convention [out, in], widened to float64 (for analyses that work on one layer's matrices).
-  Eigen::MatrixXd dense() const;
 };
 
 // One Linear of several applied to the same input, and where its output goes.

@@ -108,7 +108,7 @@ TopologyResult analyse_checkpoint(const AnalysisInputs& in, const TopologyCompar
 nlohmann::json hf_config_of(const Model& model, const std::string& path) {
   const ModelConfig& c = model.config;
   if (c.format == "hf") {
-    if (c.source.is_object() && c.source.contains("model_type")) return c.source;
+    if (c.source->is_object() && c.source->contains("model_type")) return *c.source;
     return nlohmann::json::parse(read_file(fs::path(path) / "config.json"));
   }
   if (c.family == "llama") return llama_hf_config_json(c);  // llama2.c and GGUF Llama checkpoints

@@ -4,13 +4,12 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <Eigen/SVD>
 
 #include "report/figure.h"
 
-namespace tdyn {
+namespace tdyn::particles {
 namespace {
-
-using namespace tdyn::particles;
 
 Shape stacked_shape(size_t count, const Matrix& m) { return {static_cast<int64_t>(count), m.rows(), m.cols()}; }
 
@@ -230,4 +229,4 @@ void write_particles(ResultsDir& out, const ParticlesResult& r, const ParticlesO
   out.write();
 }
 
-}  // namespace tdyn
+}  // namespace tdyn::particles

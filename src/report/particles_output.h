@@ -5,10 +5,10 @@
 #include "analysis/particles/run.h"
 #include "report/results.h"
 
-namespace tdyn {
+namespace tdyn::particles {
 
 // x0, Q, K, V (the value map W = O V used), t, x, z, P and P_times (.npy), diagnostics.csv, the figures, and
 // results.json with its options (merged into any the caller set), model, results and timings sections.
-void write_particles(ResultsDir& out, const particles::ParticlesResult& result, const particles::ParticlesOptions& options);
+void write_particles(ResultsDir& out, const ParticlesResult& result, const ParticlesOptions& options);
 
-}  // namespace tdyn
+}  // namespace tdyn::particles

@@ -3,6 +3,7 @@
 #include <queue>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "tokenizer/json_files.h"

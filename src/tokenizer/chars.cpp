@@ -1,5 +1,7 @@
 #include "tokenizer/chars.h"
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "tokenizer/unicode.h"
 

@@ -1,5 +1,7 @@
 #include "tokenizer/hf_json.h"
 
+#include <nlohmann/json.hpp>
+
 #include "core/base64.h"
 #include "core/error.h"
 #include "tokenizer/bpe.h"

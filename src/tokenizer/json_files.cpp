@@ -1,5 +1,7 @@
 #include "tokenizer/json_files.h"
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "tokenizer/unicode.h"
 

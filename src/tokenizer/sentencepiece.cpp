@@ -6,6 +6,7 @@
 #include <optional>
 
 #include <sentencepiece_processor.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "tokenizer/hf_json.h"

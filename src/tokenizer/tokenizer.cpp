@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "io/gguf.h"
 #include "tokenizer/bpe.h"

@@ -1,5 +1,7 @@
 #include "tokenizer/wordpiece.h"
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "tokenizer/json_files.h"
 #include "tokenizer/stages.h"

@@ -37,7 +37,7 @@ int run_analyze(AnalyzeArgs& a) {
   return result.failed() ? kExitInputError : 0;
 }
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_analyze(CLI::App& app) {
   auto* cmd = app.add_subcommand("analyze", "Every analysis on one model (power, jacobian --surgery, topology, particles from one "
                                             "of its heads) and the HTML report: DIR/index.html");
   auto a = std::make_shared<AnalyzeArgs>();
@@ -65,7 +65,7 @@ std::function<int()> setup(CLI::App& app) {
   return [a] { return run_analyze(*a); };
 }
 
-TDYN_REGISTER_COMMAND("analyze", 80, setup);
+TDYN_REGISTER_COMMAND("analyze", 80, setup_analyze);
 
 }  // namespace
 }  // namespace tdyn::cli

@@ -158,7 +158,7 @@ int run_demo(const DemoArgs& a) {
   return a.skip_analysis ? 0 : run_demo_analysis(a, out, model_dir, c.d_vocab, rng);
 }
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_demo(CLI::App& app) {
   auto* cmd = app.add_subcommand("demo", "Self-contained tour (no download): write a random Llama checkpoint, reload, run, report");
   auto a = std::make_shared<DemoArgs>();
   cmd->add_option("--out", a->out, "Results directory")->capture_default_str();
@@ -168,7 +168,7 @@ std::function<int()> setup(CLI::App& app) {
   return [a] { return run_demo(*a); };
 }
 
-TDYN_REGISTER_COMMAND("demo", 1, setup);
+TDYN_REGISTER_COMMAND("demo", 1, setup_demo);
 
 }  // namespace
 }  // namespace tdyn::cli

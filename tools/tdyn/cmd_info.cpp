@@ -42,12 +42,12 @@ nlohmann::json describe(const Model& m) {
             {"gated_mlp", c.gated_mlp}, {"attn_scale", c.attn_scale}, {"causal", c.causal},
             {"tied_embeddings", c.tied_embeddings}, {"parallel_residual", c.parallel_residual}, {"rope", rope},
             {"sliding_window", any_window ? windows : nlohmann::json(nullptr)}}},
-          {"source_config", c.source},
+          {"source_config", *c.source},
           {"format_metadata", m.store.metadata()},
           {"tensors", tensors}};
 }
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Describe a checkpoint: family, configuration, parameter count, tensor table");
   auto args = std::make_shared<ModelArgs>();
   auto json = std::make_shared<bool>(false);
@@ -72,7 +72,7 @@ std::function<int()> setup(CLI::App& app) {
   };
 }
 
-TDYN_REGISTER_COMMAND("info", 10, setup);
+TDYN_REGISTER_COMMAND("info", 10, setup_info);
 
 }  // namespace
 }  // namespace tdyn::cli

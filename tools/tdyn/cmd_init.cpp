@@ -27,7 +27,7 @@ int run(const InitArgs& a) {
   return 0;
 }
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_init(CLI::App& app) {
   auto* cmd = app.add_subcommand("init", "Write a random initialisation of MODEL's architecture (step-0 null model)");
   auto a = std::make_shared<InitArgs>();
   a->model.add_to(cmd);
@@ -39,7 +39,7 @@ std::function<int()> setup(CLI::App& app) {
   return [a] { return run(*a); };
 }
 
-TDYN_REGISTER_COMMAND("init", 36, setup);
+TDYN_REGISTER_COMMAND("init", 36, setup_init);
 
 }  // namespace
 }  // namespace tdyn::cli

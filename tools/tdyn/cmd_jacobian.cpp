@@ -41,7 +41,7 @@ int run(const JacobianArgs& a) {
   return 0;
 }
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_jacobian(CLI::App& app) {
   auto* cmd = app.add_subcommand("jacobian", "Mean sublayer Jacobians, cumulative products, spectral metrics and Schur surgery (\"Dynamics of the "
                                              "Transformer Residual Stream: Coupling Spectral Geometry to Network Topology\")");
   auto a = std::make_shared<JacobianArgs>();
@@ -76,7 +76,7 @@ std::function<int()> setup(CLI::App& app) {
   return [a] { return run(*a); };
 }
 
-TDYN_REGISTER_COMMAND("jacobian", 35, setup);
+TDYN_REGISTER_COMMAND("jacobian", 35, setup_jacobian);
 
 }  // namespace
 }  // namespace tdyn::cli

@@ -70,7 +70,7 @@ void add_steering_options(CLI::App* cmd, PowerArgs& a) {
   cmd->add_flag("--no-steer", a.no_steer, "Skip the steering sweep");
 }
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_power(CLI::App& app) {
   auto* cmd = app.add_subcommand("power", "Power-method analysis (Li & Altafini, \"Analogies between Transformer Layers and Power Method\"): layer matrices F = O V, their spectra, token "
                                           "alignment over real text, shared-weight iteration, rank-1 steering");
   auto a = std::make_shared<PowerArgs>();
@@ -92,7 +92,7 @@ std::function<int()> setup(CLI::App& app) {
   return [a] { return run_power(*a); };
 }
 
-TDYN_REGISTER_COMMAND("power", 30, setup);
+TDYN_REGISTER_COMMAND("power", 30, setup_power);
 
 }  // namespace
 }  // namespace tdyn::cli

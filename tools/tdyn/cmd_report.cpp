@@ -9,7 +9,7 @@
 namespace tdyn::cli {
 namespace {
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_report(CLI::App& app) {
   auto* cmd = app.add_subcommand("report", "Build DIR/index.html from an existing results directory (or an analyze directory "
                                            "of them): claims vs this model, every figure with its caption, the command lines");
   auto dir = std::make_shared<std::string>();
@@ -21,7 +21,7 @@ std::function<int()> setup(CLI::App& app) {
   };
 }
 
-TDYN_REGISTER_COMMAND("report", 90, setup);
+TDYN_REGISTER_COMMAND("report", 90, setup_report);
 
 }  // namespace
 }  // namespace tdyn::cli

@@ -142,7 +142,7 @@ int run(const RunArgs& a) {
   return 0;
 }
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Run a model on a prompt: generate text, save logits and activations");
   auto a = std::make_shared<RunArgs>();
   a->model.add_to(cmd);
@@ -180,7 +180,7 @@ std::function<int()> setup(CLI::App& app) {
   };
 }
 
-TDYN_REGISTER_COMMAND("run", 20, setup);
+TDYN_REGISTER_COMMAND("run", 20, setup_run);
 
 }  // namespace
 }  // namespace tdyn::cli

@@ -38,7 +38,7 @@ int tokenize(const TokenizeArgs& a) {
   return 0;
 }
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_tokenize(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "tokenize",
       "Print the token ids of a text, space-separated (--json: with their pieces), as the model's tokenizer or a "
@@ -65,7 +65,7 @@ std::function<int()> setup(CLI::App& app) {
   };
 }
 
-TDYN_REGISTER_COMMAND("tokenize", 15, setup);
+TDYN_REGISTER_COMMAND("tokenize", 15, setup_tokenize);
 
 }  // namespace
 }  // namespace tdyn::cli

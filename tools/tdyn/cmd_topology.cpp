@@ -93,7 +93,7 @@ void add_checkpoint_options(CLI::App* cmd, TopologyArgs& a) {
       ->capture_default_str()->check(CLI::PositiveNumber);
 }
 
-std::function<int()> setup(CLI::App& app) {
+std::function<int()> setup_topology(CLI::App& app) {
   auto* cmd = app.add_subcommand("topology", "Activation-graph topology (\"Dynamics of the Transformer Residual Stream: Coupling Spectral Geometry to Network "
                                              "Topology\"): per residual boundary, Pearson correlation "
                                              "graph, signed Leiden CPM communities, boundary nodes, and their coupling with "
@@ -112,6 +112,6 @@ std::function<int()> setup(CLI::App& app) {
 
 }  // namespace
 
-TDYN_REGISTER_COMMAND("topology", 60, setup);
+TDYN_REGISTER_COMMAND("topology", 60, setup_topology);
 
 }  // namespace tdyn::cli

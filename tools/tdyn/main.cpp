@@ -101,11 +101,7 @@ static std::string version_text() {
     while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &cpus)) ++last;
     allowed += (allowed.empty() ? "" : ",") + (last == cpu ? fmt::format("{}", cpu) : fmt::format("{}-{}", cpu, last));
   }
-#ifdef TDYN_HAVE_MPI
-  const char* mpi = "yes";
-#else
-  const char* mpi = "no";
-#endif
+  const char* mpi = tdyn::built_with_mpi() ? "yes" : "no";
   return fmt::format("tdyn {}\nsmall float64 products: {}; MPI: {}\nCPUs: {} ({} OpenMP threads by default)", TDYN_VERSION,
                      tdyn::linalg::small_product_kernels(), mpi, allowed.empty() ? "unknown" : allowed, omp_get_max_threads());
 }

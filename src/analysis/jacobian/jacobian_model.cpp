@@ -7,6 +7,7 @@
 
 #include <omp.h>
 
+#include "analysis/layer_matrix.h"
 #include "core/error.h"
 #include "linalg/gemm.h"
 #include "model/ops.h"
@@ -50,7 +51,7 @@ namespace {
 DenseLinear to_dense(const Linear& l) {
   DenseLinear d;
   if (!l) return d;
-  d.w = l.dense();
+  d.w = dense_matrix(l);
   if (l.b) d.b = Eigen::Map<const Eigen::VectorXf>(l.b, l.out).cast<double>();
   return d;
 }

@@ -10,8 +10,6 @@
 namespace tdyn {
 namespace {
 
-using particles::Matrix;
-
 // What the simulation leaves out of this layer, for the record: only the features the model has.
 nlohmann::json left_out(const Model& model, int64_t layer, bool whole_layer) {
   const ModelConfig& c = model.config;
@@ -54,9 +52,9 @@ particles::AttentionHead model_attention_head(const Model& model, const ModelHea
 
   // Every query head stacked, each beside the key block of its KV head; a single head is one block of these.
   const int64_t width = c.n_heads * dh;
-  Matrix q(width, d), k(width, d), v(width, d);
+  particles::Matrix q(width, d), k(width, d), v(width, d);
   const linalg::Matrix values = expanded_value_matrix(model, l);  // [n_heads * d_head, d]
-  const linalg::Matrix wq = w.q.dense(), wk = w.k.dense();
+  const linalg::Matrix wq = dense_matrix(w.q), wk = dense_matrix(w.k);
   for (int64_t head = 0; head < c.n_heads; ++head)
     for (int64_t r = 0; r < dh; ++r) {
       const int64_t row = head * dh + r, kv_row = (head / group) * dh + r;
@@ -66,7 +64,7 @@ particles::AttentionHead model_attention_head(const Model& model, const ModelHea
         v(row, i) = values(row, i) * gain[i];
       }
     }
-  const Matrix o = output_matrix(model, l);  // [d, n_heads * d_head]
+  const particles::Matrix o = output_matrix(model, l);  // [d, n_heads * d_head]
 
   particles::AttentionHead head;
   if (h < 0) {
@@ -116,7 +114,7 @@ particles::Matrix model_initial_tokens(const Model& model, const std::vector<int
   const bool mapped = e != d;
   TDYN_CHECK(w.embed && (!mapped || w.embed_map));
   std::vector<float> row(e), mapped_row(d);
-  Matrix x0(n, d);
+  particles::Matrix x0(n, d);
   for (int64_t t = 0; t < n; ++t) {
     if (ids[t] < 0 || ids[t] >= c.d_vocab) fail("token id {} at position {} is outside the vocabulary [0, {})", ids[t], t, c.d_vocab);
     w.embed.row_floats(ids[t], 0, e, row.data());

@@ -9,6 +9,9 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <Eigen/Eigenvalues>
+#include <Eigen/QR>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 

@@ -5,6 +5,9 @@
 #include <map>
 #include <random>
 
+#include <Eigen/Eigenvalues>
+#include <Eigen/QR>
+
 #include "core/error.h"
 #include "core/npy.h"
 #include "core/text.h"

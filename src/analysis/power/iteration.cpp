@@ -7,6 +7,7 @@
 #include <random>
 
 #include <nlohmann/json.hpp>
+#include <Eigen/LU>
 
 #include "core/error.h"
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include <nlohmann/json.hpp>
+#include <Eigen/QR>
 
 #include "core/error.h"
 

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/layer_matrix.h"
 #include "core/error.h"
 
 namespace tdyn {
@@ -55,7 +56,7 @@ std::shared_ptr<const Model> steered_model(std::shared_ptr<const Model> base, co
   TDYN_CHECK(s.u.size() == o.out && s.w.size() == o.in);
   // O' = O + c u wᵀ as float32 in the base's layout ([out, in], or GPT-2 Conv1D [in, out]): for a float32 O the
   // same GEMM runs, so c = 0 reproduces the base model bit for bit.
-  const Eigen::MatrixXf steered = (o.dense() + c * s.u * s.w.transpose()).cast<float>();  // column-major [out, in]
+  const Eigen::MatrixXf steered = (dense_matrix(o) + c * s.u * s.w.transpose()).cast<float>();  // column-major [out, in]
   // Column-major [out, in] is row-major [in, out]: the Conv1D layout as it is, the nn.Linear one once transposed.
   const Eigen::MatrixXf stored = o.in_out ? steered : Eigen::MatrixXf(steered.transpose());
   auto storage = std::make_shared<std::vector<float>>(stored.data(), stored.data() + stored.size());
