@@ -16,7 +16,7 @@ s_list=${3:-"10 100"}
 T=${4:-128}
 py=/usr/bin/python3
 bin=$build/jacobian_bench
-[ -x "$bin" ] || { echo "build $bin first (ninja -C $build jacobian_bench)" >&2; exit 1; }
+"$root/bench/build.sh" "$build" jacobian_bench
 $py -c 'import torch' 2>/dev/null || { echo "torch is not importable by $py" >&2; exit 1; }
 echo "threads: OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-unset} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; nproc=$(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 work=$(mktemp -d)

@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-particles}
 rounds=${2:-3}
 py=/usr/bin/python3
-[ -x "$build/bench_particles" ] || { echo "build $build/bench_particles first (ninja -C $build bench_particles)" >&2; exit 1; }
+"$root/bench/build.sh" "$build" bench_particles
 $py -c 'import numpy' 2>/dev/null || { echo "numpy is not importable by $py" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -17,7 +17,7 @@ tokens=${2:-256}
 repeats=${3:-5}
 rounds=${4:-3}
 py=/usr/bin/python3
-[ -x "$build/bench_forward" ] || { echo "build $build/bench_forward first (cmake --build $build --target bench_forward)" >&2; exit 1; }
+bench/build.sh "$build" bench_forward
 $py -c 'import torch' 2>/dev/null || { echo "torch is not importable by $py (apt-get install python3-torch)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
