@@ -1,23 +1,17 @@
 #!/usr/bin/env bash
-# Fuzz smoke run for CI: builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz and runs each on its
-# seed corpus plus RUNS mutations or SECONDS seconds, whichever ends first. Fails on the first crash, sanitizer report or timeout; the
-# offending input is left in build-fuzz/artifacts/<target>/.
+# Fuzz smoke run for CI: builds the libFuzzer targets in the instrumented build (scripts/instrumented-build.sh:
+# clang, ASan + UBSan, build-instrumented/) and runs each on its seed corpus plus RUNS mutations or SECONDS seconds,
+# whichever ends first. Fails on the first crash, sanitizer report or timeout; the offending input is left in
+# build-instrumented/artifacts/<target>/.
 #
-# Usage: scripts/fuzz-smoke.sh [RUNS_PER_TARGET] [SECONDS_PER_TARGET]   (defaults 20000 and 10; JOBS=N for the
-# build, default 2)
+# Usage: scripts/fuzz-smoke.sh [RUNS_PER_TARGET] [SECONDS_PER_TARGET]   (defaults 20000 and 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-20000}
 SECONDS_PER_TARGET=${2:-10}
-BUILD=build-fuzz
-if [[ ! -f $BUILD/build.ninja ]]; then
-  CC=clang CXX=clang++ cmake -S . -B $BUILD -G Ninja -DTDYN_FUZZ=ON -DTDYN_FUZZ_OPT="${TDYN_FUZZ_OPT:--O0}" -DTDYN_BUILD_TESTS=OFF -DTDYN_BUILD_BENCH=OFF >/dev/null
-fi
+BUILD=build-instrumented
 TARGETS=$(cd fuzz && ls fuzz_*.cpp | sed 's/\.cpp$//')
-# The compile lines would drown the log; a failed build shows its end.
-if ! ninja -C $BUILD -j"${JOBS:-2}" $TARGETS >$BUILD/fuzz-build.log 2>&1; then
-  echo "fuzz build failed ($BUILD/fuzz-build.log):"; tail -n 60 $BUILD/fuzz-build.log; exit 1
-fi
+scripts/instrumented-build.sh $TARGETS
 export OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=print_stacktrace=1
 start=$SECONDS
 for t in $TARGETS; do

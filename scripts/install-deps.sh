@@ -3,7 +3,8 @@
 # --bench also installs what the benchmarks compare against (SciPy, leidenalg; PyTorch is always installed).
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config ccache
+  clang libclang-rt-14-dev libomp-dev  # the instrumented build (ASan + UBSan + libFuzzer) and its OpenMP
   libeigen3-dev libopenblas-dev liblapacke-dev libspectra-dev libboost-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
   libigraph-dev libarpack2-dev libglpk-dev libplfit-dev

@@ -1,4 +1,4 @@
-// Fixtures generated at test time by the reference generators under tests/refgen (see generated_fixtures.h).
+// Fixtures made at test time, once per content (see generated_fixtures.h).
 #include "generated_fixtures.h"
 
 #include <fcntl.h>
@@ -7,96 +7,112 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <functional>
 #include <iostream>
 
 #include "core/error.h"
 
 namespace tdyn::test {
 
-constexpr const char* kPython = "/usr/bin/python3";
-
-// The generated fixtures (DIR/<family>/{config.json, model.safetensors, refs.safetensors}). Made once per
-// generator version: the directory name carries a hash of the generator and of the shared modules it imports,
-// and it is filled under a private name then renamed, so parallel test processes never see half of it.
-// Returns an empty path with `why` set when the generator cannot run here (a skip, not a failure).
-fs::path extra_family_fixtures(std::string* why) {
-  static std::string skip_reason;
-  static const fs::path dir = [&]() -> fs::path {
-    const fs::path script = source_dir() / "tests/refgen/extra_families.py";
-    const fs::path gen = shared_dir() / "fixtures/_gen";
-    if (!fs::exists(gen / "families.py")) {
-      skip_reason = "shared fixture generator not found: " + gen.string() + " (set TDYN_SHARED to the shared/ directory)";
-      return {};
-    }
-    if (!fs::exists(kPython) || std::system(fmt::format("{} -c 'import torch' 2>/dev/null", kPython).c_str()) != 0) {
-      skip_reason = fmt::format("{} with torch is needed to generate the Mistral/Qwen2/Phi-3 references", kPython);
-      return {};
-    }
-    std::string sources = read_file(script);
-    for (const char* m : {"families.py", "nn64.py", "refs.py", "sfio.py", "make_fixtures.py"}) sources += read_file(gen / m);
-    const fs::path out = fs::temp_directory_path() / fmt::format("tdyn_refgen_extra_{:016x}", std::hash<std::string>{}(sources));
-    if (fs::exists(out / "phi3/refs.safetensors")) return out;
-    const fs::path tmp = fs::path(out.string() + fmt::format(".tmp{}", ::getpid()));
-    fs::remove_all(tmp);
-    const std::string cmd = fmt::format("{} -B {} --shared {} --out {}", kPython, shell_quote(script.string()),
-                                        shell_quote(shared_dir().string()), shell_quote(tmp.string()));
-    std::cout << "[ refgen   ] " << cmd << std::endl;
-    const int status = std::system(cmd.c_str());
-    // A failing generator (a self-check of the references) is a test failure, not a skip.
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error(fmt::format("reference generator failed: {}", cmd));
-    std::error_code ec;
-    fs::rename(tmp, out, ec);  // another process may have renamed its copy first: keep that one
-    fs::remove_all(tmp, ec);
-    return out;
-  }();
-  if (why) *why = skip_reason;
-  return dir;
+std::string content_hash(const std::string& text) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{:016x}", h);
 }
 
-// The generated fixtures, made once into the build tree and reused by every test process while the generator is
-// unchanged (under a file lock, into a temporary directory then renamed, so no process sees half a fixture).
-// Empty when shared/fixtures/_gen, /usr/bin/python3 or its torch is missing; *why says which.
-fs::path gpt_neox_fixtures(std::string* why) {
-  const fs::path gen = shared_dir() / "fixtures" / "_gen" / "nn64.py";
-  const fs::path script = source_dir() / "tests" / "refgen" / "gpt_neox.py";
-  auto none = [&](const std::string& reason) {
-    *why = reason;
-    return fs::path();
-  };
-  if (!fs::exists(gen)) return none("shared fixture generator not found: " + gen.string() + " (set TDYN_SHARED)");
-  if (!fs::exists("/usr/bin/python3")) return none("/usr/bin/python3 not found");
-  const fs::path root = cli_path().parent_path() / "test_data";
-  const fs::path dir = root / "gpt_neox", stamp = dir / "generator.stamp";
-  const std::string version = std::to_string(fs::last_write_time(script).time_since_epoch().count());
-  auto fresh = [&] { return fs::exists(stamp) && read_file(stamp) == version; };
-  if (fresh()) return dir;
-  // One process generates; the others (ctest runs tests in parallel processes) wait for it here.
+fs::path made_once(const std::string& name, const std::string& key,
+                   const std::function<bool(const fs::path& dir, std::string* why)>& make, std::string* why) {
+  const fs::path root = TDYN_TEST_DATA_DIR;
+  const fs::path dir = root / (name + "-" + content_hash(key));
+  if (fs::exists(dir)) return dir;
   fs::create_directories(root);
-  const int lock = ::open((root / "gpt_neox.lock").c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) return none("cannot lock " + (root / "gpt_neox.lock").string());
+  const fs::path lock_file = root / (name + ".lock");
+  const int lock = ::open(lock_file.c_str(), O_CREAT | O_RDWR, 0644);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) throw Error("cannot lock " + lock_file.string());
   struct Unlock {
     int fd;
     ~Unlock() { ::close(fd); }  // closing releases the lock
   } unlock{lock};
-  if (fresh()) return dir;
-  const fs::path tmp = root / ("gpt_neox.tmp" + std::to_string(::getpid()));
+  if (fs::exists(dir)) return dir;  // another process made it while this one waited
+  const fs::path tmp = root / fmt::format("{}.tmp{}", name, ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  const std::string cmd = fmt::format("/usr/bin/python3 -B {} {} {}", shell_quote(script.string()),
-                                      shell_quote(shared_dir().string()), shell_quote(tmp.string()));
-  const int rc = std::system(cmd.c_str());
-  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) return none("/usr/bin/python3 has no torch module");
-  if (rc != 0) {
-    ADD_FAILURE() << "reference generator failed (" << rc << "): " << cmd;
-    return none("reference generator failed");
+  std::string reason;
+  const bool made = make(tmp, &reason);
+  if (!made) {
+    fs::remove_all(tmp);
+    if (reason.empty()) throw Error("making the test fixture " + name + " failed");
+    *why = reason;
+    return {};
   }
-  std::ofstream(tmp / "generator.stamp") << version;
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  fs::rename(tmp, dir, ec);
-  if (ec) return none("cannot move the generated references to " + dir.string() + ": " + ec.message());
+  // Earlier versions of this fixture are of no further use.
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.path().filename().string().starts_with(name + "-")) fs::remove_all(entry.path());
+  fs::rename(tmp, dir);
+  return dir;
+}
+
+namespace {
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+// The text of the reference generator `script` and of the shared modules it imports: the fixture's key.
+std::string generator_sources(const fs::path& script) {
+  std::string sources = read_file(script);
+  for (const char* m : {"families.py", "nn64.py", "refs.py", "sfio.py", "make_fixtures.py"}) {
+    const fs::path module = shared_dir() / "fixtures/_gen" / m;
+    if (fs::exists(module)) sources += read_file(module);
+  }
+  return sources;
+}
+
+// Runs a reference generator: exit 0 made the fixture, 77 means torch is missing (a skip), anything else (a
+// self-check of the references failed) is a test failure.
+bool run_generator(const std::string& cmd, std::string* why) {
+  std::cout << "[ refgen   ] " << cmd << std::endl;
+  const int status = std::system(cmd.c_str());
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+    *why = fmt::format("{} has no torch module: the generated references cannot be made", kPython);
+    return false;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error(fmt::format("reference generator failed: {}", cmd));
+  return true;
+}
+
+// Why a reference generator cannot run here, or "" when it can.
+std::string generator_missing() {
+  const fs::path gen = shared_dir() / "fixtures/_gen/nn64.py";
+  if (!fs::exists(gen)) return "shared fixture generator not found: " + gen.string() + " (set TDYN_SHARED to the shared/ directory)";
+  if (!fs::exists(kPython)) return std::string(kPython) + " not found: the generated references cannot be made";
+  return "";
+}
+
+}  // namespace
+
+fs::path extra_family_fixtures(std::string* why) {
+  static std::string reason;
+  static const fs::path dir = [] {
+    if (reason = generator_missing(); !reason.empty()) return fs::path();
+    const fs::path script = source_dir() / "tests/refgen/extra_families.py";
+    return made_once("refgen_extra_families", generator_sources(script), [&](const fs::path& out, std::string* not_here) {
+      return run_generator(fmt::format("{} -B {} --shared {} --out {}", kPython, shell_quote(script.string()),
+                                       shell_quote(shared_dir().string()), shell_quote(out.string())), not_here);
+    }, &reason);
+  }();
+  *why = reason;
+  return dir;
+}
+
+fs::path gpt_neox_fixtures(std::string* why) {
+  static std::string reason;
+  static const fs::path dir = [] {
+    if (reason = generator_missing(); !reason.empty()) return fs::path();
+    const fs::path script = source_dir() / "tests/refgen/gpt_neox.py";
+    return made_once("refgen_gpt_neox", generator_sources(script), [&](const fs::path& out, std::string* not_here) {
+      return run_generator(fmt::format("{} -B {} {} {}", kPython, shell_quote(script.string()),
+                                       shell_quote(shared_dir().string()), shell_quote(out.string())), not_here);
+    }, &reason);
+  }();
+  *why = reason;
   return dir;
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/base64.h"
 #include "core/error.h"
+#include "generated_fixtures.h"
 #include "test_util.h"
 #include "tokenizer/hf_json.h"
 #include "tokenizer/sentencepiece.h"
@@ -48,41 +49,63 @@ std::vector<std::string> passages() {
   return out;
 }
 
-// A Unigram, a BPE, a word and a char model trained once for the whole suite.
+// The models the suite compares on: name, model type, vocabulary size and further trainer flags.
+struct Training {
+  const char* name;
+  const char* type;
+  int vocab;
+  const char* extra;
+};
+constexpr Training kTrainings[] = {
+    {"unigram", "unigram", 400, ""},
+    {"bpe", "bpe", 400, " --byte_fallback=true"},
+    {"word", "word", 400, ""},
+    {"char", "char", 100, " --hard_vocab_limit=false"},  // as many pieces as the text has characters
+    // Three custom rules (rules.tsv): a charsmap of 1 kB instead of nmt_nfkc's 240 kB, cheap enough to break in
+    // hundreds of ways.
+    {"rules", "unigram", 100, " --hard_vocab_limit=false --normalization_rule_tsv={dir}/rules.tsv"},
+};
+// Ａ -> A, ﬁ -> fi, ideographic space -> space.
+constexpr const char* kRules = "FF21\t41\nFB01\t66 69\n3000\t20\n";
+
+// A Unigram, a BPE, a word and a char model, trained once (generated_fixtures.h) on a slice of WikiText-2.
 class SentencePieceModels : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!fs::exists(wikitext())) return;
-    dir_ = new fs::path(test::scratch_dir("sentencepiece_models"));
     std::vector<std::string> lines = wikitext_lines();
     std::string slice;
     for (size_t i = 0; i < lines.size() && slice.size() < 150000; ++i) slice += lines[i] + "\n";
-    write_file_atomic(*dir_ / "train.txt", slice);
-    train("unigram", 400, "");
-    train("bpe", 400, " --byte_fallback=true");
-    train("word", 400, "");
-    train("char", 100, " --hard_vocab_limit=false");  // as many pieces as the text has characters
-    // Three custom rules (Ａ -> A, ﬁ -> fi, ideographic space -> space): a charsmap of 1 kB instead of nmt_nfkc's
-    // 240 kB, cheap enough to break in hundreds of ways.
-    write_file_atomic(*dir_ / "rules.tsv", "FF21\t41\nFB01\t66 69\n3000\t20\n");
-    train("unigram", 100, " --hard_vocab_limit=false --normalization_rule_tsv=" + (*dir_ / "rules.tsv").string(), "rules");
+    std::string key = slice + kRules;
+    for (const Training& t : kTrainings) key += fmt::format("\n{} {} {} {}", t.name, t.type, t.vocab, t.extra);
+    std::string why;
+    models_ = new fs::path(test::made_once("sentencepiece_models", key, [&](const fs::path& dir, std::string*) {
+      write_file_atomic(dir / "train.txt", slice);
+      write_file_atomic(dir / "rules.tsv", kRules);
+      for (const Training& t : kTrainings) train(dir, t);
+      return true;
+    }, &why));
+    dir_ = new fs::path(test::scratch_dir("sentencepiece"));
   }
   static void TearDownTestSuite() {
     if (dir_) fs::remove_all(*dir_);
     delete dir_;
-    dir_ = nullptr;
+    delete models_;
+    dir_ = models_ = nullptr;
   }
-  static void train(const std::string& type, int vocab, const std::string& extra, const std::string& name = "") {
+  static void train(const fs::path& dir, const Training& t) {
+    std::string extra = t.extra;
+    if (const size_t at = extra.find("{dir}"); at != std::string::npos) extra.replace(at, 5, dir.string());
     const std::string args = fmt::format(
         "--input={} --model_prefix={} --model_type={} --vocab_size={} --num_threads=2 --minloglevel=2{}",
-        (*dir_ / "train.txt").string(), (*dir_ / (name.empty() ? type : name)).string(), type, vocab, extra);
+        (dir / "train.txt").string(), (dir / t.name).string(), t.type, t.vocab, extra);
     const auto status = sentencepiece::SentencePieceTrainer::Train(args);
-    ASSERT_TRUE(status.ok()) << status.ToString();
+    if (!status.ok()) throw Error("training the SentencePiece model " + std::string(t.name) + ": " + status.ToString());
   }
   void SetUp() override {
     if (!dir_) GTEST_SKIP() << "shared test data not found: " << wikitext();
   }
-  static fs::path model(const std::string& type) { return *dir_ / (type + ".model"); }
+  static fs::path model(const std::string& name) { return *models_ / (name + ".model"); }
   static std::unique_ptr<sentencepiece::SentencePieceProcessor> library(const std::string& type) {
     auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
     const auto status = sp->Load(model(type).string());
@@ -96,9 +119,9 @@ class SentencePieceModels : public ::testing::Test {
     return std::vector<int32_t>(ids.begin(), ids.end());
   }
 
-  static fs::path* dir_;
+  static inline fs::path* models_ = nullptr;  // the trained models (shared, read only)
+  static inline fs::path* dir_ = nullptr;     // this process's scratch directory
 };
-fs::path* SentencePieceModels::dir_ = nullptr;
 
 TEST_F(SentencePieceModels, IdsEqualTheLibrarysOwnEncoding) {
   for (const std::string type : {"unigram", "bpe"}) {

@@ -4,11 +4,14 @@
 // pickles that name any other global, and corrupt archives, must be refused with an error saying what is wrong.
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
 #include "io/zip.h"
 #include "model/loader.h"
 #include "model/transformer.h"
+#include "generated_fixtures.h"
 #include "test_util.h"
 
 namespace tdyn {
@@ -219,21 +222,28 @@ TEST(TorchCheckpoint, LoaderReadsADirectoryWithOnlyPytorchModelBin) {
   fs::remove_all(dir.parent_path());
 }
 
-// Checkpoints written by PyTorch's own torch.save from the shared fixtures (the script below).
+// Checkpoints written by PyTorch's own torch.save from the shared fixtures (the script below), made once
+// (generated_fixtures.h) and only read by the tests.
 class TorchSaved : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!fs::exists(test::shared_dir() / "fixtures/llama/bf16") || !fs::exists(test::shared_dir() / "fixtures/gpt2")) return;
     if (std::system("/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null") != 0) return;
-    dir_ = new fs::path(test::scratch_dir("torch_saved"));
-    const fs::path script = *dir_ / "gen.py";
-    write_file_atomic(script, kScript);
-    const std::string cmd = "/usr/bin/python3 " + test::shell_quote(script.string()) + " " +
-                            test::shell_quote(test::shared_dir().string()) + " " + test::shell_quote(dir_->string());
-    ok_ = std::system(cmd.c_str()) == 0;
+    std::string key = kScript;
+    for (const char* input : {"gpt2/model.safetensors", "gpt2/config.json", "llama/model.safetensors", "llama/config.json",
+                              "llama/bf16/model.safetensors", "llama/bf16/config.json", "_gen/sfio.py"})
+      key += read_file(test::shared_dir() / "fixtures" / input);
+    std::string why;
+    dir_ = new fs::path(test::made_once("torch_saved", key, [](const fs::path& dir, std::string*) {
+      const fs::path script = dir / "gen.py";
+      write_file_atomic(script, kScript);
+      const std::string cmd = "/usr/bin/python3 " + test::shell_quote(script.string()) + " " +
+                              test::shell_quote(test::shared_dir().string()) + " " + test::shell_quote(dir.string());
+      if (std::system(cmd.c_str()) != 0) throw Error("the torch.save generator script failed: " + cmd);
+      return true;
+    }, &why));
   }
   static void TearDownTestSuite() {
-    if (dir_) fs::remove_all(*dir_);
     delete dir_;
     dir_ = nullptr;
   }
@@ -241,12 +251,10 @@ class TorchSaved : public ::testing::Test {
     if (!fs::exists(test::shared_dir() / "fixtures/llama/bf16"))
       GTEST_SKIP() << "shared fixtures not found (set TDYN_SHARED to the shared/ directory)";
     if (!dir_) GTEST_SKIP() << "/usr/bin/python3 has no torch/numpy: PyTorch-written checkpoints not tested";
-    ASSERT_TRUE(ok_) << "the generator script failed";
   }
   static fs::path fixture(const std::string& name) { return test::shared_dir() / "fixtures" / name; }
   static const char* const kScript;
   static inline fs::path* dir_ = nullptr;
-  static inline bool ok_ = false;
 };
 
 const char* const TorchSaved::kScript = R"PY(
