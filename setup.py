@@ -63,5 +63,7 @@ class CMakeBuild(build_ext):
 SETUPTOOLS_DIR = cmake_tree() / "setuptools"
 SETUPTOOLS_DIR.mkdir(parents=True, exist_ok=True)
 
-setup(version=project_version(), ext_modules=[Extension("tdyn", sources=[])], cmdclass={"build_ext": CMakeBuild},
+# The default corpus (NOTICE) goes to PREFIX/share/tdyn, where the module looks for it.
+CORPUS = [("share/tdyn/wikitext-2", ["data/wikitext-2/wiki.test.raw"]), ("share/doc/tdyn", ["NOTICE", "LICENSE"])]
+setup(version=project_version(), ext_modules=[Extension("tdyn", sources=[])], cmdclass={"build_ext": CMakeBuild}, data_files=CORPUS,
       options={"build": {"build_base": str(SETUPTOOLS_DIR)}, "egg_info": {"egg_base": str(SETUPTOOLS_DIR)}})

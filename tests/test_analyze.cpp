@@ -2,6 +2,8 @@
 // section, and DIR/results.json satisfies docs/results.schema.json (checked by the small validator below, which
 // knows the keywords that schema uses: type (one or a list), required, properties, items, additionalProperties, enum,
 // const).
+#include <sys/wait.h>
+
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@ namespace tdyn {
 namespace {
 
 using json = nlohmann::json;
+using test::kStories;
 
 bool has_type(const json& v, const std::string& type) {
   if (type == "object") return v.is_object();
@@ -200,6 +203,51 @@ TEST(Analyze, Stories260KEndToEnd) {
   for (const json& v : results["results"]["verdicts"])
     if (v["paper"] == "003" && v["claim"] == "bottleneck") judged = v["verdict"] == "pass" || v["verdict"] == "differs";
   EXPECT_TRUE(judged) << results["results"]["verdicts"].dump(1);
+}
+
+
+// The default corpus ships with the program: an installed tdyn (PREFIX/bin/tdyn beside PREFIX/share/tdyn) analyses a
+// model from an empty working directory with no shared test data in reach, and without the corpus it says where it
+// looked and what to do.
+TEST(Analyze, DefaultCorpusShipsWithTheProgram) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("default_corpus");
+  const fs::path prefix = dir / "prefix", corpus = prefix / "share/tdyn/wikitext-2/wiki.test.raw";
+  fs::create_directories(prefix / "bin");
+  fs::create_directories(corpus.parent_path());
+  fs::create_directories(dir / "model");
+  fs::create_directories(dir / "empty");
+  fs::copy_file(test::cli_path(), prefix / "bin/tdyn");
+  fs::copy_file(test::source_dir() / "data/wikitext-2/wiki.test.raw", corpus);
+  const fs::path stories = test::shared_dir() / kStories;
+  fs::copy_file(stories, dir / "model" / stories.filename());
+  fs::copy_file(stories.parent_path() / "tok512.bin", dir / "model/tok512.bin");
+  // `args` of the installed program, run from the empty directory without TDYN_SHARED or TDYN_DATA (unless `data`).
+  const auto run = [&](const std::string& args, const std::string& data = "") {
+    const std::string command = fmt::format("cd {} && env -u TDYN_SHARED -u TDYN_DATA {}{} --quiet --threads 1 {} > {} 2>&1",
+                                            (dir / "empty").string(), data.empty() ? "" : "TDYN_DATA=" + data + " ",
+                                            (prefix / "bin/tdyn").string(), args, (dir / "log").string());
+    const int status = std::system(command.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const std::string model = (dir / "model" / stories.filename()).string();
+  ASSERT_EQ(run(fmt::format("analyze {} --samples 8 --max-len 24 --skip particles --out {}", model, (dir / "out").string())), 0)
+      << read_file(dir / "log");
+  const json results = json::parse(read_file(dir / "out/results.json"));
+  EXPECT_EQ(fs::path(results["options"]["data"].get<std::string>()), fs::canonical(corpus));
+  EXPECT_EQ(results["results"]["pass"]["samples"], 8);
+  EXPECT_TRUE(fs::is_empty(dir / "empty"));
+
+  fs::remove(corpus);
+  EXPECT_EQ(run(fmt::format("power {} --samples 4 --out {}", model, (dir / "power").string())), 1);
+  const std::string log = read_file(dir / "log");
+  for (const std::string& phrase : {std::string("the default corpus"), fs::weakly_canonical(corpus).string(), std::string("TDYN_DATA"),
+                                    std::string("--data")})
+    EXPECT_NE(log.find(phrase), std::string::npos) << "no '" << phrase << "' in: " << log;
+
+  // TDYN_DATA names another directory holding wikitext-2/.
+  EXPECT_EQ(run(fmt::format("power {} --samples 4 --out {}", model, (dir / "power").string()), (test::source_dir() / "data").string()), 0)
+      << read_file(dir / "log");
 }
 
 }  // namespace

@@ -92,5 +92,27 @@ TEST(GlobalFlags, VersionListsTheCpusAlsoWhenThreadsAreBound) {
   EXPECT_EQ(cpus(bound), cpus(unbound));
 }
 
+
+// A bad number or data path is refused before any work, with a message that names the flag and the value given.
+TEST(GlobalFlags, BadNumbersAndDataSayWhatIsWrong) {
+  TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  const std::string model = (test::shared_dir() / "models/stories260K/stories260K.bin").string();
+  const fs::path out = fs::temp_directory_path() / fmt::format("tdyn_bad_numbers_{}", ::getpid());
+  const std::vector<std::tuple<std::string, int, std::string>> cases = {
+      {"analyze " + model + " --samples 0", 2, "--samples: must be greater than 0, got 0"},
+      {"jacobian " + model + " --max-len -3", 2, "--max-len: must be greater than 0, got -3"},
+      {"power " + model + " --samples many", 2, "--samples: must be a number, got 'many'"},
+      {"--threads -1 power " + model, 2, "--threads: must be 0 or more, got -1"},
+      {"power " + model + " --data " + fs::temp_directory_path().string(), 1, "is a directory; pass a text file, or a .npy"},
+  };
+  for (const auto& [args, code, phrase] : cases) {
+    std::string err;
+    EXPECT_EQ(test::run_cli(args + " --out " + out.string(), nullptr, &err), code) << args << ": " << err;
+    EXPECT_NE(err.find(phrase), std::string::npos) << args << ": " << err;
+    EXPECT_FALSE(fs::exists(out / "results.json")) << args;
+  }
+  fs::remove_all(out);
+}
+
 }  // namespace
 }  // namespace tdyn

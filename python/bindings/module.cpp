@@ -2,6 +2,7 @@
 // holds the module itself, the conversions every part shares, and the mapping of tdyn::Error to tdyn.Error.
 #include "convert.h"
 
+#include "analysis/samples.h"
 #include "core/error.h"
 
 namespace tdyn::python {
@@ -48,6 +49,9 @@ Errors in user data (files, shapes, ids, options) raise tdyn.Error with the libr
   m.attr("__version__") = TDYN_VERSION;
   py::register_exception<tdyn::Error>(m, "Error", PyExc_RuntimeError).attr("__doc__") =
       "A problem with user data (a file, a shape, an id, an option); the message names what and where.";
+  m.def("default_corpus", [] { return tdyn::default_corpus().string(); },
+        "The file the analyses draw their samples from when given no data: the WikiText-2 test split that ships with "
+        "tdyn (in $TDYN_DATA/wikitext-2/ when that is set).");
   bind_model(m);
   bind_operators(m);
   bind_particles(m);

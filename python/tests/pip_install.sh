@@ -24,5 +24,8 @@ location = os.path.realpath(tdyn.__file__)
 assert location.startswith(os.path.realpath(sys.prefix) + os.sep), f"tdyn imported from {location}, not the environment {sys.prefix}"
 spectrum = tdyn.dominant_spectrum(np.array([[2.0, 0.0], [0.0, 0.5]]))
 assert abs(spectrum["lambda1"] - 2.0) < 1e-12, spectrum
+# The default corpus is installed with the module, and found from it rather than from the working directory.
+corpus = os.path.realpath(tdyn.default_corpus())
+assert corpus.startswith(os.path.realpath(sys.prefix) + os.sep) and os.path.getsize(corpus) > 1_000_000, corpus
 print(f"tdyn {tdyn.__version__} from {location}: lambda1 {spectrum['lambda1']}")
 PY

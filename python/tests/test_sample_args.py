@@ -54,6 +54,15 @@ class SampleArgsTest(unittest.TestCase):
         np.testing.assert_array_equal(jac_flat["mean_jacobians"], jac_nested["mean_jacobians"])
         np.testing.assert_array_equal(tdyn.jacobian(self.model, np.array([one]))["mean_jacobians"], jac_nested["mean_jacobians"])
 
+    def test_without_data_the_shipped_corpus_is_drawn(self):
+        corpus = pathlib.Path(tdyn.default_corpus())
+        self.assertEqual(corpus.read_bytes(), pathlib.Path(self.corpus).read_bytes())  # the WikiText-2 test split
+        default = tdyn.jacobian(self.model, samples=6, max_len=16)
+        given = tdyn.jacobian(self.model, data=str(corpus), samples=6, max_len=16)
+        self.assertEqual(len(default["samples.source_index"]), 6)
+        np.testing.assert_array_equal(default["samples.source_index"], given["samples.source_index"])
+        np.testing.assert_array_equal(default["mean_jacobians"], given["mean_jacobians"])
+
     def test_errors_name_the_argument(self):
         for f in (tdyn.power, tdyn.jacobian, tdyn.topology):
             with self.assertRaisesRegex(tdyn.Error, "one way: ids, data or prompt"):

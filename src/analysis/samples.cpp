@@ -6,6 +6,8 @@
 #include <numeric>
 #include <random>
 
+#include <dlfcn.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -65,19 +67,27 @@ std::vector<Sample> load_samples_for_model(const SampleOptions& options, const f
   return load_samples(options, tok.get(), d_vocab);
 }
 
-fs::path default_corpus() {
-  const fs::path relative = "data/wikitext-2/wiki.test.raw";
-  if (const char* env = std::getenv("TDYN_SHARED")) return fs::path(env) / relative;
-  // shared/ beside the repository: seen from the working directory (repository root) or from the
-  // executable (build/tdyn), whichever finds it first.
-  std::vector<fs::path> candidates = {fs::current_path().parent_path() / "shared", fs::current_path() / "shared"};
+std::vector<fs::path> default_corpus_places() {
+  const fs::path file = fs::path("wikitext-2") / "wiki.test.raw";
+  if (const char* env = std::getenv("TDYN_DATA"); env && *env) return {fs::path(env) / file};
+  // The executable or the Python module this code was linked into (dladdr of a function of its own).
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&default_corpus_places), &info) == 0 || !info.dli_fname) return {};
   std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(exe.parent_path().parent_path().parent_path() / "shared");
-  for (const auto& dir : candidates) {
-    if (fs::exists(dir / relative)) return dir / relative;
-  }
-  return candidates.front() / relative;
+  const fs::path object = fs::canonical(info.dli_fname, ec);
+  if (ec) return {};
+  const fs::path dir = object.parent_path();
+  return {dir.parent_path() / "data" / file,                               // build/tdyn in the source tree
+          dir.parent_path().parent_path() / "data" / file,                 // build/python/tdyn*.so in the source tree
+          dir.parent_path() / "share/tdyn" / file,                         // PREFIX/bin/tdyn, installed
+          dir.parent_path().parent_path().parent_path() / "share/tdyn" / file};  // PREFIX/lib/pythonX.Y/site-packages/
+}
+
+fs::path default_corpus() {
+  const std::vector<fs::path> places = default_corpus_places();
+  for (const fs::path& place : places)
+    if (fs::is_regular_file(place)) return place;
+  return places.empty() ? fs::path("wikitext-2/wiki.test.raw") : places.front();
 }
 
 std::vector<Sample> load_samples(const SampleOptions& o, const Tokenizer* tok, int64_t d_vocab) {
@@ -94,7 +104,14 @@ std::vector<Sample> load_samples(const SampleOptions& o, const Tokenizer* tok, i
     candidates.push_back({tok->encode(o.prompt, o.add_special), 0});
   } else {
     fs::path file = o.data.empty() ? default_corpus() : fs::path(o.data);
-    if (!fs::exists(file)) fail("data file '{}' does not exist{}", file.string(), o.data.empty() ? " (the default corpus; pass --data)" : "");
+    if (!fs::exists(file)) {
+      if (!o.data.empty()) fail("data file '{}' does not exist", file.string());
+      std::string looked;
+      for (const fs::path& place : default_corpus_places()) looked += "\n  " + place.string();
+      fail("the default corpus (WikiText-2's test split, shipped with tdyn) is not where it was looked for:{}\n"
+           "set TDYN_DATA to the directory holding wikitext-2/wiki.test.raw, or pass --data", looked);
+    }
+    if (fs::is_directory(file)) fail("data '{}' is a directory; pass a text file, or a .npy of token ids", file.string());
     if (file.extension() == ".npy") {
       NpyArray a = read_npy(file);
       std::vector<int64_t> v = a.as_int64();

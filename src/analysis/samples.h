@@ -45,8 +45,12 @@ std::vector<Sample> load_samples(const SampleOptions& options, const Tokenizer* 
 std::vector<Sample> load_samples_for_model(const SampleOptions& options, const fs::path& model_path, int64_t d_vocab,
                                            const std::string& tokenizer_path = "");
 
-// The default corpus when --data is not given: data/wikitext-2/wiki.test.raw in $TDYN_SHARED, else in a
-// shared/ directory beside the repository (found from the working directory or from the executable).
+// The default corpus when --data is not given: the WikiText-2 test split that ships with tdyn (see NOTICE), found
+// beside the program or Python module this library is part of, never from the working directory: in
+// $TDYN_DATA/wikitext-2/ when set, else in the first of default_corpus_places() that holds it. When none does, the
+// first place (so that an error names where it was looked for).
 fs::path default_corpus();
+// The places default_corpus() looks in, in order.
+std::vector<fs::path> default_corpus_places();
 
 }  // namespace tdyn

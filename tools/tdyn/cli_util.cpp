@@ -82,18 +82,47 @@ LoadOptions ModelArgs::options() const {
 
 std::shared_ptr<const Model> ModelArgs::load() const { return load_model(path, options()); }
 
+namespace {
+
+CLI::Validator number_check(bool zero_allowed) {
+  return CLI::Validator(
+      [zero_allowed](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "must be a number, got '" + text + "'";
+        if (zero_allowed ? value >= 0 : value > 0) return "";
+        return (zero_allowed ? "must be 0 or more, got " : "must be greater than 0, got ") + text;
+      },
+      zero_allowed ? "NONNEGATIVE" : "POSITIVE");
+}
+
+}  // namespace
+
+const CLI::Validator& positive_number() {
+  static const CLI::Validator check = number_check(false);
+  return check;
+}
+
+const CLI::Validator& non_negative_number() {
+  static const CLI::Validator check = number_check(true);
+  return check;
+}
+
+std::string default_corpus_help() {
+  return "default: the WikiText-2 test split shipped with tdyn, " + default_corpus().string() + "; $TDYN_DATA overrides its directory";
+}
+
 void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples) {
   options.samples = default_samples;
   auto* data = cmd->add_option("--data", options.data,
-                               "Input: a text file split into passages (paragraphs; default: ../shared/data/wikitext-2/"
-                               "wiki.test.raw), a .npy of token ids [T] or [S, T], or a .ids file (one sample per line)");
+                               "Input: a text file split into passages (paragraphs; " + default_corpus_help() +
+                                   "), a .npy of token ids [T] or [S, T], or a .ids file (one sample per line)");
   auto* prompt = cmd->add_option("--prompt", options.prompt, "Input: one text sample");
   auto* ids = cmd->add_option("--ids", options.ids, "Input: one sample as comma-separated token ids")->delimiter(',')->check(token_id);
   data->excludes(prompt)->excludes(ids);
   prompt->excludes(ids);
-  cmd->add_option("--samples", options.samples, "S: number of passages drawn from --data")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--max-len", options.max_len, "Tokens per sample (longer passages are truncated)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--min-len", options.min_len, "Skip passages shorter than this many tokens")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--samples", options.samples, "S: number of passages drawn from --data")->capture_default_str()->check(positive_number());
+  cmd->add_option("--max-len", options.max_len, "Tokens per sample (longer passages are truncated)")->capture_default_str()->check(positive_number());
+  cmd->add_option("--min-len", options.min_len, "Skip passages shorter than this many tokens")->capture_default_str()->check(non_negative_number());
   cmd->add_option("--sample-seed", options.seed, "Seed of the uniform draw of passages (kept in corpus order)")->capture_default_str();
   cmd->add_option("--tokenizer", tokenizer, "Tokenizer file (default: the one shipped with MODEL)");
 }

@@ -21,6 +21,14 @@ extern const CLI::Validator token_id;       // an int32
 // part keeps a command line that reproduces it alone.
 int run_self(const std::vector<std::string>& argv);
 
+// Checks for options that must be greater than 0, or at least 0: "--samples: must be greater than 0, got 0"
+// (CLI11's own PositiveNumber and NonNegativeNumber name the whole range of double instead).
+const CLI::Validator& positive_number();
+const CLI::Validator& non_negative_number();
+
+// "default: ..." for a --data flag's help: the WikiText-2 test split shipped with tdyn, and where it is.
+std::string default_corpus_help();
+
 // Adds the model argument and loading flags (--allow-unknown-config-keys, and --no-check-weights, or for a command
 // that only describes the checkpoint, `headers_only`, --check-weights) to a subcommand.
 struct ModelArgs {

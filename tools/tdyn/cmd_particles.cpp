@@ -190,15 +190,15 @@ void add_model_options(CLI::App* cmd, ParticlesArgs& a, CLI::Option* preset_opti
                                      "With --from-model: warn about config.json keys tdyn does not know instead of refusing the model");
   auto* no_check = cmd->add_flag("--no-check-weights", a.no_check_weights,
                                  "With --from-model: skip the NaN/Inf check of every weight at load");
-  auto* layer = cmd->add_option("--layer", a.layer, "With --from-model: the layer (0-based)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  auto* layer = cmd->add_option("--layer", a.layer, "With --from-model: the layer (0-based)")->capture_default_str()->check(non_negative_number());
   auto* head = cmd->add_option("--head", a.head,
                                "With --from-model: one head (0-based); default: the whole layer, its heads stacked into one (scores "
                                "summed over heads, one softmax; W = O V = the layer matrix F times the norm gain)")
-                   ->check(CLI::NonNegativeNumber);
+                   ->check(non_negative_number());
   SampleOptions& t = a.tokens.options;
   auto* data = cmd->add_option("--data", t.data,
-                               "With --from-model: the tokens' source, a text file of passages (default: ../shared/data/wikitext-2/"
-                               "wiki.test.raw), a .npy of ids or a .ids file; the first sample drawn is used");
+                               "With --from-model: the tokens' source, a text file of passages (" + default_corpus_help() +
+                                   "), a .npy of ids or a .ids file; the first sample drawn is used");
   auto* prompt = cmd->add_option("--prompt", t.prompt, "With --from-model: the tokens as text (the model's tokenizer, special tokens added)");
   auto* ids = cmd->add_option("--ids", t.ids, "With --from-model: the tokens as comma-separated ids")->delimiter(',')->check(token_id);
   auto* tokenizer = cmd->add_option("--tokenizer", a.tokens.tokenizer, "With --from-model: tokenizer file (default: the one shipped with MODEL)");

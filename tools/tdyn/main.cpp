@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "cli_util.h"
 #include "command.h"
 #include <cblas.h>
 #include <omp.h>
@@ -124,7 +125,7 @@ int main(int argc, char** argv) {
                  "Threads for BLAS and parallel loops (default: all cores). Use 1 on a machine busy with other work: "
                  "idle threads spin a little while they wait (GOMP_SPINCOUNT=1000 unless GOMP_SPINCOUNT or OMP_WAIT_POLICY "
                  "is set), which costs more than it gains when cores are shared")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   app.fallthrough();  // --quiet and --threads may follow the subcommand
   auto commands = command_registry();
   std::sort(commands.begin(), commands.end(), [](const Command& a, const Command& b) { return a.order < b.order; });
