@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -296,11 +298,13 @@ std::string quoted(const std::vector<std::string>& args) {
   return line;
 }
 
-// Runs `args(out)` to completion once; then, for each kill point, starts it, kills it with SIGKILL when the pass
-// file holds that many finished layers (0: after 150 ms, likely before any), reruns it with --resume and compares
-// the outputs of `parts` (subdirectories; "" = the directory itself) with the uninterrupted run.
+// Runs `args(out)` to completion once; then, for each kill point, starts it, sends it `signal` when the pass file
+// holds that many finished layers (0: after 150 ms, likely before any), reruns it with --resume and compares the
+// outputs of `parts` (subdirectories; "" = the directory itself) with the uninterrupted run. A signal it can catch
+// (Ctrl-C's SIGINT, SIGTERM) must end it with 128 + signal and a line saying how to continue.
 void kill_and_resume(const std::string& name, const std::function<std::vector<std::string>(const fs::path&)>& args,
-                     const std::string& pass_file, const std::vector<std::string>& parts, const std::vector<int64_t>& kill_points) {
+                     const std::string& pass_file, const std::vector<std::string>& parts, const std::vector<int64_t>& kill_points,
+                     int signal = SIGKILL) {
   const fs::path dir = test::scratch_dir(name);
   std::string err;
   ASSERT_EQ(test::run_cli(quoted(args(dir / "whole")), nullptr, &err), 0) << err;
@@ -319,9 +323,14 @@ void kill_and_resume(const std::string& name, const std::function<std::vector<st
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (!exited) {
-      kill(pid, SIGKILL);
+      kill(pid, signal);
       int status = 0;
       waitpid(pid, &status, 0);
+      if (signal != SIGKILL) {
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + signal) << "status " << status << ": " << read_file(dir / "log");
+        EXPECT_NE(read_file(dir / "log").find("tdyn: interrupted; rerun the same command with --resume to continue"), std::string::npos)
+            << read_file(dir / "log");
+      }
     }
     std::vector<std::string> resume = args(out);
     resume.push_back("--resume");
@@ -396,6 +405,15 @@ TEST(PassCli, KilledAndResumedRunEqualsUninterrupted) {
   }, "pass.tdynpass", {""}, {0, 1, 3});
 }
 
+// Ctrl-C in jacobian: it says how to continue, and --resume ends where the uninterrupted run does.
+TEST(PassCli, InterruptedJacobianSaysHowToResumeAndResumes) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const std::string model = (test::shared_dir() / kStories).string();
+  kill_and_resume("pass_interrupt", [&](const fs::path& out) {
+    return std::vector<std::string>{"--threads", "1", "jacobian", model, "--samples", "80", "--max-len", "64", "--out", out.string()};
+  }, "pass.tdynpass", {""}, {1}, SIGINT);
+}
+
 TEST(PassCli, KilledAndResumedAnalysisEqualsUninterrupted) {
   TDYN_REQUIRE_SHARED(kStories);
   const std::string model = (test::shared_dir() / kStories).string();
@@ -405,10 +423,29 @@ TEST(PassCli, KilledAndResumedAnalysisEqualsUninterrupted) {
   }, "pass/pass.tdynpass", {"power", "jacobian", "topology"}, {2});
 }
 
+// `args` of the CLI under `mpiexec -np 2`, its output in `log`; the exit status. Open MPI refuses root without the
+// first two variables, and a 2-core machine needs oversubscription for 2 ranks. Under the sanitizers the ranks run
+// without leak checking: Open MPI's plugins leak at exit (and are unloaded by then, so no suppression can name them);
+// tdyn's own code is leak-checked by every other test. `timeout` ends a run that hangs.
+int run_two_ranks(const std::string& args, const fs::path& log) {
+  const std::string command =
+      fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+                  "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" timeout 600 {} -np 2 {} {} > {} 2>&1",
+                  TDYN_MPIEXEC, test::cli_path().string(), args, log.string());
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool have_mpiexec() {
+  const std::string mpiexec = TDYN_MPIEXEC;
+  return !mpiexec.empty() && fs::exists(mpiexec);
+}
+#define TDYN_REQUIRE_MPI() \
+  if (!have_mpiexec()) GTEST_SKIP() << "built without MPI (install libopenmpi-dev openmpi-bin and rebuild)"
+
 TEST(PassCli, TwoMpiRanksEqualOneProcess) {
   TDYN_REQUIRE_SHARED(kStories);
-  const std::string mpiexec = TDYN_MPIEXEC;
-  if (mpiexec.empty() || !fs::exists(mpiexec)) GTEST_SKIP() << "built without MPI (install libopenmpi-dev openmpi-bin and rebuild)";
+  TDYN_REQUIRE_MPI();
   const fs::path dir = test::scratch_dir("pass_mpi");
   const std::string model = (test::shared_dir() / kStories).string();
   const std::string common = fmt::format("--threads 1 --quiet topology {} --samples 50 --max-len 48 --permutations 100 "
@@ -416,15 +453,7 @@ TEST(PassCli, TwoMpiRanksEqualOneProcess) {
                                          model);
   std::string err;
   ASSERT_EQ(test::run_cli(common + " --out " + (dir / "one").string(), nullptr, &err), 0) << err;
-  // Open MPI refuses root without these, and a 2-core machine needs --oversubscribe for 2 ranks. Under the
-  // sanitizers the ranks run without leak checking: Open MPI's plugins leak at exit (and are unloaded by then,
-  // so no suppression can name them); tdyn's own code is leak-checked by every other test.
-  const std::string command =
-      fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                  "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" {} -np 2 {} {} --out {} "
-                  "> {} 2>&1", mpiexec, test::cli_path().string(), common, (dir / "two").string(), (dir / "mpi.log").string());
-  const int status = std::system(command.c_str());
-  ASSERT_EQ(status, 0) << read_file(dir / "mpi.log");
+  ASSERT_EQ(run_two_ranks(common + " --out " + (dir / "two").string(), dir / "mpi.log"), 0) << read_file(dir / "mpi.log");
   const auto rj = nlohmann::json::parse(read_file(dir / "two" / "results.json"));
   EXPECT_EQ(rj["options"]["pass"]["ranks"], 2);
   int64_t arrays = 0;
@@ -441,14 +470,95 @@ TEST(PassCli, TwoMpiRanksEqualOneProcess) {
   EXPECT_EQ(arrays, 1 + 2 * n_layers + 1);  // mean Jacobians + a correlation at every one of the 2L + 1 boundaries
   for (const auto& entry : fs::directory_iterator(dir / "two"))
     EXPECT_EQ(entry.path().string().find("tdynpass"), std::string::npos) << "left behind: " << entry.path();
+}
 
-  // A command that does not split its work refuses to run N times over.
-  const std::string power = fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                                        "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" {} -np 2 {} power {} --out {} > {} 2>&1",
-                                        mpiexec, test::cli_path().string(), model, (dir / "power").string(), (dir / "power.log").string());
-  EXPECT_NE(std::system(power.c_str()), 0);
-  EXPECT_NE(read_file(dir / "power.log").find("runs in one process"), std::string::npos) << read_file(dir / "power.log");
-  EXPECT_FALSE(fs::exists(dir / "power" / "results.json"));
+// The numbers of an array as float64; a complex128 one (which read_npy does not take) as its real and imaginary
+// parts in turn, after the version 1.0 header tdyn writes.
+std::vector<double> numbers_of(const fs::path& path) {
+  const std::string bytes = read_file(path);
+  if (bytes.find("'descr': '<c16'") == std::string::npos) return read_npy(path).as_double();
+  const size_t data = 10 + (static_cast<unsigned char>(bytes[8]) | static_cast<unsigned char>(bytes[9]) << 8);
+  std::vector<double> parts((bytes.size() - data) / sizeof(double));
+  std::memcpy(parts.data(), bytes.data() + data, parts.size() * sizeof(double));
+  return parts;
+}
+
+// Every file under `dir`, relative to it.
+std::set<std::string> files_under(const fs::path& dir) {
+  std::set<std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir))
+    if (entry.is_regular_file()) files.insert(fs::relative(entry.path(), dir).string());
+  return files;
+}
+
+// Each command that splits its samples across MPI ranks, on a llama2.c checkpoint with its own tokenizer and the
+// default corpus, and on a Hugging Face one given token ids: two ranks write the files one process writes, with
+// the same numbers in every array.
+struct MpiCommand : ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(MpiCommand, TwoRanksWriteWhatOneProcessWrites) {
+  const auto& [command, model_name] = GetParam();
+  TDYN_REQUIRE_MPI();
+  const fs::path dir = test::scratch_dir("mpi_" + command + "_" + model_name);
+  std::string inputs;
+  if (model_name == "stories260K") {
+    TDYN_REQUIRE_SHARED(kStories);
+    inputs = (test::shared_dir() / kStories).string();
+  } else {
+    TDYN_REQUIRE_SHARED("fixtures/" + model_name);
+    std::vector<int64_t> ids(12 * 16);
+    std::mt19937_64 rng(1);
+    for (auto& id : ids) id = static_cast<int64_t>(rng() % 256);  // the fixtures' vocabularies have 256 or more
+    write_npy(dir / "ids.npy", ids.data(), {12, 16});
+    inputs = fmt::format("{} --data {}", (test::shared_dir() / "fixtures" / model_name).string(), (dir / "ids.npy").string());
+  }
+  const std::string args = fmt::format("--threads 1 --quiet {} {} --samples 12 --max-len 16", command, inputs);
+  std::string err;
+  ASSERT_EQ(test::run_cli(args + " --out " + (dir / "one").string(), nullptr, &err), 0) << err;
+  ASSERT_EQ(run_two_ranks(args + " --out " + (dir / "two").string(), dir / "mpi.log"), 0) << read_file(dir / "mpi.log");
+  const std::set<std::string> one = files_under(dir / "one");
+  EXPECT_EQ(files_under(dir / "two"), one);
+  int64_t arrays = 0;
+  for (const std::string& file : one) {
+    if (fs::path(file).extension() != ".npy" || !fs::exists(dir / "two" / file)) continue;
+    ++arrays;
+    test::expect_close(numbers_of(dir / "two" / file), numbers_of(dir / "one" / file), 1e-10, 1e-12, "2 ranks vs 1: " + file);
+  }
+  EXPECT_GT(arrays, 4);
+  const fs::path pass_user = command == "analyze" ? dir / "two" / "jacobian" : dir / "two";  // analyze: a part's own
+  EXPECT_EQ(nlohmann::json::parse(read_file(pass_user / "results.json"))["options"]["pass"]["ranks"], 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(PassCommands, MpiCommand,
+                         ::testing::Combine(::testing::Values("jacobian", "topology", "analyze"),
+                                            ::testing::Values("stories260K", "llama")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+// What does not split its work stops at once on every rank with the usage exit code and one message, and writes
+// nothing: a command that would run N times over, and the parts of jacobian and topology that compare checkpoints.
+TEST(PassCli, WhatDoesNotSplitRefusesUnderMpi) {
+  TDYN_REQUIRE_SHARED(kStories);
+  TDYN_REQUIRE_MPI();
+  const fs::path dir = test::scratch_dir("mpi_refused");
+  const std::string model = (test::shared_dir() / kStories).string();
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"power " + model, "runs in one process"},
+      {"jacobian " + model + " --compare " + model, "jacobian comparing checkpoints runs in one process only"},
+      {"jacobian " + model + " --mean plain", "runs in one process only"},
+      {"topology " + model + " --compare " + model, "topology comparing checkpoints"},
+  };
+  for (const auto& [args, phrase] : refused) {
+    const fs::path out = dir / "out";
+    const auto started = std::chrono::steady_clock::now();
+    EXPECT_EQ(run_two_ranks("--quiet " + args + " --out " + out.string(), dir / "log"), 2) << args << ": " << read_file(dir / "log");
+    const std::string log = read_file(dir / "log");
+    EXPECT_NE(log.find(phrase), std::string::npos) << args << ": " << log;
+    EXPECT_EQ(log.find("rank 1"), std::string::npos) << args << ": printed by every rank: " << log;
+    EXPECT_EQ(log.find("MPI_ABORT"), std::string::npos) << args << ": " << log;
+    EXPECT_FALSE(fs::exists(out / "results.json")) << args;
+    std::cout << args << ": refused in "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() << " s\n";
+  }
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ PassFile obtain_pass(const PassSource& source, const Transformer& transformer, c
                      const fs::path& file, bool keep, const std::string& label, ProgressSink& progress) {
   const nlohmann::json identity = pass_identity(model_identity, samples, spec);
   if (!source.from_pass.empty()) {
-    require_single_rank(true, "reading a finished pass file");
+    if (!ranks().root()) throw WorkerShareDone{};  // rank 0 reads it; a worker rank has no share in a finished pass
     try {
       return check_pass(source.from_pass, identity, spec);
     } catch (const nlohmann::json::exception& e) {
@@ -80,7 +80,7 @@ PassFile obtain_pass(const PassSource& source, const Transformer& transformer, c
 
 void require_single_rank(bool condition, const std::string& what) {
   if (condition && ranks().size > 1)
-    fail("{} runs in one process only; start it without mpirun (the sample pass is what MPI splits)", what);
+    throw RefusedUnderRanks(fmt::format("{} runs in one process only; start it without mpirun (the sample pass is what MPI splits)", what));
 }
 
 }  // namespace tdyn

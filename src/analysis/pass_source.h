@@ -32,13 +32,21 @@ nlohmann::json pass_model_identity(const std::string& path, const Model& model);
 // The pass of `spec` over `samples`: source.from_pass (which must be of this model and these samples, with at
 // least these boundaries, sums and probes, at the same positions), else run here into `file` (e.g.
 // DIR/pass.tdynpass, which source.resume continues; "" = a temporary file), kept when `keep` and otherwise removed
-// once the returned PassFile is gone. `label` names the loop in `progress`. Throws WorkerShareDone on a worker rank.
+// once the returned PassFile is gone. `label` names the loop in `progress`. Throws WorkerShareDone on a worker rank
+// once its share is with rank 0 (at once when reading a finished pass, which rank 0 alone does).
 PassFile obtain_pass(const PassSource& source, const Transformer& transformer, const JacobianModel* jacobians,
                      const std::vector<Sample>& samples, const PassSpec& spec, const nlohmann::json& model_identity,
                      const fs::path& file, bool keep, const std::string& label, ProgressSink& progress);
 
-// Refuses what only one process can do when launched as several MPI ranks (e.g. comparing checkpoints); `what`
-// says which.
+// What only one process can do, asked of a run launched as several MPI ranks. Every rank throws it at the same point
+// (it follows from the options alone, checked before any work); the program prints it once and ends every rank
+// with the usage exit code.
+struct RefusedUnderRanks : Error {
+  using Error::Error;
+};
+
+// Throws RefusedUnderRanks when `condition` holds under several ranks (e.g. comparing checkpoints); `what` says
+// what was asked.
 void require_single_rank(bool condition, const std::string& what);
 
 }  // namespace tdyn

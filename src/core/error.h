@@ -28,8 +28,10 @@ template <typename... Args>
 #define TDYN_CHECK(cond)                                                                    \
   do {                                                                                      \
     if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "tdyn internal error: %s:%d: check failed: %s\n", __FILE__,     \
-                   __LINE__, #cond);                                                        \
+      std::fprintf(stderr,                                                                  \
+                   "tdyn: internal error (a bug, not a problem with your input): %s:%d: "   \
+                   "check failed: %s\nplease report it with the command line and the "      \
+                   "output of `tdyn --version`\n", __FILE__, __LINE__, #cond);               \
       std::abort();                                                                         \
     }                                                                                       \
   } while (0)

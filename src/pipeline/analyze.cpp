@@ -76,7 +76,10 @@ class Analysis {
 
  private:
   bool skipped(const std::string& part) const { return o_.skip.count(part) > 0; }
-  void draw_samples_and_pass();
+  bool runs_init() const { return o_.init_control && !skipped("jacobian"); }  // init is judged against jacobian
+  PassSpec pass_spec(const Model& model, bool probes) const;
+  bool draw_samples_and_pass();
+  bool init_pass();
   nlohmann::json options_json() const;
   std::vector<std::string> command(const std::string& name) const;
   std::vector<std::string> part_command(const std::string& name) const;
@@ -89,6 +92,8 @@ class Analysis {
   ProgressSink& progress_;
   ResultsDir out_;
   AnalysisInputs in_;
+  AnalysisInputs init_;     // the random initialisation's model, samples and pass (init_pass)
+  std::string init_error_;  // why init_pass could not prepare them
   AnalyzeResult result_;
 };
 
@@ -121,28 +126,35 @@ nlohmann::json Analysis::options_json() const {
           {"pass", PassSource{o_.resume, ""}.to_json()}};
 }
 
+// What the shared pass sums for the parts that read it: the Jacobians leaving every sublayer (jacobian, topology's
+// coupling), the correlations (topology) and, with `probes`, power's token alignments with the dominant
+// eigenvectors of F_t (its spectra with its default options).
+PassSpec Analysis::pass_spec(const Model& model, bool probes) const {
+  PassSpec spec;
+  spec.boundaries = residual_boundaries(model.config.n_layers, BoundarySet::Sublayers);
+  spec.correlations = !skipped("topology");
+  spec.jacobians = !skipped("jacobian") || !skipped("topology");
+  if (probes && !skipped("power")) {
+    std::vector<LayerSpectrum> spectra;
+    for (int64_t l = 0; l < model.config.n_layers; ++l) spectra.push_back(layer_spectrum(layer_matrix(model, l), SpectrumOptions{}));
+    spec.probes = token_dynamics_probes(spectra);
+  }
+  return spec;
+}
+
 // The forward pass shared by power, jacobian and topology: every sample runs once here (under MPI, split across the
 // ranks; resumable) and the sums go to DIR/pass/pass.tdynpass, which each part reads as its PassSource::from_pass
-// (and its command line as --from-pass). A resumed analysis whose pass had finished reuses the file.
-void Analysis::draw_samples_and_pass() {
+// (and its command line as --from-pass). A resumed analysis whose pass had finished reuses the file. Returns false
+// on an MPI worker rank, whose share is then with rank 0.
+bool Analysis::draw_samples_and_pass() {
   SampleOptions samples;
   samples.data = o_.data;
   samples.samples = o_.samples;
   samples.max_len = o_.max_len;
   draw_samples(in_, samples, o_.tokenizer);
   if (in_.samples.empty()) fail("no samples to analyse in {} (check the data)", o_.data);
-  const Model& model = *in_.model;
-  PassSpec spec;
-  spec.boundaries = residual_boundaries(model.config.n_layers, BoundarySet::Sublayers);
-  spec.correlations = !skipped("topology");
-  spec.jacobians = !skipped("jacobian") || !skipped("topology");
-  if (!skipped("power")) {
-    // Power's token alignments with the dominant eigenvectors of F_t: its spectra with its default options.
-    std::vector<LayerSpectrum> spectra;
-    for (int64_t l = 0; l < model.config.n_layers; ++l) spectra.push_back(layer_spectrum(layer_matrix(model, l), SpectrumOptions{}));
-    spec.probes = token_dynamics_probes(spectra);
-  }
-  const nlohmann::json model_identity = pass_model_identity(o_.model_path, model);
+  const PassSpec spec = pass_spec(*in_.model, true);
+  const nlohmann::json model_identity = pass_model_identity(o_.model_path, *in_.model);
   const fs::path file = dir_ / "pass" / "pass.tdynpass";
   nlohmann::json record = {{"file", "pass/pass.tdynpass"}, {"samples", in_.samples.size()}, {"spec", spec.to_json()}};
   bool finished = false;  // a resumed analysis whose pass had finished reuses it
@@ -152,16 +164,70 @@ void Analysis::draw_samples_and_pass() {
     } catch (const Error&) {
     }  // unfinished: the pass continues it; of another run: it says so
   }
-  fs::create_directories(file.parent_path());
   auto transformer = std::make_shared<const Transformer>(in_.model);
   std::unique_ptr<JacobianModel> jacobians;
   if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
-  obtain_pass({o_.resume, ""}, *transformer, jacobians.get(), in_.samples, spec, model_identity, file, true, "analyze: forward pass",
-              progress_);
+  try {
+    obtain_pass({o_.resume, ""}, *transformer, jacobians.get(), in_.samples, spec, model_identity, file, true,
+                "analyze: forward pass", progress_);
+  } catch (const WorkerShareDone&) {
+    return false;
+  }
   record["reused"] = finished;
   out_.results()["pass"] = record;
   out_.record_file("pass/pass.tdynpass", "the shared forward pass: Jacobian and correlation sums over the samples (tdyn pass file)");
   in_.pass.from_pass = file.string();
+  return true;
+}
+
+// The random initialisation (seed kInitSeed) of the model's architecture in DIR/init/model and the shared samples'
+// token ids in DIR/init/samples.ids (the initialisation, which has no tokenizer of its own when the source is not a
+// Hugging Face checkpoint, runs on exactly the trained model's tokens), then its pass for init's jacobian and
+// topology, DIR/init/pass.tdynpass, split across MPI ranks like the trained model's. Rank 0 writes the files; the
+// other ranks read them once it has. Returns false on an MPI worker rank; on rank 0 a failure to prepare the
+// initialisation goes to init_error_, and the init part reports it.
+bool Analysis::init_pass() {
+  const fs::path dir = dir_ / "init", checkpoint = dir / "model", ids = dir / "samples.ids";
+  if (ranks().root()) {
+    try {
+      write_init_checkpoint(*in_.model, o_.model_path, checkpoint, kInitSeed);
+      std::string text;
+      for (const Sample& s : in_.samples) text += fmt::format("{}\n", fmt::join(s.ids, " "));
+      write_file_atomic(ids, text);
+    } catch (const std::exception& e) {
+      init_error_ = e.what();
+    }
+  }
+  // The broadcast is the barrier after which the files are there, and tells every rank whether they are.
+  if (broadcast_from_root(init_error_.empty() ? 1.0 : 0.0) != 1.0) return ranks().root();
+  SampleOptions samples;
+  samples.data = ids.string();
+  samples.samples = static_cast<int64_t>(in_.samples.size());
+  samples.max_len = o_.max_len;
+  samples.min_len = 1;
+  try {
+    init_ = load_inputs(checkpoint.string(), o_.load, samples, "");
+  } catch (const Error& e) {  // on every rank alike: rank 0 reports it, the others have no pass to share
+    init_error_ = e.what();
+    return ranks().root();
+  }
+  const PassSpec spec = pass_spec(*init_.model, false);
+  auto transformer = std::make_shared<const Transformer>(init_.model);
+  const JacobianModel jacobians(transformer);
+  const fs::path file = dir / "pass.tdynpass";
+  try {
+    obtain_pass({o_.resume, ""}, *transformer, &jacobians, init_.samples, spec, pass_model_identity(checkpoint.string(), *init_.model),
+                file, true, "analyze: the initialisation's forward pass", progress_);
+  } catch (const WorkerShareDone&) {
+    return false;
+  } catch (const Error& e) {  // in one process the init part reports it; under MPI the ranks cannot go on apart
+    if (ranks().size > 1) throw;
+    init_error_ = e.what();
+    return true;
+  }
+  out_.record_file("init/pass.tdynpass", "the initialisation's forward pass, read by init's jacobian and topology (tdyn pass file)");
+  init_.pass.from_pass = file.string();
+  return true;
 }
 
 // A part's command line: this program with the run's thread count and quietness.
@@ -192,40 +258,30 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
   return argv;
 }
 
-// The random initialisation (seed kInitSeed) of the model's architecture through jacobian and, unless topology is
-// skipped, topology (DIR/init/topology: the coupling's control) on the shared samples' token ids.
+// The random initialisation's jacobian and, unless topology is skipped, topology (DIR/init/topology: the coupling's
+// control), both on its pass (init_pass).
 void Analysis::run_init(nlohmann::json& record) {
   const fs::path dir = dir_ / "init", checkpoint = dir / "model", ids = dir / "samples.ids";
   std::vector<std::string> init_argv = {o_.program, "init", o_.model_path, "--seed", std::to_string(kInitSeed), "--out", checkpoint.string()};
   append(init_argv, loading_flags(o_.load));
   record["init_argv"] = init_argv;
-  write_init_checkpoint(*in_.model, o_.model_path, checkpoint, kInitSeed);
-  // The samples as one line of token ids each, so that the initialisation (which has no tokenizer of its own when the
-  // source is not a Hugging Face checkpoint) runs on exactly the trained model's tokens.
-  std::string text;
-  for (const Sample& s : in_.samples) text += fmt::format("{}\n", fmt::join(s.ids, " "));
-  write_file_atomic(ids, text);
-  SampleOptions samples;
-  samples.data = ids.string();
-  samples.samples = static_cast<int64_t>(in_.samples.size());
-  samples.max_len = o_.max_len;
-  samples.min_len = 1;
-  const AnalysisInputs init = load_inputs(checkpoint.string(), o_.load, samples, "");
+  if (!init_error_.empty()) throw Error(init_error_);
+  TDYN_CHECK(init_.model && !init_.pass.from_pass.empty());
   std::vector<std::string> argv = command("jacobian");
-  append(argv, {checkpoint.string(), "--data", ids.string(), "--samples", std::to_string(samples.samples), "--max-len",
+  append(argv, {checkpoint.string(), "--data", ids.string(), "--samples", std::to_string(init_.samples.size()), "--max-len",
                 std::to_string(o_.max_len), "--min-len", "1"});
   append(argv, loading_flags(o_.load));
-  append(argv, {"--out", dir.string()});
+  append(argv, {"--from-pass", init_.pass.from_pass, "--out", dir.string()});
   record["argv"] = argv;
   ResultsDir jacobian_out(dir, "jacobian", argv);
   result_.init_jacobian_options.keep_matrices = o_.keep_matrices;
-  result_.init_jacobian = jacobian_to(jacobian_out, init, {}, result_.init_jacobian_options, progress_);
+  result_.init_jacobian = jacobian_to(jacobian_out, init_, {}, result_.init_jacobian_options, progress_);
   if (skipped("topology")) return;
   argv[1] = "topology";
   argv.back() = (dir / "topology").string();
   record["topology_argv"] = argv;
   ResultsDir topology_out(dir / "topology", "topology", argv);
-  result_.init_topology = topology_to(topology_out, init, {}, result_.init_topology_options, progress_);
+  result_.init_topology = topology_to(topology_out, init_, {}, result_.init_topology_options, progress_);
 }
 
 // Runs one part and records how it went; a part's error is recorded, and the analysis goes on.
@@ -305,8 +361,18 @@ AnalyzeResult Analysis::run() {
   in_.load = o_.load;
   in_.model = load_model(o_.model_path, o_.load);
   if (!skipped("power") || !skipped("jacobian") || !skipped("topology")) {
-    PhaseTimer timer(out_, "forward_pass");
-    draw_samples_and_pass();
+    // Every pass runs before any part, so that MPI worker ranks, which only take their shares of the passes, are
+    // done with the run before rank 0 analyses.
+    bool root = true;
+    {
+      PhaseTimer timer(out_, "forward_pass");
+      root = draw_samples_and_pass();
+    }
+    if (runs_init()) {
+      PhaseTimer timer(out_, "init_forward_pass");
+      root = init_pass() && root;
+    }
+    if (!root) throw WorkerShareDone{};
   }
   out_.model() = {{"path", o_.model_path}, {"family", in_.model->config.family}, {"d_model", in_.model->config.d_model},
                   {"n_layers", in_.model->config.n_layers}};
@@ -315,7 +381,7 @@ AnalyzeResult Analysis::run() {
     const std::string& name = parts[i];
     out_.results()["parts"][name]["dir"] = name;
     // The init control is judged against the jacobian part; without it there is nothing to control.
-    if (skipped(name) || (name == "init" && (!o_.init_control || skipped("jacobian")))) {
+    if (skipped(name) || (name == "init" && !runs_init())) {
       out_.results()["parts"][name]["status"] = "skipped";
     } else {
       progress_.note(fmt::format("part {} of {}: {}", i + 1, parts.size(), name));

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/ranks.h"
 #include "model/init.h"
 #include "report/jacobian_output.h"
 #include "report/particles_output.h"
@@ -43,13 +44,17 @@ PowerResult power_to(ResultsDir& out, const AnalysisInputs& in, const PowerOptio
   return result;
 }
 
+void check_jacobian_ranks(const std::vector<std::string>& compare, const JacobianOptions& options) {
+  require_single_rank(!options.uses_pass(), "jacobian with the plain mean, the mean of products or per-sample Jacobians");
+  require_single_rank(!compare.empty(), "jacobian comparing checkpoints");
+}
+
 JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std::vector<std::string>& compare,
                            const JacobianOptions& options, ProgressSink& progress) {
   const bool use_pass = options.uses_pass();
   if (!use_pass && (in.pass.resume || !in.pass.from_pass.empty()))
     fail("resuming or reading a pass needs the structured mean without the mean of products and per-sample Jacobians");
-  require_single_rank(!use_pass, "jacobian with the plain mean, the mean of products or per-sample Jacobians");
-  require_single_rank(!compare.empty(), "jacobian comparing checkpoints");
+  check_jacobian_ranks(compare, options);
   if (in.samples.empty()) fail("no samples to analyse (check the data and min_len)");
   std::vector<JacobianCheckpoint> checkpoints = {{in.model_path, in.model}};
   for (const std::string& path : compare) checkpoints.push_back({path, load_model(path, in.load)});
@@ -65,7 +70,8 @@ JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std:
                        out.file(c.prefix + "pass.tdynpass"), false, label, progress);
   };
   JacobianFiles files(out, options);
-  JacobianResult result = run_jacobian(checkpoints, in.samples, options, progress, pass, &files);
+  // An MPI worker rank ends in its share of the pass (WorkerShareDone) and writes no file: rank 0 writes them all.
+  JacobianResult result = run_jacobian(checkpoints, in.samples, options, progress, pass, ranks().root() ? &files : nullptr);
   write_jacobian(out, result, options);
   return result;
 }
@@ -118,11 +124,15 @@ nlohmann::json hf_config_of(const Model& model, const std::string& path) {
 
 }  // namespace
 
+void check_topology_ranks(const TopologyComparisons& comparisons) {
+  require_single_rank(!comparisons.compare.empty() || comparisons.random_init.has_value(),
+                      "topology comparing checkpoints or a random initialisation");
+}
+
 TopologyResult topology_to(ResultsDir& out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
                            const TopologyOptions& options, ProgressSink& progress) {
   PositionSpec::parse(options.positions);  // fail early on bad positions
-  require_single_rank(!comparisons.compare.empty() || comparisons.random_init.has_value(),
-                      "topology comparing checkpoints or a random initialisation");
+  check_topology_ranks(comparisons);
   std::vector<std::string> labels;
   std::vector<TopologyCheckpoint> checkpoints;
   TopologyResult first = analyse_checkpoint(in, comparisons, options, options, in.model, in.model_path,

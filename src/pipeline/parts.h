@@ -27,6 +27,9 @@ PowerResult power_to(ResultsDir& out, const AnalysisInputs& in, const PowerOptio
 // in.load) on the same samples; the pass file (run, resumed or read per in.pass) is DIR/pass.tdynpass.
 JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std::vector<std::string>& compare,
                            const JacobianOptions& options, ProgressSink& progress);
+// What jacobian_to refuses under several MPI ranks (RefusedUnderRanks): all but the structured mean of one
+// checkpoint, whose pass is what the ranks split. Also called by the CLI before it loads anything.
+void check_jacobian_ranks(const std::vector<std::string>& compare, const JacobianOptions& options);
 
 // Further checkpoints of a topology run, each analysed the same way in DIR/compare/LABEL.
 struct TopologyComparisons {
@@ -39,6 +42,8 @@ struct TopologyComparisons {
 // Returns the first checkpoint's result.
 TopologyResult topology_to(ResultsDir& out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
                            const TopologyOptions& options, ProgressSink& progress);
+// What topology_to refuses under several MPI ranks (RefusedUnderRanks): comparisons. Also called by the CLI first.
+void check_topology_ranks(const TopologyComparisons& comparisons);
 
 // The clustering paper's particles from a real layer: `path`'s layer and head (head.head < 0: the whole layer),
 // started from the first sample of `tokens` (whose samples, min_len and max_len are set here), or from spec.initial

@@ -33,6 +33,7 @@ int run(const JacobianArgs& a) {
   const JacobianOptions options = resolved_options(a);
   if (!options.uses_pass() && (a.pass.resume || !a.pass.from_pass.empty()))
     fail("--resume and --from-pass need the structured mean without --cumulative both and --save-per-sample");
+  check_jacobian_ranks(a.compare, options);
   const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, a.pass);
   ResultsDir out(a.out, "jacobian", invocation());
   StderrProgress progress("tdyn");

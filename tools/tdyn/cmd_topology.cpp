@@ -36,6 +36,7 @@ int run(TopologyArgs& a) {
   PositionSpec::parse(a.options.positions);  // fail early on a bad --positions
   TopologyComparisons comparisons{a.compare, std::nullopt};
   if (a.random_init) comparisons.random_init = a.init_seed;
+  check_topology_ranks(comparisons);
   const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, a.pass);
   ResultsDir out(a.out_dir, "topology", invocation());
   StderrProgress progress("tdyn");

@@ -14,6 +14,7 @@ namespace tdyn::cli {
 // Exit codes: 0 ok, 1 bad input (file, shape, config), 2 bad usage (flags), 3 internal error.
 inline constexpr int kExitInputError = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInternal = 3;
 
 struct Command {
   std::string name;

@@ -1,5 +1,6 @@
 // tdyn: transformers as dynamical systems. Entry point: builds the subcommands, parses, runs, maps errors.
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,18 +35,50 @@ const std::vector<std::string>& invocation() { return g_invocation; }
 
 namespace {
 
-// Under MPI an error on one rank ends them all (the others would wait for its share forever).
-int fail_run(int code) {
+// Set once this process has failed on its own: the SIGTERM that mpirun then sends every rank is not an interrupt.
+volatile sig_atomic_t g_failing = 0;
+
+// Reports an error and ends the run; under MPI an error on one rank ends them all (the others would wait for its
+// share forever).
+int fail_run(const std::string& message, int code) {
+  g_failing = 1;
+  std::cerr << message + "\n";  // one write: the ranks' lines do not interleave
   tdyn::abort_ranks(code);
   return code;
 }
 
 }  // namespace
 
+// The commands whose samples go through the shared sample pass: they split it across MPI ranks and resume it.
+static bool runs_the_sample_pass(const std::string& command) {
+  return command == "jacobian" || command == "topology" || command == "analyze";
+}
+
+// Ctrl-C (SIGINT) or SIGTERM: one line saying what to do next, then the conventional 128 + signal. The commands
+// that run the sample pass keep its file for --resume; the others have nothing to continue.
+static bool g_resumable = false;  // set before the handler is installed
+static void on_interrupt(int signal) {
+  static const char resumable[] = "\ntdyn: interrupted; rerun the same command with --resume to continue\n";
+  static const char plain[] = "\ntdyn: interrupted\n";
+  const char* text = g_resumable ? resumable : plain;
+  const size_t length = g_resumable ? sizeof resumable - 1 : sizeof plain - 1;
+  if (tdyn::ranks().root() && !g_failing) (void)!::write(STDERR_FILENO, text, length);
+  ::_exit(128 + signal);
+}
+
+static void report_interrupts(const std::string& command) {
+  g_resumable = runs_the_sample_pass(command);
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
 // Only the commands built on the shared sample pass split their work across MPI ranks; any other would run N
 // times over and write the same files from every rank, so under several ranks it stops every rank.
 static bool refused_under_mpi(const std::string& command) {
-  if (tdyn::ranks().size <= 1 || command == "jacobian" || command == "topology" || command == "analyze") return false;
+  if (tdyn::ranks().size <= 1 || runs_the_sample_pass(command)) return false;
   if (tdyn::ranks().root())
     std::cerr << "tdyn: error: tdyn " << command << " runs in one process; under mpirun/srun only jacobian, topology and "
                                                     "analyze split their samples across ranks\n";
@@ -144,7 +177,9 @@ int main(int argc, char** argv) {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
   }
-  if (refused_under_mpi(app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name())) return kExitUsage;
+  const std::string command = app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name();
+  if (refused_under_mpi(command)) return kExitUsage;
+  report_interrupts(command);
   const std::string where = tdyn::ranks().size > 1 ? fmt::format(" (rank {} of {})", tdyn::ranks().rank, tdyn::ranks().size) : "";
   try {
     const int code = selected ? selected() : 0;
@@ -153,14 +188,20 @@ int main(int argc, char** argv) {
   } catch (const tdyn::WorkerShareDone&) {  // an MPI worker rank whose share of the pass is with rank 0
     tdyn::finalize_ranks();
     return 0;
+  } catch (const tdyn::RefusedUnderRanks& e) {  // thrown on every rank alike, before any work
+    if (tdyn::ranks().root()) std::cerr << "tdyn: error: " << e.what() << "\n";
+    tdyn::finalize_ranks();
+    return kExitUsage;
   } catch (const tdyn::Error& e) {
-    std::cerr << "tdyn: error" << where << ": " << e.what() << "\n";
-    return fail_run(kExitInputError);
+    return fail_run(fmt::format("tdyn: error{}: {}", where, e.what()), kExitInputError);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "tdyn" << where << ": " << e.what() << "\n";
-    return fail_run(kExitUsage);
+    return fail_run(fmt::format("tdyn{}: {}", where, e.what()), kExitUsage);
   } catch (const std::bad_alloc&) {
-    std::cerr << "tdyn: error" << where << ": out of memory\n";
-    return fail_run(kExitInputError);
+    return fail_run(fmt::format("tdyn: error{}: out of memory", where), kExitInputError);
+  } catch (const std::exception& e) {  // a file system or library error that no check above turned into an Error
+    return fail_run(fmt::format("tdyn: error{}: {}", where, e.what()), kExitInputError);
+  } catch (...) {
+    return fail_run(fmt::format("tdyn: internal error{}: an unknown exception; please report the command line and "
+                                "`tdyn --version`", where), kExitInternal);
   }
 }
