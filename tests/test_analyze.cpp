@@ -250,5 +250,27 @@ TEST(Analyze, DefaultCorpusShipsWithTheProgram) {
       << read_file(dir / "log");
 }
 
+// An option that only the model can check fails before the pass, with its range; a part that fails later is named
+// on stderr even under --quiet.
+TEST(Analyze, ModelDependentOptionsFailBeforeThePass) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("analyze_bad_layer");
+  const std::string model = (test::shared_dir() / kStories).string();
+  std::string err;
+  EXPECT_EQ(test::run_cli(fmt::format("--quiet analyze {} --samples 4 --particles-layer 9 --out {}", model, dir.string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("--particles-layer 9: the model has layers 0 to 4"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(dir / "pass")) << "the pass ran before the check";
+  EXPECT_EQ(test::run_cli(fmt::format("--quiet analyze {} --samples 4 --particles-head 8 --out {}", model, dir.string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("--particles-head 8: the model has heads 0 to 7"), std::string::npos) << err;
+
+  // A file where the power part's directory goes: that part fails, the others run, and stderr says which and why.
+  const fs::path blocked = test::scratch_dir("analyze_part_fails");
+  write_file_atomic(blocked / "power", "");
+  EXPECT_EQ(test::run_cli(fmt::format("--quiet analyze {} --samples 4 --max-len 16 --skip particles,topology --no-init-control --out {}",
+                                      model, blocked.string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("tdyn: error: analyze: the power part failed: cannot create output directory"), std::string::npos) << err;
+  EXPECT_TRUE(fs::exists(blocked / "jacobian/results.json"));
+}
+
 }  // namespace
 }  // namespace tdyn

@@ -405,6 +405,19 @@ TEST(PassCli, KilledAndResumedRunEqualsUninterrupted) {
   }, "pass.tdynpass", {""}, {0, 1, 3});
 }
 
+// --resume of a pass file made with other options names the one field that differs, not both headers whole.
+TEST(PassCli, ResumingAnotherRunNamesWhatDiffers) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("pass_resume_other");
+  const std::string args = fmt::format("--quiet analyze {} --max-len 16 --skip particles,topology,power --no-init-control --out {}",
+                                       (test::shared_dir() / kStories).string(), dir.string());
+  std::string err;
+  ASSERT_EQ(test::run_cli(args + " --samples 8", nullptr, &err), 0) << err;
+  EXPECT_EQ(test::run_cli(args + " --samples 9 --resume", nullptr, &err), 1);
+  EXPECT_NE(err.find("of a different run (identity.samples.count: 8 vs now 9)"), std::string::npos) << err;
+  EXPECT_LT(err.size(), 400u) << err;
+}
+
 // Ctrl-C in jacobian: it says how to continue, and --resume ends where the uninterrupted run does.
 TEST(PassCli, InterruptedJacobianSaysHowToResumeAndResumes) {
   TDYN_REQUIRE_SHARED(kStories);

@@ -643,6 +643,33 @@ int64_t samples_of_this_rank(int64_t n_samples, const PassSpec& spec) {
   return count;
 }
 
+namespace {
+
+// The first place where two pass headers differ, as "PATH: WAS vs now IS" (values cut short): what a resumed run
+// changed, rather than both headers whole (tens of kB with the samples' identity).
+std::string first_difference(const nlohmann::json& was, const nlohmann::json& now, const std::string& path = "") {
+  if (was.is_object() && now.is_object()) {
+    for (const auto& [key, value] : was.items()) {
+      const std::string at = path.empty() ? key : path + "." + key;
+      if (!now.contains(key)) return at + ": present in the file, absent now";
+      if (value != now[key]) return first_difference(value, now[key], at);
+    }
+    for (const auto& [key, value] : now.items())
+      if (!was.contains(key)) return (path.empty() ? key : path + "." + key) + ": absent in the file";
+  }
+  if (was.is_array() && now.is_array() && was.size() == now.size()) {
+    for (size_t i = 0; i < was.size(); ++i)
+      if (was[i] != now[i]) return first_difference(was[i], now[i], fmt::format("{}[{}]", path, i));
+  }
+  const auto brief = [](const nlohmann::json& v) {
+    const std::string text = v.dump();
+    return text.size() <= 80 ? text : text.substr(0, 77) + "...";
+  };
+  return fmt::format("{}: {} vs now {}", path.empty() ? "header" : path, brief(was), brief(now));
+}
+
+}  // namespace
+
 PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
                   const PassSpec& spec, const nlohmann::json& identity, const PassControl& control) {
   TDYN_CHECK(!spec.jacobians || jacobians);
@@ -685,8 +712,8 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
     if (control.resume && fs::exists(path)) {
       Scan scan = scan_pass(path, true);
       if (scan.header != header)
-        fail("{}: the pass file is of a different run (its model, samples, options or rank count differ: {} vs now {}); "
-             "remove it to start afresh", path.string(), scan.header.dump(), header.dump());
+        fail("{}: the pass file is of a different run ({}); rerun with the options it was made with, or remove it to "
+             "start afresh", path.string(), first_difference(scan.header, header));
       if (scan.complete) {
         say(fmt::format("{}: the pass had finished; using it", path.string()));
         first_layer = c.n_layers;

@@ -360,6 +360,11 @@ AnalyzeResult Analysis::run() {
   in_.model_path = o_.model_path;
   in_.load = o_.load;
   in_.model = load_model(o_.model_path, o_.load);
+  if (!skipped("particles")) {  // the one option that depends on the model: checked before any pass
+    const ModelConfig& c = in_.model->config;
+    if (o_.particles_layer >= c.n_layers) fail("--particles-layer {}: the model has layers 0 to {}", o_.particles_layer, c.n_layers - 1);
+    if (o_.particles_head >= c.n_heads) fail("--particles-head {}: the model has heads 0 to {}", o_.particles_head, c.n_heads - 1);
+  }
   if (!skipped("power") || !skipped("jacobian") || !skipped("topology")) {
     // Every pass runs before any part, so that MPI worker ranks, which only take their shares of the passes, are
     // done with the run before rank 0 analyses.

@@ -4,6 +4,8 @@
 // ranks and only rank 0 runs the parts.
 #include <omp.h>
 
+#include <iostream>
+
 #include "cli_util.h"
 #include "command.h"
 #include "pass_args.h"
@@ -34,7 +36,15 @@ int run_analyze(AnalyzeArgs& a) {
   o.quiet = progress_quiet();
   StderrProgress progress("tdyn analyze");
   const AnalyzeResult result = tdyn::run_analyze(o, a.out_dir, progress, invocation());
-  return result.failed() ? kExitInputError : 0;
+  if (!result.failed()) return 0;
+  // Said even under --quiet: the exit code alone would not tell which part failed or why.
+  for (const std::string& part : analyze_parts()) {
+    const nlohmann::json& record = result.results["results"]["parts"][part];
+    if (record.value("status", "") == "failed")
+      std::cerr << "tdyn: error: analyze: the " << part << " part failed: " << record.value("error", "") << "\n";
+  }
+  std::cerr << "tdyn: the other parts' results are in " << a.out_dir << " (results.json, index.html)\n";
+  return kExitInputError;
 }
 
 std::function<int()> setup_analyze(CLI::App& app) {
