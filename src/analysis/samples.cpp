@@ -87,7 +87,7 @@ fs::path default_corpus() {
   const std::vector<fs::path> places = default_corpus_places();
   for (const fs::path& place : places)
     if (fs::is_regular_file(place)) return place;
-  return places.empty() ? fs::path("wikitext-2/wiki.test.raw") : places.front();
+  return places.empty() ? fs::path() : places.front();  // never a path relative to the working directory
 }
 
 std::vector<Sample> load_samples(const SampleOptions& o, const Tokenizer* tok, int64_t d_vocab) {

@@ -48,7 +48,7 @@ std::vector<Sample> load_samples_for_model(const SampleOptions& options, const f
 // The default corpus when --data is not given: the WikiText-2 test split that ships with tdyn (see NOTICE), found
 // beside the program or Python module this library is part of, never from the working directory: in
 // $TDYN_DATA/wikitext-2/ when set, else in the first of default_corpus_places() that holds it. When none does, the
-// first place (so that an error names where it was looked for).
+// first place (so that an error names where it was looked for), or an empty path where there is none.
 fs::path default_corpus();
 // The places default_corpus() looks in, in order.
 std::vector<fs::path> default_corpus_places();

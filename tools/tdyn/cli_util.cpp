@@ -28,10 +28,26 @@ CLI::Validator whole_item(const std::string& expected, const std::string& name) 
       name);
 }
 
+// A number read in full (as whole_item reads it) that is greater than 0, or with `zero_allowed` at least 0.
+CLI::Validator sign_check(bool zero_allowed) {
+  return CLI::Validator(
+      [zero_allowed](std::string& text) -> std::string {
+        double value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value))
+          return "must be a number, got '" + text + "'";
+        if (zero_allowed ? value >= 0 : value > 0) return "";
+        return (zero_allowed ? "must be 0 or more, got " : "must be greater than 0, got ") + text;
+      },
+      zero_allowed ? "NONNEGATIVE" : "POSITIVE");
+}
+
 }  // namespace
 
 const CLI::Validator finite_number = whole_item<double>("numbers", "NUMBER");
 const CLI::Validator token_id = whole_item<int32_t>("integers", "INT");
+const CLI::Validator positive_number = sign_check(false);
+const CLI::Validator non_negative_number = sign_check(true);
 
 int run_self(const std::vector<std::string>& argv) {
   std::vector<char*> args;
@@ -82,31 +98,6 @@ LoadOptions ModelArgs::options() const {
 
 std::shared_ptr<const Model> ModelArgs::load() const { return load_model(path, options()); }
 
-namespace {
-
-CLI::Validator number_check(bool zero_allowed) {
-  return CLI::Validator(
-      [zero_allowed](std::string& text) -> std::string {
-        double value = 0;
-        if (!CLI::detail::lexical_cast(text, value)) return "must be a number, got '" + text + "'";
-        if (zero_allowed ? value >= 0 : value > 0) return "";
-        return (zero_allowed ? "must be 0 or more, got " : "must be greater than 0, got ") + text;
-      },
-      zero_allowed ? "NONNEGATIVE" : "POSITIVE");
-}
-
-}  // namespace
-
-const CLI::Validator& positive_number() {
-  static const CLI::Validator check = number_check(false);
-  return check;
-}
-
-const CLI::Validator& non_negative_number() {
-  static const CLI::Validator check = number_check(true);
-  return check;
-}
-
 std::string default_corpus_help() {
   return "default: the WikiText-2 test split shipped with tdyn, " + default_corpus().string() + "; $TDYN_DATA overrides its directory";
 }
@@ -120,9 +111,9 @@ void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples) {
   auto* ids = cmd->add_option("--ids", options.ids, "Input: one sample as comma-separated token ids")->delimiter(',')->check(token_id);
   data->excludes(prompt)->excludes(ids);
   prompt->excludes(ids);
-  cmd->add_option("--samples", options.samples, "S: number of passages drawn from --data")->capture_default_str()->check(positive_number());
-  cmd->add_option("--max-len", options.max_len, "Tokens per sample (longer passages are truncated)")->capture_default_str()->check(positive_number());
-  cmd->add_option("--min-len", options.min_len, "Skip passages shorter than this many tokens")->capture_default_str()->check(non_negative_number());
+  cmd->add_option("--samples", options.samples, "S: number of passages drawn from --data")->capture_default_str()->check(positive_number);
+  cmd->add_option("--max-len", options.max_len, "Tokens per sample (longer passages are truncated)")->capture_default_str()->check(positive_number);
+  cmd->add_option("--min-len", options.min_len, "Skip passages shorter than this many tokens")->capture_default_str()->check(non_negative_number);
   cmd->add_option("--sample-seed", options.seed, "Seed of the uniform draw of passages (kept in corpus order)")->capture_default_str();
   cmd->add_option("--tokenizer", tokenizer, "Tokenizer file (default: the one shipped with MODEL)");
 }

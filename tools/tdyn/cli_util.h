@@ -15,16 +15,15 @@ namespace tdyn::cli {
 // reads in full, so CLI11's own conversion never sees "", "+1", "0x10" or "nan".
 extern const CLI::Validator finite_number;  // a finite double
 extern const CLI::Validator token_id;       // an int32
+// Checks of one number that must be greater than 0, or at least 0, also read in full: "--samples: must be greater
+// than 0, got 0" (CLI11's own PositiveNumber and NonNegativeNumber name the whole range of double instead).
+extern const CLI::Validator positive_number;
+extern const CLI::Validator non_negative_number;
 
 // Runs this executable (/proc/self/exe) with `argv` (argv[0] included) and waits; returns the exit status
 // (128 + signal if killed, 127 if it could not start). Used to run one subcommand from another so that each
 // part keeps a command line that reproduces it alone.
 int run_self(const std::vector<std::string>& argv);
-
-// Checks for options that must be greater than 0, or at least 0: "--samples: must be greater than 0, got 0"
-// (CLI11's own PositiveNumber and NonNegativeNumber name the whole range of double instead).
-const CLI::Validator& positive_number();
-const CLI::Validator& non_negative_number();
 
 // "default: ..." for a --data flag's help: the WikiText-2 test split shipped with tdyn, and where it is.
 std::string default_corpus_help();

@@ -57,8 +57,8 @@ std::function<int()> setup_analyze(CLI::App& app) {
   cmd->add_option("--data", o.data, "Text file of passages (or token ids) for every part (" + default_corpus_help() + ")");
   cmd->add_option("--tokenizer", o.tokenizer, "Tokenizer file for every part (default: the one shipped with MODEL)");
   cmd->add_option("--samples", o.samples, "S: passages per part (the papers use 1000; 200 keeps a laptop run short)")
-      ->capture_default_str()->check(positive_number());
-  cmd->add_option("--max-len", o.max_len, "Tokens per sample")->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_number);
+  cmd->add_option("--max-len", o.max_len, "Tokens per sample")->capture_default_str()->check(positive_number);
   add_pass_flags(cmd, a->pass, false);
   cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,jacobian,topology,particles")
       ->delimiter(',')->check(CLI::IsMember(skippable_parts()));
@@ -67,11 +67,11 @@ std::function<int()> setup_analyze(CLI::App& app) {
                "the bottleneck and coupling verdicts then have no control and say not computed, and the communities get no NMI "
                "with the initialisation's");
   cmd->add_option("--particles-layer", o.particles_layer, "Layer whose attention head is simulated as particles")
-      ->capture_default_str()->check(non_negative_number());
-  cmd->add_option("--particles-head", o.particles_head, "That head's index")->capture_default_str()->check(non_negative_number());
+      ->capture_default_str()->check(non_negative_number);
+  cmd->add_option("--particles-head", o.particles_head, "That head's index")->capture_default_str()->check(non_negative_number);
   cmd->add_option("--particles-tokens", o.particles_tokens, "Particles: the first n tokens of the first sample")
-      ->capture_default_str()->check(positive_number());
-  cmd->add_option("--particles-T", o.particles_t, "Particles: final time")->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_number);
+  cmd->add_option("--particles-T", o.particles_t, "Particles: final time")->capture_default_str()->check(positive_number);
   return [a] { return run_analyze(*a); };
 }
 

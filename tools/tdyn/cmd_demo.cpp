@@ -163,7 +163,7 @@ std::function<int()> setup_demo(CLI::App& app) {
   auto a = std::make_shared<DemoArgs>();
   cmd->add_option("--out", a->out, "Results directory")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed for the random weights and prompt")->capture_default_str();
-  cmd->add_option("--samples", a->samples, "Random token sequences for the analyses")->capture_default_str()->check(positive_number());
+  cmd->add_option("--samples", a->samples, "Random token sequences for the analyses")->capture_default_str()->check(positive_number);
   cmd->add_flag("--skip-analysis", a->skip_analysis, "Stop after the checkpoint round trip (no tdyn analyze)");
   return [a] { return run_demo(*a); };
 }

@@ -35,7 +35,7 @@ std::function<int()> setup_init(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "Seed of the std::mt19937_64 that draws the weights")->capture_default_str();
   cmd->add_option("--initializer-range", a->initializer_range,
                   "Standard deviation of the weights (default: the source config's initializer_range, else 0.02)")
-      ->check(positive_number());
+      ->check(positive_number);
   return [a] { return run(*a); };
 }
 

@@ -190,11 +190,11 @@ void add_model_options(CLI::App* cmd, ParticlesArgs& a, CLI::Option* preset_opti
                                      "With --from-model: warn about config.json keys tdyn does not know instead of refusing the model");
   auto* no_check = cmd->add_flag("--no-check-weights", a.no_check_weights,
                                  "With --from-model: skip the NaN/Inf check of every weight at load");
-  auto* layer = cmd->add_option("--layer", a.layer, "With --from-model: the layer (0-based)")->capture_default_str()->check(non_negative_number());
+  auto* layer = cmd->add_option("--layer", a.layer, "With --from-model: the layer (0-based)")->capture_default_str()->check(non_negative_number);
   auto* head = cmd->add_option("--head", a.head,
                                "With --from-model: one head (0-based); default: the whole layer, its heads stacked into one (scores "
                                "summed over heads, one softmax; W = O V = the layer matrix F times the norm gain)")
-                   ->check(non_negative_number());
+                   ->check(non_negative_number);
   SampleOptions& t = a.tokens.options;
   auto* data = cmd->add_option("--data", t.data,
                                "With --from-model: the tokens' source, a text file of passages (" + default_corpus_help() +

@@ -33,10 +33,10 @@ int run_power(PowerArgs& a) {
 void add_spectrum_options(CLI::App* cmd, PowerArgs& a) {
   SpectrumOptions& s = a.options.spectrum;
   cmd->add_option("--full-spectrum-max-d", s.full_spectrum_max_d, "Every eigenvalue (dgeev) up to this d_model; "
-                  "above it the top-k by Arnoldi (Spectra)")->capture_default_str()->check(positive_number());
-  cmd->add_option("--top-eigs", s.top_k, "k for the Arnoldi top-k above --full-spectrum-max-d")->capture_default_str()->check(positive_number());
+                  "above it the top-k by Arnoldi (Spectra)")->capture_default_str()->check(positive_number);
+  cmd->add_option("--top-eigs", s.top_k, "k for the Arnoldi top-k above --full-spectrum-max-d")->capture_default_str()->check(positive_number);
   cmd->add_option("--arnoldi-restarts", s.arnoldi.max_restarts, "Arnoldi restarts before the top-k falls back "
-                  "to dgeev")->capture_default_str()->check(positive_number());
+                  "to dgeev")->capture_default_str()->check(positive_number);
   cmd->add_flag("--save-matrices", a.options.save_matrices, "Also write every F_t as layer_matrices.npy [layer, d, d] (float64)");
 }
 
@@ -44,17 +44,17 @@ void add_iteration_options(CLI::App* cmd, PowerArgs& a) {
   IterationOptions& it = a.options.iteration;
   cmd->add_option("--iterate-layer", a.options.iterate_layer, "Iterate this layer (default: the shared layer of a shared-weight model)");
   cmd->add_flag("--no-iterate", a.no_iterate, "Skip the iteration even for shared-weight models");
-  cmd->add_option("--iterations", it.steps, "Steps of the shared-weight iteration")->capture_default_str()->check(positive_number());
+  cmd->add_option("--iterations", it.steps, "Steps of the shared-weight iteration")->capture_default_str()->check(positive_number);
   cmd->add_option("--iterate-sample", a.options.iterate_sample, "Which loaded sample's tokens to iterate")
-      ->capture_default_str()->check(non_negative_number());
+      ->capture_default_str()->check(non_negative_number);
   cmd->add_option("--threshold", it.threshold, "Alignment at which a token counts as in a subspace (regime classification)")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--eigenvectors", it.eigenvectors, "Eigenvectors v_k searched for consensus/bipartite states")
-      ->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_number);
   cmd->add_option("--perturbation", it.perturbation, "Relative size of the perturbation in the bipartite instability test")
-      ->capture_default_str()->check(non_negative_number());
+      ->capture_default_str()->check(non_negative_number);
   cmd->add_option("--bipartite-steps", it.bipartite_steps, "Steps of the bipartite test (0: --iterations)")
-      ->capture_default_str()->check(non_negative_number());
+      ->capture_default_str()->check(non_negative_number);
   cmd->add_option("--seed", it.seed, "Seed of the bipartite perturbation")->capture_default_str();
 }
 
@@ -65,8 +65,8 @@ void add_steering_options(CLI::App* cmd, PowerArgs& a) {
   cmd->add_option("--steer-seed", o.steer_seed, "Seed of the random steering direction")->capture_default_str();
   cmd->add_option("--steer-scales", o.steering.scales, "Scales c/|lambda1(F_L)| of the steering sweep (comma-separated)")
       ->delimiter(',')->default_str("0,1,10,100,1000,10000,100000");
-  cmd->add_option("--steer-samples", o.steer_samples, "Samples run through each steered model")->capture_default_str()->check(positive_number());
-  cmd->add_option("--top-k", o.steering.top_k, "Tokens listed per output distribution")->capture_default_str()->check(positive_number());
+  cmd->add_option("--steer-samples", o.steer_samples, "Samples run through each steered model")->capture_default_str()->check(positive_number);
+  cmd->add_option("--top-k", o.steering.top_k, "Tokens listed per output distribution")->capture_default_str()->check(positive_number);
   cmd->add_flag("--no-steer", a.no_steer, "Skip the steering sweep");
 }
 

@@ -155,13 +155,13 @@ std::function<int()> setup_run(CLI::App& app) {
       ->delimiter(',')->check(token_id);
   cmd->add_flag("--no-special", a->no_special, "Do not add the tokenizer's special tokens (BOS, [CLS]/[SEP]) to --prompt");
   auto* max_new = cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate after the prompt")
-                      ->capture_default_str()->check(non_negative_number());
+                      ->capture_default_str()->check(non_negative_number);
   cmd->add_option("--steps", a->steps,
                   "llama2.c's -n: total positions including the prompt (0 = the model's context); "
                   "overrides --max-new-tokens")
-      ->excludes(max_new)->check(non_negative_number());
+      ->excludes(max_new)->check(non_negative_number);
   cmd->add_option("--temperature", a->temperature, "Sampling temperature; 0 = greedy (argmax, first maximum)")
-      ->capture_default_str()->check(non_negative_number());
+      ->capture_default_str()->check(non_negative_number);
   cmd->add_option("--seed", a->seed, "Random seed for sampling (temperature > 0)")->capture_default_str();
   cmd->add_option("--context-overflow", a->overflow,
                   "What to do when generation runs past the model's context: error (default), stop (default for "

@@ -50,7 +50,7 @@ void add_graph_options(CLI::App* cmd, TopologyArgs& a) {
                                                 "pre-MLP stream (hook_resid_mid)")
       ->capture_default_str()->check(CLI::IsMember({"layers", "sublayers"}));
   auto* top_k = cmd->add_option("--top-k", g.top_k, "Keep the k strongest edges (|r|, sign kept) of every unit")
-                    ->capture_default_str()->check(positive_number());
+                    ->capture_default_str()->check(positive_number);
   cmd->add_option("--threshold", g.threshold, "Instead of --top-k: keep every pair with |r| >= this")
       ->check(CLI::Range(0.0, 1.0))->excludes(top_k);
   cmd->add_option("--gamma", g.leiden.resolution, "CPM resolution of the positive layer")->capture_default_str();
@@ -66,7 +66,7 @@ void add_coupling_options(CLI::App* cmd, TopologyArgs& a) {
   cmd->add_option("--positions", a.options.positions, "Positions averaged in the mean Jacobians: last, all, or a list like 5,23,-1")
       ->capture_default_str();
   cmd->add_option("--permutations", c.permutations, "Permutations of each Spearman permutation test (0: parametric p only)")
-      ->capture_default_str()->check(non_negative_number());
+      ->capture_default_str()->check(non_negative_number);
   cmd->add_option("--permutation-seed", c.seed, "Seed of the permutation tests (layer i: seed + i)")->capture_default_str();
   cmd->add_option("--min-effect", c.min_effect,
                   "|rho| a BH-significant layer must also reach to count as coupled (with thousands of units tiny rho are significant)")
@@ -91,7 +91,7 @@ void add_checkpoint_options(CLI::App* cmd, TopologyArgs& a) {
                 "The --communities-control model is an independent random draw (tdyn init), so its units are not this model's: "
                 "recorded so that the report shows the NMI without judging it");
   cmd->add_option("--communities-permutations", a.options.communities_permutations, "Shuffles of the --communities-control null")
-      ->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_number);
 }
 
 std::function<int()> setup_topology(CLI::App& app) {

@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
                  "Threads for BLAS and parallel loops (default: all cores). Use 1 on a machine busy with other work: "
                  "idle threads spin a little while they wait (GOMP_SPINCOUNT=1000 unless GOMP_SPINCOUNT or OMP_WAIT_POLICY "
                  "is set), which costs more than it gains when cores are shared")
-      ->check(non_negative_number());
+      ->check(non_negative_number);
   app.fallthrough();  // --quiet and --threads may follow the subcommand
   auto commands = command_registry();
   std::sort(commands.begin(), commands.end(), [](const Command& a, const Command& b) { return a.order < b.order; });
