@@ -92,6 +92,16 @@ TEST(TokenizeCli, ClearErrors) {
   EXPECT_NE(err.find("nope.txt"), std::string::npos) << err;
   EXPECT_EQ(run_cli("tokenize" + tok + " --file " + dir.string(), &out, &err), 1);
   EXPECT_NE(err.find("is a directory"), std::string::npos) << err;
+  // A UTF-16 file, to tokenize and as an analysis corpus: refused with the byte, not cut at its first NUL.
+  write_file_atomic(dir / "utf16.txt", std::string("\xFF\xFEO\0n\0c\0e\0", 10));
+  EXPECT_EQ(run_cli("tokenize" + tok + " --file " + (dir / "utf16.txt").string(), &out, &err), 1);
+  EXPECT_NE(err.find("not valid UTF-8 (byte 0): it starts with a UTF-16 byte-order mark"), std::string::npos) << err;
+  write_file_atomic(dir / "utf16.txt", std::string("O\0n\0c\0e\0\n\0", 10));
+  EXPECT_EQ(run_cli("jacobian " + (stories() / "stories260K.bin").string() + " --data " + (dir / "utf16.txt").string() +
+                        " --samples 2 --out " + (dir / "out").string(),
+                    &out, &err),
+            1);
+  EXPECT_NE(err.find("utf16.txt' is not UTF-8 text: it has a NUL character at byte 1 (is it UTF-16?)"), std::string::npos) << err;
   // Usage: no text, no tokenizer, both text sources, both tokenizer sources.
   EXPECT_EQ(run_cli("tokenize" + tok, &out, &err), 2);
   EXPECT_NE(err.find("--text"), std::string::npos) << err;

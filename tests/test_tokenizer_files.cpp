@@ -205,6 +205,27 @@ TEST(TokCorrupt, EveryTruncationOfTokenizerBin) {
   EXPECT_GT(loaded, 400);
 }
 
+// Text that is not UTF-8 is refused by every tokenizer with the byte where it stops being UTF-8; llama2.c's, which
+// run.c reads as a C string, also refuses a NUL rather than cutting the text there.
+TEST(TokCorrupt, EveryTokenizerRefusesTextThatIsNotUtf8) {
+  TDYN_REQUIRE_SHARED("tokenizers/gpt2/encoder.json");
+  std::vector<std::unique_ptr<Tokenizer>> tokenizers;
+  tokenizers.push_back(load_tokenizer(shared_dir() / "tokenizers/gpt2/encoder.json"));
+  tokenizers.push_back(load_tokenizer(shared_dir() / "tokenizers/bert-base-uncased/vocab.txt"));
+  tokenizers.push_back(load_tokenizer(shared_dir() / "models/stories260K/tok512.bin"));
+  tokenizers.push_back(load_tokenizer(shared_dir() / "models/slm4096/vocab.json"));
+  const std::string utf16 = std::string("\xFF\xFEO\0n\0c\0e\0", 10);
+  for (const auto& tok : tokenizers) {
+    SCOPED_TRACE(tok->kind());
+    test::expect_error_contains([&] { tok->encode("abc\xC3("); }, "not valid UTF-8 (byte 3)");
+    test::expect_error_contains([&] { tok->encode(utf16); }, "not valid UTF-8 (byte 0): it starts with a UTF-16 byte-order mark");
+  }
+  test::expect_error_contains([&] { tokenizers[2]->encode(std::string("O\0n\0c\0e\0", 8)); },
+                              "NUL character at byte 1 (is it UTF-16?)");
+  // GPT-2's byte-level BPE has a token for every byte, NUL included.
+  EXPECT_EQ(tokenizers[0]->encode(std::string("a\0b", 3)).size(), 3u);
+}
+
 // Random bytes as text: each tokenizer encodes them or rejects them with an Error (invalid UTF-8).
 TEST(TokCorrupt, RandomTextNeverCrashes) {
   TDYN_REQUIRE_SHARED("tokenizers/gpt2/encoder.json");

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/npy.h"
+#include "tokenizer/unicode.h"
 
 namespace tdyn {
 
@@ -130,7 +131,10 @@ std::vector<Sample> load_samples(const SampleOptions& o, const Tokenizer* tok, i
       }
     } else {
       need_tokenizer();
-      std::vector<std::string> passages = split_passages(read_file(file));
+      const std::string text = read_file(file);
+      if (auto why = unicode::why_not_utf8_text(text, /*allow_nul=*/false))
+        fail("data file '{}' is {}; text corpora are read as UTF-8", file.string(), *why);
+      std::vector<std::string> passages = split_passages(text);
       // Draw first (cheap), tokenise only what is drawn; skip short passages and draw again from the rest.
       std::vector<int64_t> order(passages.size());
       std::iota(order.begin(), order.end(), 0);

@@ -22,7 +22,7 @@ CharTokenizer::CharTokenizer(const Json& vocab, const std::string& name)
   if (!is_char_vocab(vocab)) fail("character vocabulary '{}': every key must be exactly one character", name);
 }
 
-std::vector<int32_t> CharTokenizer::encode(std::string_view text, bool) const {
+std::vector<int32_t> CharTokenizer::encode_utf8(std::string_view text, bool) const {
   std::vector<int32_t> ids;
   size_t index = 0;
   for (const auto& cp : unicode::decode_utf8(text, fmt::format("text for character vocabulary '{}'", name_))) {

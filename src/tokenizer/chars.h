@@ -16,12 +16,12 @@ class CharTokenizer final : public Tokenizer {
 
   std::string kind() const override { return "chars"; }
   int64_t vocab_size() const override { return vocab_.size(); }
-  // Throws Error naming the character and its position when it is not in the vocabulary.
-  std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override;
   std::string decode_step(int32_t prev, int32_t id) const override;
   std::string piece(int32_t id) const override;
 
  private:
+  // Throws Error naming the character and its position when it is not in the vocabulary.
+  std::vector<int32_t> encode_utf8(std::string_view text, bool add_special) const override;
   std::string name_;
   Vocabulary vocab_;
 };

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace tdyn {
 
@@ -94,9 +95,10 @@ float Llama2cTokenizer::score(int32_t id) const {
   return scores_[id];
 }
 
-std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text, bool add_special) const {
-  // run.c reads the prompt as a C string.
-  text = as_c_string(text);
+std::vector<int32_t> Llama2cTokenizer::encode_utf8(std::string_view text, bool add_special) const {
+  // run.c reads the prompt as a C string: a NUL would end the text there, unseen.
+  if (auto why = unicode::why_not_utf8_text(text, /*allow_nul=*/false))
+    fail("llama2.c tokenizer '{}': input text is {} (run.c stops reading at a NUL)", name_, *why);
   std::vector<int32_t> tokens;
   if (add_special) tokens.push_back(kBos);
   if (!text.empty()) {
@@ -107,7 +109,7 @@ std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text, bool add_sp
   }
 
   // One token per UTF-8 code point when the code point is a piece, else one per byte (id = byte + 3). Like
-  // run.c, a lead byte starts a new sequence and at most 4 bytes are grouped; invalid UTF-8 falls back to bytes.
+  // run.c, a lead byte starts a new sequence and at most 4 bytes are grouped.
   auto is_continuation = [](char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; };
   std::string code_point;
   for (size_t i = 0; i < text.size(); ++i) {

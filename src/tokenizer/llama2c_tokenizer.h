@@ -30,8 +30,6 @@ class Llama2cTokenizer final : public Tokenizer {
 
   std::string kind() const override { return "llama2c"; }
   int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
-  // run.c encode(text, bos=add_special, eos=0).
-  std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override;
   // run.c decode() followed by safe_printf(): what run.c writes to stdout for `id` after `prev`. A BOS with
   // no predecessor prints nothing (run.c never prints the BOS that starts the prompt).
   std::string decode_step(int32_t prev, int32_t id) const override;
@@ -41,6 +39,8 @@ class Llama2cTokenizer final : public Tokenizer {
   float score(int32_t id) const;
 
  private:
+  // run.c encode(text, bos=add_special, eos=0).
+  std::vector<int32_t> encode_utf8(std::string_view text, bool add_special) const override;
   Llama2cTokenizer() = default;
   const std::string& checked_piece(int32_t id) const;
   int32_t lookup(std::string_view piece) const;  // -1 when absent

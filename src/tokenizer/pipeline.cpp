@@ -103,9 +103,7 @@ bool PipelineTokenizer::is_special(int32_t id) const {
   return it != added_by_id_.end() && it->second->special;
 }
 
-std::vector<int32_t> PipelineTokenizer::encode(std::string_view text, bool add_special) const {
-  if (auto bad = unicode::find_invalid_utf8(text))
-    fail("tokenizer '{}': input text is not valid UTF-8 (byte {})", p_.name, *bad);
+std::vector<int32_t> PipelineTokenizer::encode_utf8(std::string_view text, bool add_special) const {
   std::vector<int32_t> ids;
   if (add_special) ids = p_.special_prefix;
 

@@ -97,13 +97,13 @@ class PipelineTokenizer final : public Tokenizer {
 
   std::string kind() const override { return p_.kind; }
   int64_t vocab_size() const override { return vocab_size_; }
-  std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override;
   std::string decode_step(int32_t prev, int32_t id) const override;
   std::optional<int32_t> bos_id() const override { return p_.bos; }
   std::optional<int32_t> eos_id() const override { return p_.eos; }
   std::string piece(int32_t id) const override;
 
  private:
+  std::vector<int32_t> encode_utf8(std::string_view text, bool add_special) const override;
   const std::string& checked_piece(int32_t id) const;
   bool is_special(int32_t id) const;
   void encode_plain(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) const;

@@ -311,7 +311,7 @@ std::string SentencePieceTokenizer::kind() const {
 
 int64_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 
-std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text, bool add_special) const {
+std::vector<int32_t> SentencePieceTokenizer::encode_utf8(std::string_view text, bool add_special) const {
   std::vector<int> ids;
   const auto status = sp_->Encode(text, &ids);
   if (!status.ok()) fail("SentencePiece model '{}': cannot encode the text: {}", name_, status.ToString());

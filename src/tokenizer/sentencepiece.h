@@ -61,7 +61,6 @@ class SentencePieceTokenizer final : public Tokenizer {
   // "sentencepiece-unigram", "sentencepiece-bpe", "sentencepiece-word" or "sentencepiece-char".
   std::string kind() const override;
   int64_t vocab_size() const override;
-  std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override;
   // As the library's DecodeIds, one piece at a time: control pieces print nothing, an unknown piece the model's
   // unk surface, <0xXX> its byte, "▁" a space; the leading "▁" is dropped at the start and after a control piece.
   std::string decode_step(int32_t prev, int32_t id) const override;
@@ -72,6 +71,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   void set_special_tokens(std::vector<int32_t> prefix, std::vector<int32_t> suffix);
 
  private:
+  std::vector<int32_t> encode_utf8(std::string_view text, bool add_special) const override;
   void check_id(int32_t id) const;
 
   std::string name_;

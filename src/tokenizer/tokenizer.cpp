@@ -13,9 +13,16 @@
 #include "tokenizer/hf_json.h"
 #include "tokenizer/llama2c_tokenizer.h"
 #include "tokenizer/sentencepiece.h"
+#include "tokenizer/unicode.h"
 #include "tokenizer/wordpiece.h"
 
 namespace tdyn {
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
+  if (auto why = unicode::why_not_utf8_text(text, /*allow_nul=*/true))
+    fail("input text is {}; the {} tokenizer reads UTF-8 only", *why, kind());
+  return encode_utf8(text, add_special);
+}
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;

@@ -26,8 +26,9 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
 
   // Ids for `text`; with add_special, the model's special tokens are added (llama2.c: BOS; BERT: [CLS] .. [SEP];
-  // tokenizer.json: its post-processor; GPT-2 and character vocabularies: none).
-  virtual std::vector<int32_t> encode(std::string_view text, bool add_special = true) const = 0;
+  // tokenizer.json: its post-processor; GPT-2 and character vocabularies: none). Every tokenizer reads UTF-8:
+  // other text is refused with an Error naming the first invalid byte.
+  std::vector<int32_t> encode(std::string_view text, bool add_special = true) const;
 
   // The bytes to print when `id` follows `prev` (-1 at the start) while streaming generated tokens. For
   // llama2c this is exactly what run.c prints. Throws Error for an id outside the vocabulary.
@@ -40,6 +41,10 @@ class Tokenizer {
 
   // The raw vocabulary string of `id`, for reports. Throws Error for an id outside the vocabulary.
   virtual std::string piece(int32_t id) const = 0;
+
+ private:
+  // encode() after the text was checked to be valid UTF-8.
+  virtual std::vector<int32_t> encode_utf8(std::string_view text, bool add_special) const = 0;
 };
 
 // A tokenizer file named explicitly (--tokenizer): tokenizer.json, a SentencePiece *.model, tokenizer.bin /

@@ -75,6 +75,16 @@ std::optional<size_t> find_invalid_utf8(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<std::string> why_not_utf8_text(std::string_view text, bool allow_nul) {
+  if (auto bad = find_invalid_utf8(text)) {
+    const bool utf16_mark = text.starts_with("\xFF\xFE") || text.starts_with("\xFE\xFF");
+    return fmt::format("not valid UTF-8 (byte {}){}", *bad, utf16_mark ? ": it starts with a UTF-16 byte-order mark" : "");
+  }
+  if (auto nul = text.find('\0'); !allow_nul && nul != std::string_view::npos)
+    return fmt::format("not UTF-8 text: it has a NUL character at byte {}{}", nul, nul <= 1 ? " (is it UTF-16?)" : "");
+  return std::nullopt;
+}
+
 std::vector<CodePoint> decode_utf8(std::string_view text, std::string_view what) {
   std::vector<CodePoint> out;
   out.reserve(text.size());

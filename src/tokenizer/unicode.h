@@ -21,6 +21,10 @@ struct CodePoint {
 // Decodes `text` strictly (no overlongs, surrogates or values past U+10FFFF); returns the byte offset of the
 // first invalid sequence, or nothing when the text is valid.
 std::optional<size_t> find_invalid_utf8(std::string_view text);
+// Why `text` is not UTF-8 text, to follow "is" in an error message: "not valid UTF-8 (byte 0): it starts with a
+// UTF-16 byte-order mark", or unless NULs are allowed "not UTF-8 text: it has a NUL character at byte 1 (is it
+// UTF-16?)"; nothing when it is UTF-8 text.
+std::optional<std::string> why_not_utf8_text(std::string_view text, bool allow_nul);
 // Decodes valid UTF-8; throws Error naming `what` and the byte offset when it is not.
 std::vector<CodePoint> decode_utf8(std::string_view text, std::string_view what);
 void append_utf8(std::string& out, char32_t c);
