@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -270,6 +271,54 @@ TEST(Analyze, ModelDependentOptionsFailBeforeThePass) {
                                       model, blocked.string()), nullptr, &err), 1);
   EXPECT_NE(err.find("tdyn: error: analyze: the power part failed: cannot create output directory"), std::string::npos) << err;
   EXPECT_TRUE(fs::exists(blocked / "jacobian/results.json"));
+}
+
+// The files under `dir` but results.json, relative to it.
+std::set<std::string> files_under(const fs::path& dir) {
+  std::set<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().filename() != "results.json") files.insert(fs::relative(e.path(), dir).string());
+  return files;
+}
+
+std::set<std::string> files_listed(const fs::path& dir) {
+  const json results = json::parse(read_file(dir / "results.json"));
+  std::set<std::string> files;
+  for (const auto& [name, what] : results["files"].items()) files.insert(name);
+  return files;
+}
+
+// --out ends holding this run's files, exactly those results.json lists: none of an earlier run into the same
+// directory (surgery's after a run without --surgery, a part now skipped), and no directory after an early failure.
+TEST(Analyze, OutHoldsOnlyThisRunsFiles) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path root = test::scratch_dir("analyze_out_reused");
+  const std::string model = (test::shared_dir() / kStories).string();
+  std::string err;
+  EXPECT_EQ(test::run_cli(fmt::format("--quiet analyze {}.missing --out {}", model, (root / "never").string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("does not exist"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(root / "never")) << "a run that failed at once left its --out behind";
+
+  const fs::path jacobian = root / "jacobian";
+  const std::string run = fmt::format("--quiet jacobian {} --samples 4 --max-len 16 --out {}", model, jacobian.string());
+  ASSERT_EQ(test::run_cli(run + " --surgery", nullptr, &err), 0) << err;
+  ASSERT_TRUE(fs::exists(jacobian / "surgery.csv"));
+  write_file_atomic(jacobian / "my_notes.txt", "the user's own file");
+  ASSERT_EQ(test::run_cli(run, nullptr, &err), 0) << err;
+  std::set<std::string> expected = files_listed(jacobian);
+  expected.insert("my_notes.txt");
+  EXPECT_EQ(files_under(jacobian), expected);
+  for (const std::string& f : expected) EXPECT_FALSE(f.starts_with("surgery")) << f;
+
+  const fs::path analyze = root / "analyze";
+  const std::string parts = fmt::format("--quiet analyze {} --samples 4 --max-len 16 --no-init-control --out {} --skip particles,topology",
+                                        model, analyze.string());
+  ASSERT_EQ(test::run_cli(parts, nullptr, &err), 0) << err;
+  ASSERT_TRUE(fs::exists(analyze / "power" / "results.json"));
+  ASSERT_EQ(test::run_cli(parts + ",power", nullptr, &err), 0) << err;
+  EXPECT_FALSE(fs::exists(analyze / "power")) << "the skipped part's earlier results are still there";
+  EXPECT_EQ(json::parse(read_file(analyze / "results.json"))["results"]["parts"]["power"]["status"], "skipped");
+  fs::remove_all(root);
 }
 
 }  // namespace

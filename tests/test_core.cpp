@@ -1,4 +1,6 @@
 // Core plumbing: .npy round trips and malformed files, atomic writes, results directories, figures.
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "core/npy.h"
@@ -69,6 +71,57 @@ TEST(Results, WritesSchemaVersionedJsonAndTables) {
   EXPECT_TRUE(j["files"].contains("t.csv"));
   EXPECT_EQ(read_file(dir / "t.csv"), "a,b\n1,2\n3,0.10000000000000001\n");
   for (auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
+}
+
+// A directory used again ends with exactly this run's files: the earlier run's that this one did not write go,
+// files tdyn did not list stay, and an earlier list naming paths outside the directory removes nothing there.
+TEST(Results, ReusedDirectoryKeepsOnlyThisRunsFiles) {
+  const fs::path root = test::scratch_dir("results_reused");
+  const fs::path dir = root / "out";
+  {
+    ResultsDir first(dir, "unit", {"tdyn", "unit"});
+    first.csv("kept.csv", {"a"}, {{1}}, "rewritten by the second run");
+    first.csv("late.csv", {"a"}, {{1}}, "rewritten before the second run records it");
+    first.csv("stale.csv", {"a"}, {{1}}, "not written by the second run");
+    first.write();
+  }
+  write_file_atomic(dir / "notes.txt", "the user's");
+  write_file_atomic(root / "outside.txt", "not ours");
+  auto listed = nlohmann::json::parse(read_file(dir / "results.json"));
+  listed["files"]["../outside.txt"] = "a path outside the directory";
+  write_file_atomic(dir / "results.json", listed.dump());
+
+  ResultsDir second(dir, "unit", {"tdyn", "unit"});
+  second.csv("kept.csv", {"a"}, {{2}}, "again");
+  write_file_atomic(dir / "late.csv", "a\n2\n");
+  second.write();  // late.csv is written but not recorded yet: it stays
+  EXPECT_TRUE(fs::exists(dir / "late.csv"));
+  EXPECT_FALSE(fs::exists(dir / "stale.csv"));
+  second.record_file("late.csv", "recorded now");
+  second.write();
+  std::set<std::string> on_disk;
+  for (const auto& e : fs::directory_iterator(dir)) on_disk.insert(e.path().filename().string());
+  EXPECT_EQ(on_disk, (std::set<std::string>{"kept.csv", "late.csv", "notes.txt", "results.json"}));
+  EXPECT_TRUE(fs::exists(root / "outside.txt"));
+  auto j = nlohmann::json::parse(read_file(dir / "results.json"));
+  EXPECT_EQ(j["files"].size(), 2u) << j["files"].dump();
+  fs::remove_all(root);
+}
+
+// A run that fails before writing anything leaves no directory it created, and never removes one it found.
+TEST(Results, FailedRunLeavesNoDirectoryItCreated) {
+  const fs::path root = test::scratch_dir("results_failed");
+  { ResultsDir failed(root / "new", "unit", {}); }
+  EXPECT_FALSE(fs::exists(root / "new"));
+  fs::create_directories(root / "existing");
+  { ResultsDir failed(root / "existing", "unit", {}); }
+  EXPECT_TRUE(fs::is_directory(root / "existing"));
+  {
+    ResultsDir interrupted(root / "resumable", "unit", {});
+    write_file_atomic(interrupted.file("state.partial"), "what a resumed run continues from");
+  }
+  EXPECT_TRUE(fs::exists(root / "resumable" / "state.partial"));
+  fs::remove_all(root);
 }
 
 TEST(Figure, WritesDataScriptAndRendersWhenGnuplotExists) {

@@ -388,6 +388,8 @@ AnalyzeResult Analysis::run() {
     // The init control is judged against the jacobian part; without it there is nothing to control.
     if (skipped(name) || (name == "init" && !runs_init())) {
       out_.results()["parts"][name]["status"] = "skipped";
+      // An earlier run's results for the part would read as this run's.
+      if (fs::is_regular_file(dir_ / name / "results.json")) fs::remove_all(dir_ / name);
     } else {
       progress_.note(fmt::format("part {} of {}: {}", i + 1, parts.size(), name));
       run_part(name);

@@ -1,16 +1,42 @@
 #include "report/results.h"
 
 #include <ctime>
+#include <optional>
+
+#include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/ranks.h"
 
 namespace tdyn {
+
+namespace {
+
+std::optional<FileIdentity> identity_of(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return FileIdentity{static_cast<uint64_t>(st.st_ino), static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+}  // namespace
 
 ResultsDir::ResultsDir(fs::path dir, std::string command, std::vector<std::string> argv)
     : dir_(std::move(dir)), start_(std::chrono::steady_clock::now()) {
   std::error_code ec;
-  fs::create_directories(dir_, ec);
+  created_ = fs::create_directories(dir_, ec);
   if (ec || !fs::is_directory(dir_)) fail("cannot create output directory '{}': {}", dir_.string(), ec.message());
+  if (fs::is_regular_file(file("results.json"))) {
+    try {
+      const nlohmann::json earlier = nlohmann::json::parse(read_file(file("results.json")));
+      for (const auto& [name, what] : earlier.at("files").items()) {
+        const fs::path relative(name);
+        if (relative.is_absolute() || relative.lexically_normal().string().starts_with("..")) continue;  // not ours
+        if (auto identity = identity_of(file(name))) earlier_files_.emplace_back(name, *identity);
+      }
+    } catch (const std::exception&) {  // not a results.json of ours: nothing of it is removed
+      earlier_files_.clear();
+    }
+  }
   std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -25,6 +51,12 @@ ResultsDir::ResultsDir(fs::path dir, std::string command, std::vector<std::strin
            {"timings", nlohmann::json::object()},
            {"files", nlohmann::json::object()},
            {"results", nlohmann::json::object()}};
+}
+
+ResultsDir::~ResultsDir() {
+  // Only rank 0 writes: a worker rank leaving early must not take the directory from under it.
+  std::error_code ec;
+  if (created_ && !written_ && ranks().root() && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
 }
 
 void ResultsDir::csv(const std::string& name, const std::vector<std::string>& header,
@@ -54,10 +86,27 @@ void ResultsDir::add_timing(const std::string& phase, double seconds) {
   t[phase] = t.value(phase, 0.0) + seconds;
 }
 
-void ResultsDir::write() const {
+void ResultsDir::write() {
   nlohmann::json j = json_;
   j["timings"]["total"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   write_file_atomic(file("results.json"), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  written_ = true;
+  remove_stale_files();
+}
+
+// An earlier run's file is stale unless this run recorded it or has rewritten it (a file can be written before it
+// is recorded).
+void ResultsDir::remove_stale_files() {
+  std::vector<std::pair<std::string, FileIdentity>> undecided;
+  for (auto& [name, identity] : earlier_files_) {
+    if (json_["files"].contains(name) || name == "results.json") continue;
+    const std::optional<FileIdentity> now = identity_of(file(name));
+    if (!now) continue;                                  // already gone
+    if (*now != identity) continue;                      // rewritten by this run
+    std::error_code ec;
+    if (!fs::remove(file(name), ec)) undecided.emplace_back(name, identity);
+  }
+  earlier_files_ = std::move(undecided);
 }
 
 }  // namespace tdyn

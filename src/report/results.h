@@ -1,9 +1,14 @@
 // The results directory every analysis writes (SPEC §5): results.json (schema-versioned: command line, model,
 // every option and default actually used, tool version, timings, results, files written), arrays as .npy,
 // tables as .csv and figures (see figure.h). Every file is written atomically.
+//
+// A directory used again holds this run's files only: files that an earlier run's results.json listed and this
+// run has not rewritten are removed when results.json is written. A directory this run created is removed again
+// when the run fails before anything was written into it.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,10 +22,20 @@ namespace tdyn {
 
 inline constexpr int kResultsSchemaVersion = 1;
 
+// A file's inode and modification time: an atomic rewrite changes both.
+struct FileIdentity {
+  uint64_t inode = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
 class ResultsDir {
  public:
   // Creates `dir` (and parents) if needed. `command` is the subcommand name ("run", "particles", ...).
   ResultsDir(fs::path dir, std::string command, std::vector<std::string> argv);
+  ~ResultsDir();
+  ResultsDir(const ResultsDir&) = delete;
+  ResultsDir& operator=(const ResultsDir&) = delete;
 
   const fs::path& path() const { return dir_; }
   // The command line that reproduces this run (results.json's "argv").
@@ -53,13 +68,20 @@ class ResultsDir {
   // Wall-clock seconds per named phase, reported under "timings".
   void add_timing(const std::string& phase, double seconds);
 
-  // Writes results.json (atomically). May be called more than once; the last call wins.
-  void write() const;
+  // Writes results.json (atomically) and removes the earlier run's files that this run has not written. May be
+  // called more than once; the last call wins.
+  void write();
 
  private:
+  void remove_stale_files();
+
   fs::path dir_;
   nlohmann::json json_;
   std::chrono::steady_clock::time_point start_;
+  bool created_ = false;  // this run made the directory
+  bool written_ = false;  // results.json was written
+  // The files an earlier run's results.json lists, each with its identity on disk then (a rewritten file differs).
+  std::vector<std::pair<std::string, FileIdentity>> earlier_files_;
 };
 
 // Measures a phase and reports it to a ResultsDir when it goes out of scope.
