@@ -441,9 +441,18 @@ TEST(Report, SingleResultsDirectoryAndMissingKeys) {
   const auto papers = summarize_claims(load_report_parts(dir));
   for (const auto& paper : papers)
     for (const auto& c : paper.checks) EXPECT_EQ(c.verdict, c.verdict == Verdict::kInfo ? Verdict::kInfo : Verdict::kNotComputed) << c.claim;
+  ASSERT_EQ(papers.size(), 1u);
+  EXPECT_EQ(papers[0].seed, "000") << "a power directory lists the power paper's claims only";
   // A corrupt results.json is reported, not thrown.
   write_file_atomic(dir / "results.json", "{ not json");
   EXPECT_NO_THROW(render_html_report(dir));
+  // A directory with no results at all is refused, by the command too.
+  const fs::path empty = test::scratch_dir("report_empty");
+  test::expect_error_contains([&] { render_html_report(empty); }, "no results.json in");
+  std::string err;
+  EXPECT_EQ(test::run_cli("report " + empty.string(), nullptr, &err), 1);
+  EXPECT_NE(err.find("give the --out directory of an analysis"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(empty / "index.html"));
 }
 
 // The clustering paper's verdicts are decided by the particles analysis (results.verdicts); the report shows each as written,
@@ -459,8 +468,8 @@ TEST(Report, ParticlesVerdictsAreShownAsWritten) {
                   {"verdicts", {verdict("clusters", "pass", 2), verdict("boolean", "differs", 0.4), verdict("leaders", "shown", 0)}}};
   write_part(dir, "particles", results, json{{"n", 20}}, {});
   auto papers = summarize_claims(load_report_parts(dir));
-  ASSERT_EQ(papers.size(), 3u);
-  const auto& checks = papers[2].checks;
+  ASSERT_EQ(papers.size(), 1u) << "a particles directory is judged on the clustering paper only";
+  const auto& checks = papers[0].checks;
   ASSERT_EQ(checks.size(), 4u);
   EXPECT_EQ(checks[0].verdict, Verdict::kPass);
   EXPECT_EQ(checks[0].claim, "statement of clusters");
@@ -472,7 +481,7 @@ TEST(Report, ParticlesVerdictsAreShownAsWritten) {
 
   write_part(dir, "particles", json{{"final", {{"time", 5}, {"clusters", {{"count", 3}}}}}}, json{{"n", 20}}, {});
   papers = summarize_claims(load_report_parts(dir));
-  for (const auto& c : papers[2].checks) EXPECT_EQ(c.verdict, Verdict::kNotComputed) << c.claim;
+  for (const auto& c : papers[0].checks) EXPECT_EQ(c.verdict, Verdict::kNotComputed) << c.claim;
 }
 
 }  // namespace

@@ -106,6 +106,8 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
       parts.push_back(std::move(t));
     }
   }
+  if (parts.empty())
+    fail("report: no results.json in '{}' or its subdirectories; give the --out directory of an analysis", dir.string());
   return parts;
 }
 

@@ -28,7 +28,8 @@ inline constexpr const char* kInitPart = "init";
 inline constexpr const char* kInitTopologyPart = "init/topology";
 
 // The parts under `dir`: its own results.json when that is a single analysis, else every subdirectory with a
-// results.json (the analyze layout; the order power, jacobian, topology, particles, then others by name).
+// results.json (the analyze layout; the order power, jacobian, topology, particles, then others by name). Throws
+// Error when there are none.
 std::vector<ReportPart> load_report_parts(const fs::path& dir);
 
 // The parsed file, or null with `error` saying why it could not be read.

@@ -460,10 +460,18 @@ const char* verdict_text(Verdict v) {
 }
 
 std::vector<PaperSummary> summarize_claims(const std::vector<ReportPart>& parts) {
-  std::vector<PaperSummary> papers = {power_summary(part_for(parts, "power")),
-                                      residual_summary(part_for(parts, "jacobian"), named_part(parts, kInitPart), part_for(parts, "topology"),
-                                                       named_part(parts, kInitTopologyPart)),
-                                      particles_summary(part_for(parts, "particles"))};
+  const ReportPart* power = part_for(parts, "power");
+  const ReportPart* jacobian = part_for(parts, "jacobian");
+  const ReportPart* topology = part_for(parts, "topology");
+  const ReportPart* particles = part_for(parts, "particles");
+  // One command's directory is judged on its own paper's claims only; analyze's on all three, a skipped part's
+  // claims as not computed.
+  const bool one_command = parts.size() == 1 && parts[0].rel_dir.empty();
+  std::vector<PaperSummary> papers;
+  if (!one_command || power) papers.push_back(power_summary(power));
+  if (!one_command || jacobian || topology)
+    papers.push_back(residual_summary(jacobian, named_part(parts, kInitPart), topology, named_part(parts, kInitTopologyPart)));
+  if (!one_command || particles) papers.push_back(particles_summary(particles));
   return papers;
 }
 

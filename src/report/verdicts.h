@@ -39,7 +39,8 @@ inline constexpr const char* kNotComputed = "not computed";
 // "pass", "differs", "shown" or "not computed".
 const char* verdict_text(Verdict v);
 
-// The three papers' summary tables, computed from the parts by the rules in verdicts.cpp (docs/report.md).
+// The papers' summary tables, computed from the parts by the rules in verdicts.cpp (docs/report.md): all three for
+// an analyze directory, the command's own paper for one command's results directory.
 std::vector<PaperSummary> summarize_claims(const std::vector<ReportPart>& parts);
 
 // The verdicts as analyze writes them to results.json ("verdicts"): one object per check, {paper, claim (the id),
