@@ -72,6 +72,37 @@ TEST(RunCommand, SavesLogitsAndHooksAsTheLibraryComputes) {
   EXPECT_EQ(read_npy(dir / "hooks/blocks.4.hook_resid_post.npy").as_float(), cache.at("blocks.4.hook_resid_post").data);
 }
 
+TEST(RunCommand, RefusesAHookPatternThatMatchesNothing) {
+  TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  fs::path dir = test::scratch_dir("run_bad_hooks");
+  fs::path model = test::shared_dir() / "models/stories260K/stories260K.bin";
+  std::string err;
+  EXPECT_EQ(test::run_cli(fmt::format("run {} --ids 1,403 --max-new-tokens 0 --save-hooks {} "
+                                      "--hooks 'blocks.*.hook_resid_post,blocks.*.hook_nonexistent'",
+                                      model.string(), (dir / "hooks").string()),
+                          nullptr, &err),
+            1);
+  EXPECT_NE(err.find("hook pattern 'blocks.*.hook_nonexistent' matches no hook of this model"), std::string::npos) << err;
+  EXPECT_NE(err.find("blocks.{l}.hook_resid_post"), std::string::npos) << err;  // it lists the hooks there are
+  EXPECT_FALSE(fs::exists(dir / "hooks"));
+}
+
+TEST(Hooks, EveryPatternMustMatchAnOfferedHook) {
+  ActivationCache cache("blocks.*.hook_resid_pre,hook_embed,blocks.?.attn.hook_z");
+  for (const char* name : {"hook_embed", "blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre", "blocks.0.attn.hook_pattern"})
+    cache.wants(name);
+  EXPECT_EQ(cache.offered().size(), 4u);
+  try {
+    cache.require_every_pattern_matches(cache.offered());
+    FAIL() << "blocks.?.attn.hook_z matched nothing and was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "hook pattern 'blocks.?.attn.hook_z' matches no hook of this model; its hooks are "
+              "blocks.{l}.attn.hook_pattern, blocks.{l}.hook_resid_pre, hook_embed");
+  }
+  EXPECT_NO_THROW(ActivationCache("hook_*,blocks.1.*").require_every_pattern_matches(cache.offered()));
+}
+
 TEST(RunCommand, TemperatureSamplingIsSeededAndDeterministic) {
   TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
   fs::path model = test::shared_dir() / "models/stories260K/stories260K.bin";

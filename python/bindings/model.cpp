@@ -67,6 +67,7 @@ py::tuple run(const PyModel& self, const Ids& ids, const std::optional<std::stri
     py::gil_scoped_release release;
     logits = self.transformer().forward(ids, cache ? &*cache : nullptr, nullptr, token_types.value_or(Ids{}));
   }
+  if (cache) cache->require_every_pattern_matches(cache->offered());  // the pass offered every hook there is
   py::dict activations;
   if (cache)
     for (const auto& [name, tensor] : cache->tensors()) activations[py::str(name)] = to_numpy(tensor);
@@ -196,8 +197,8 @@ void bind_model(py::module_& m) {
 
 Returns (logits, activations): logits float32 [pos, d_vocab] and a dict from TransformerLens hook name
 (hook_embed, blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_pattern, ...) to a float32 array.
-hooks: comma-separated globs over hook names ('*' all, None nothing). token_types: segment ids for
-BERT/ALBERT (default all 0).)doc")
+hooks: comma-separated globs over hook names ('*' all, None nothing); a glob that matches no hook of the
+model raises tdyn.Error listing its hooks. token_types: segment ids for BERT/ALBERT (default all 0).)doc")
       .def("generate", &generate_ids, py::arg("ids"), py::arg("max_new_tokens"), py::arg("temperature") = 0.0,
            py::arg("seed") = 0,
            "Prompt + generated ids. temperature 0: greedy (first maximum); else samples softmax(logits / T) with "

@@ -72,6 +72,8 @@ class ForwardTest(unittest.TestCase):
                                     1e-4, 2e-5, "bert resid_post with token types")
         _, none = m.run(r["seq1.input_ids"], hooks=None)
         self.assertEqual(none, {})
+        with self.assertRaisesRegex(tdyn.Error, r"'blocks\.\*\.hook_nonexistent' matches no hook"):
+            m.run(r["seq1.input_ids"], hooks="blocks.*.hook_nonexistent")
 
     def test_layer_matrix(self):
         for family in ("gpt2", "llama"):

@@ -1,6 +1,10 @@
 #include "model/hooks.h"
 
+#include <algorithm>
+#include <regex>
+
 #include <fnmatch.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -13,7 +17,10 @@ ActivationCache::ActivationCache(const std::string& patterns) {
   if (patterns_.empty()) fail("empty hook pattern (use '*' for every hook)");
 }
 
+ActivationCache ActivationCache::listing_only() { return ActivationCache(ListingOnly{}); }
+
 bool ActivationCache::wants(const std::string& name) const {
+  offered_.insert(name);
   for (const auto& p : patterns_) {
     if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
   }
@@ -25,6 +32,28 @@ void ActivationCache::capture(const std::string& name, const float* data, Shape 
   Tensor t(std::move(shape));
   std::copy(data, data + t.size(), t.ptr());
   tensors_[name] = std::move(t);
+}
+
+void ActivationCache::require_every_pattern_matches(const std::set<std::string>& hook_names) const {
+  std::vector<std::string> unmatched;
+  for (const auto& p : patterns_) {
+    bool matched = false;
+    for (const auto& name : hook_names) matched = matched || ::fnmatch(p.c_str(), name.c_str(), 0) == 0;
+    if (!matched) unmatched.push_back("'" + p + "'");
+  }
+  if (!unmatched.empty())
+    fail("hook pattern{} {} match{} no hook of this model; its hooks are {}", unmatched.size() > 1 ? "s" : "",
+         fmt::join(unmatched, ", "), unmatched.size() > 1 ? "" : "es", fmt::join(hook_name_templates(hook_names), ", "));
+}
+
+std::vector<std::string> hook_name_templates(const std::set<std::string>& hook_names) {
+  static const std::regex layer(R"(^blocks\.\d+\.)");
+  std::vector<std::string> out;
+  for (const auto& name : hook_names) {
+    std::string t = std::regex_replace(name, layer, "blocks.{l}.");
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  }
+  return out;
 }
 
 const Tensor& ActivationCache::at(const std::string& name) const {

@@ -84,6 +84,17 @@ Transformer::Transformer(std::shared_ptr<const Model> model) : model_(std::move(
   }
 }
 
+std::set<std::string> Transformer::hook_names() const {
+  ActivationCache listing = ActivationCache::listing_only();
+  const int32_t token = 0;
+  forward(std::span(&token, 1), &listing);
+  return listing.offered();
+}
+
+void Transformer::check_hook_patterns(const std::string& patterns) const {
+  ActivationCache(patterns).require_every_pattern_matches(hook_names());
+}
+
 KVCache Transformer::new_cache(int64_t max_positions) const {
   const ModelConfig& c = config();
   if (c.is_encoder()) fail("{} is a bidirectional encoder: it has no KV cache (run whole sequences)", c.family);

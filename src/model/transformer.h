@@ -38,6 +38,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <span>
 
 #include "model/hooks.h"
@@ -71,6 +72,11 @@ class Transformer {
                  std::span<const int32_t> token_types = {}) const;
 
   KVCache new_cache(int64_t max_positions) const;
+
+  // Every hook name forward() offers, as a one-token pass finds them (so the list cannot drift from the code).
+  std::set<std::string> hook_names() const;
+  // Throws Error, before any real work, when a pattern of `patterns` matches none of hook_names().
+  void check_hook_patterns(const std::string& patterns) const;
 
   // ---- The steps of forward(), for analyses that run pieces of the model. `start`: absolute position of
   // the first row; x: residual stream [n, d_model].

@@ -116,7 +116,10 @@ int run(const RunArgs& a) {
     if (gen.max_new_tokens > 0) fail("--token-types applies to encoders, which do not generate");
   }
   std::unique_ptr<ActivationCache> hooks;
-  if (!a.save_hooks.empty()) hooks = std::make_unique<ActivationCache>(a.hooks);
+  if (!a.save_hooks.empty()) {
+    transformer.check_hook_patterns(a.hooks);
+    hooks = std::make_unique<ActivationCache>(a.hooks);
+  }
   std::cout << prompt_echo(prompt, tok.get(), c) << std::flush;
 
   auto start = std::chrono::steady_clock::now();
@@ -172,7 +175,8 @@ std::function<int()> setup_run(CLI::App& app) {
   cmd->add_option("--save-hooks", a->save_hooks,
                   "Write each captured activation of the prompt to DIR/<hook name>.npy, plus DIR/index.json");
   cmd->add_option("--hooks", a->hooks,
-                  "Comma-separated globs over TransformerLens hook names, e.g. 'blocks.*.hook_resid_post' ('*' = all)")
+                  "Comma-separated globs over TransformerLens hook names, e.g. 'blocks.*.hook_resid_post' ('*' = all); a "
+                  "glob that matches no hook of the model is an error that lists its hooks")
       ->capture_default_str();
   return [cmd, a] {
     if (cmd->count("--prompt") == 0 && cmd->count("--ids") == 0) throw CLI::RequiredError("--prompt or --ids");
