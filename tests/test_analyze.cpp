@@ -4,11 +4,13 @@
 // const).
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "core/text.h"
 #include "test_util.h"
 
 namespace tdyn {
@@ -271,6 +273,31 @@ TEST(Analyze, ModelDependentOptionsFailBeforeThePass) {
                                       model, blocked.string()), nullptr, &err), 1);
   EXPECT_NE(err.find("tdyn: error: analyze: the power part failed: cannot create output directory"), std::string::npos) << err;
   EXPECT_TRUE(fs::exists(blocked / "jacobian/results.json"));
+}
+
+// Progress into a log (stderr not a terminal): every line under one prefix, and a stage's count at most once
+// every 10 s while it runs (ETA lines), plus one line when it ends, so a short analysis prints a few lines.
+TEST(Analyze, ProgressInALogIsOneLinePerStage) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("analyze_progress");
+  const std::string model = (test::shared_dir() / kStories).string();
+  std::string err;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(test::run_cli(fmt::format("--threads 1 analyze {} --samples 8 --max-len 16 --skip particles --out {}", model, dir.string()),
+                          nullptr, &err),
+            0)
+      << err;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int lines = 0, running = 0;
+  for (const std::string& line : split_list(err, '\n')) {
+    if (line.empty()) continue;
+    ++lines;
+    EXPECT_TRUE(line.starts_with("tdyn analyze: ")) << line;
+    EXPECT_FALSE(line.starts_with("tdyn analyze: analyze:")) << line;
+    if (line.find(", ETA ") != std::string::npos) ++running;
+  }
+  EXPECT_LE(running, static_cast<int>(seconds / 10)) << err;
+  EXPECT_LT(lines, 60) << err;
 }
 
 // The files under `dir` but results.json, relative to it.

@@ -169,7 +169,7 @@ bool Analysis::draw_samples_and_pass() {
   if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
   try {
     obtain_pass({o_.resume, ""}, *transformer, jacobians.get(), in_.samples, spec, model_identity, file, true,
-                "analyze: forward pass", progress_);
+                "forward pass", progress_);
   } catch (const WorkerShareDone&) {
     return false;
   }
@@ -217,7 +217,7 @@ bool Analysis::init_pass() {
   const fs::path file = dir / "pass.tdynpass";
   try {
     obtain_pass({o_.resume, ""}, *transformer, &jacobians, init_.samples, spec, pass_model_identity(checkpoint.string(), *init_.model),
-                file, true, "analyze: the initialisation's forward pass", progress_);
+                file, true, "the initialisation's forward pass", progress_);
   } catch (const WorkerShareDone&) {
     return false;
   } catch (const Error& e) {  // in one process the init part reports it; under MPI the ranks cannot go on apart

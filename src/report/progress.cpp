@@ -37,9 +37,7 @@ void Progress::advance(int64_t n) {
   if (g_quiet || finished_) return;
   auto now = std::chrono::steady_clock::now();
   double since = std::chrono::duration<double>(now - last_draw_).count();
-  int decile = total_ > 0 ? static_cast<int>(10 * done_ / total_) : 0;
-  if (tty_ ? since >= 0.1 : (decile > last_decile_ || since >= 30.0)) {
-    last_decile_ = decile;
+  if (since >= (tty_ ? 0.1 : 10.0)) {
     last_draw_ = now;
     draw(false);
   }

@@ -1,6 +1,7 @@
 // Progress of long loops (samples, layers, iterations) on stderr. On a terminal: one line redrawn in place
-// with a bar, count, rate and ETA (at most 10 redraws a second). Otherwise (logs, CI): a plain line every
-// 10 % or 30 s. Nothing when quiet (set_progress_quiet(true), the CLI's --quiet).
+// with a bar, count, rate and ETA (at most 10 redraws a second). Otherwise (logs, CI): a plain line at most
+// every 10 s while the loop runs, and one when it ends, so a short stage is one line. Nothing when quiet
+// (set_progress_quiet(true), the CLI's --quiet).
 #pragma once
 
 #include <chrono>
@@ -30,11 +31,11 @@ class Progress {
   std::string label_, unit_;
   int64_t total_, done_ = 0;
   bool tty_, finished_ = false;
-  int last_decile_ = 0;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 
-// The CLI's ProgressSink: notes as "PREFIX: line", loops as a Progress bar each; nothing when quiet.
+// The CLI's ProgressSink: notes as "PREFIX: line", loops as a Progress bar each; nothing when quiet. PREFIX is
+// "tdyn COMMAND", the same for every line of a command.
 class StderrProgress final : public ProgressSink {
  public:
   explicit StderrProgress(std::string prefix) : prefix_(std::move(prefix)) {}

@@ -36,7 +36,7 @@ int run(const JacobianArgs& a) {
   check_jacobian_ranks(a.compare, options);
   const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, a.pass);
   ResultsDir out(a.out, "jacobian", invocation());
-  StderrProgress progress("tdyn");
+  StderrProgress progress("tdyn jacobian");
   jacobian_to(out, in, a.compare, options, progress);
   progress.note(fmt::format("wrote {}", out.file("results.json").string()));
   return 0;

@@ -39,7 +39,7 @@ int run(TopologyArgs& a) {
   check_topology_ranks(comparisons);
   const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, a.pass);
   ResultsDir out(a.out_dir, "topology", invocation());
-  StderrProgress progress("tdyn");
+  StderrProgress progress("tdyn topology");
   topology_to(out, in, comparisons, a.options, progress);
   return 0;
 }
