@@ -128,13 +128,17 @@ TEST_F(NonFinite, SafetensorsF32NanNamesTensorLayerElementAndCount) {
   expect_has(msg, (model / "model.safetensors").string());
 
   // The CLI: exit code 1 and the same message; --no-check-weights loads it. `info` reads only the headers
-  // unless asked to check the weights.
+  // unless asked to check the weights; every command takes both spellings of the one flag.
   std::string out, err;
   EXPECT_EQ(test::run_cli("run --ids 1,2 " + model.string(), &out, &err), 1) << err;
   expect_has(err, "weight tensor '" + name + "' (layer 1)");
   EXPECT_EQ(test::run_cli("run --no-check-weights --ids 1,2 --max-new-tokens 1 --save-logits " + (dir_ / "l.npy").string() + " " + model.string(), &out, &err), 1) << err;
   expect_has(err, "blocks.1.attn.hook_out_proj");
+  EXPECT_EQ(test::run_cli("run --check-weights --ids 1,2 " + model.string(), &out, &err), 1) << err;
+  expect_has(err, "weight tensor '" + name + "' (layer 1)");
+  EXPECT_EQ(test::run_cli("run --check-weights --no-check-weights --ids 1,2 " + model.string(), &out, &err), 2) << err;
   EXPECT_EQ(test::run_cli("info " + model.string(), &out, &err), 0) << err;
+  EXPECT_EQ(test::run_cli("info --no-check-weights " + model.string(), &out, &err), 0) << err;
   EXPECT_EQ(test::run_cli("info --check-weights " + model.string(), &out, &err), 1) << err;
   expect_has(err, "weight tensor '" + name + "' (layer 1)");
 }

@@ -78,21 +78,29 @@ void ModelArgs::add_to(CLI::App* cmd, bool headers_only) {
       ->required();
   cmd->add_flag("--allow-unknown-config-keys", allow_unknown_config_keys,
                 "Warn about config.json keys tdyn does not know instead of refusing the model");
-  this->headers_only = headers_only;
-  if (headers_only) {
-    cmd->add_flag("--check-weights", check_weights,
-                  "Also check every weight for NaN/Inf (reads the whole file once; by default only the headers are read)");
-    return;
-  }
-  cmd->add_flag("--no-check-weights", no_check_weights,
-                "Skip the NaN/Inf check of every weight at load (it reads each weight once: for a float32 "
-                "checkpoint, the whole file). Activations are still checked as the model runs");
+  check_weights = !headers_only;
+  add_check_weights_flags(cmd, check_weights,
+                          headers_only ? "Check every weight for NaN/Inf (reads the whole file once)"
+                                       : "Check every weight for NaN/Inf at load (it reads each weight once: for a float32 "
+                                         "checkpoint, the whole file)",
+                          headers_only ? "Read only the headers (the default)"
+                                       : "Skip that check (activations are still checked as the model runs)");
+}
+
+std::pair<CLI::Option*, CLI::Option*> add_check_weights_flags(CLI::App* cmd, bool& check_weights, const std::string& check_help,
+                                                             const std::string& skip_help) {
+  const bool by_default = check_weights;
+  auto* check = cmd->add_flag_callback("--check-weights", [&check_weights] { check_weights = true; },
+                                       check_help + (by_default ? " (the default)" : ""));
+  auto* skip = cmd->add_flag_callback("--no-check-weights", [&check_weights] { check_weights = false; }, skip_help);
+  check->excludes(skip);
+  return {check, skip};
 }
 
 LoadOptions ModelArgs::options() const {
   LoadOptions options;
   options.config.allow_unknown_keys = allow_unknown_config_keys;
-  options.check_finite = headers_only ? check_weights : !no_check_weights;
+  options.check_finite = check_weights;
   return options;
 }
 
@@ -102,7 +110,7 @@ std::string default_corpus_help() {
   return "default: the WikiText-2 test split shipped with tdyn, " + default_corpus().string() + "; $TDYN_DATA overrides its directory";
 }
 
-void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples) {
+void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples, const std::string& why_that_default) {
   options.samples = default_samples;
   auto* data = cmd->add_option("--data", options.data,
                                "Input: a text file split into passages (paragraphs; " + default_corpus_help() +
@@ -111,7 +119,7 @@ void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples) {
   auto* ids = cmd->add_option("--ids", options.ids, "Input: one sample as comma-separated token ids")->delimiter(',')->check(token_id);
   data->excludes(prompt)->excludes(ids);
   prompt->excludes(ids);
-  cmd->add_option("--samples", options.samples, "S: number of passages drawn from --data")->capture_default_str()->check(positive_number);
+  cmd->add_option("--samples", options.samples, "S: number of passages drawn from --data (" + why_that_default + ")")->capture_default_str()->check(positive_number);
   cmd->add_option("--max-len", options.max_len, "Tokens per sample (longer passages are truncated)")->capture_default_str()->check(positive_number);
   cmd->add_option("--min-len", options.min_len, "Skip passages shorter than this many tokens")->capture_default_str()->check(non_negative_number);
   cmd->add_option("--sample-seed", options.seed, "Seed of the uniform draw of passages (kept in corpus order)")->capture_default_str();

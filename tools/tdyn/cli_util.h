@@ -28,24 +28,28 @@ int run_self(const std::vector<std::string>& argv);
 // "default: ..." for a --data flag's help: the WikiText-2 test split shipped with tdyn, and where it is.
 std::string default_corpus_help();
 
-// Adds the model argument and loading flags (--allow-unknown-config-keys, and --no-check-weights, or for a command
-// that only describes the checkpoint, `headers_only`, --check-weights) to a subcommand.
+// Adds the model argument and loading flags (--allow-unknown-config-keys, --check-weights / --no-check-weights) to a
+// subcommand. The weights are checked by default, except by a command that only describes the checkpoint
+// (`headers_only`), which reads no weight byte unless asked.
 struct ModelArgs {
   std::string path;
   bool allow_unknown_config_keys = false;
-  bool no_check_weights = false;
-  bool headers_only = false, check_weights = false;  // --check-weights of a headers-only command
+  bool check_weights = true;
   void add_to(CLI::App* cmd, bool headers_only = false);
   LoadOptions options() const;  // the flags as load options, for loading further checkpoints (--compare)
   std::shared_ptr<const Model> load() const;
 };
 
+// --check-weights and --no-check-weights (exclusive) setting `check_weights`, whose value is the default.
+std::pair<CLI::Option*, CLI::Option*> add_check_weights_flags(CLI::App* cmd, bool& check_weights, const std::string& check_help,
+                                                             const std::string& skip_help);
+
 // The inputs of an analysis: --data FILE | --prompt TEXT | --ids LIST, --samples, --max-len, --min-len,
-// --sample-seed, --tokenizer. Defaults follow the residual-stream paper (S = 1000 WikiText-2 test passages).
+// --sample-seed, --tokenizer. Each command's default S comes with its reason, which --help shows.
 struct SampleArgs {
   SampleOptions options;
   std::string tokenizer;
-  void add_to(CLI::App* cmd, int64_t default_samples = 1000);
+  void add_to(CLI::App* cmd, int64_t default_samples, const std::string& why_that_default);
   // Loads the samples for `model` (its own tokenizer unless --tokenizer).
   std::vector<Sample> load(const std::string& model_path, int64_t d_vocab) const;
 };

@@ -56,7 +56,8 @@ std::function<int()> setup_analyze(CLI::App& app) {
   cmd->add_option("--out", a->out_dir, "Results directory (one subdirectory per part)")->required();
   cmd->add_option("--data", o.data, "Text file of passages (or token ids) for every part (" + default_corpus_help() + ")");
   cmd->add_option("--tokenizer", o.tokenizer, "Tokenizer file for every part (default: the one shipped with MODEL)");
-  cmd->add_option("--samples", o.samples, "S: passages per part (the papers use 1000; 200 keeps a laptop run short)")
+  cmd->add_option("--samples", o.samples, "S: passages shared by every part (200 keeps a run of five parts and the initialisation control short; the "
+                  "residual-stream paper averages over 1000, as jacobian and topology do by default)")
       ->capture_default_str()->check(positive_number);
   cmd->add_option("--max-len", o.max_len, "Tokens per sample")->capture_default_str()->check(positive_number);
   add_pass_flags(cmd, a->pass, false);

@@ -26,7 +26,7 @@ struct ParticlesArgs {
   std::map<std::string, CLI::Option*> given;
   // --from-model: the checkpoint, the layer and head, and where the tokens come from.
   std::string from_model;
-  bool allow_unknown_config_keys = false, no_check_weights = false;
+  bool allow_unknown_config_keys = false, check_weights = true;
   int64_t layer = 0, head = -1;  // head -1: the whole layer
   SampleArgs tokens;             // --data | --prompt | --ids, --tokenizer; the first sample only
 };
@@ -105,7 +105,7 @@ int run(const ParticlesArgs& a) {
   } else {
     LoadOptions load;
     load.config.allow_unknown_keys = a.allow_unknown_config_keys;
-    load.check_finite = !a.no_check_weights;
+    load.check_finite = a.check_weights;
     // --init: the tokens it makes; else the first sample of --data, --prompt or --ids (default: the first passage drawn).
     const std::optional<SampleOptions> tokens = given(a, "--init") ? std::nullopt : std::optional(a.tokens.options);
     result = particles_to(out, a.from_model, load, {a.layer, a.head, spec.n}, tokens, a.tokens.tokenizer, spec, options);
@@ -188,8 +188,8 @@ void add_model_options(CLI::App* cmd, ParticlesArgs& a, CLI::Option* preset_opti
                                      "or the whole layer)");
   auto* unknown_keys = cmd->add_flag("--allow-unknown-config-keys", a.allow_unknown_config_keys,
                                      "With --from-model: warn about config.json keys tdyn does not know instead of refusing the model");
-  auto* no_check = cmd->add_flag("--no-check-weights", a.no_check_weights,
-                                 "With --from-model: skip the NaN/Inf check of every weight at load");
+  auto [check, no_check] = add_check_weights_flags(cmd, a.check_weights, "With --from-model: check every weight for NaN/Inf at load",
+                                                  "With --from-model: skip that check");
   auto* layer = cmd->add_option("--layer", a.layer, "With --from-model: the layer (0-based)")->capture_default_str()->check(non_negative_number);
   auto* head = cmd->add_option("--head", a.head,
                                "With --from-model: one head (0-based); default: the whole layer, its heads stacked into one (scores "
@@ -205,7 +205,7 @@ void add_model_options(CLI::App* cmd, ParticlesArgs& a, CLI::Option* preset_opti
   data->excludes(prompt)->excludes(ids);
   prompt->excludes(ids);
   for (auto* source : {data, prompt, ids, tokenizer}) source->excludes(a.given.at("--init"));  // --init replaces the model's tokens
-  for (auto* option : {unknown_keys, no_check, layer, head, data, prompt, ids, tokenizer}) option->needs(from_model);
+  for (auto* option : {unknown_keys, check, no_check, layer, head, data, prompt, ids, tokenizer}) option->needs(from_model);
   // The model supplies the matrices and the width.
   for (const char* flag : {"--query", "--key", "--value", "--output", "--d", "--d-head"}) from_model->excludes(a.given.at(flag));
   from_model->excludes(preset_option);

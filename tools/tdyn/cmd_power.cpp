@@ -75,7 +75,7 @@ std::function<int()> setup_power(CLI::App& app) {
                                           "alignment over real text, shared-weight iteration, rank-1 steering");
   auto a = std::make_shared<PowerArgs>();
   a->model.add_to(cmd);
-  a->samples.add_to(cmd, 200);
+  a->samples.add_to(cmd, 200, "the power-method paper states no count; its statistics average over every token of every passage");
   auto* text = cmd->add_option("--text", a->samples.options.data, "Alias of --data: a text file (passages) or an id file");
   text->excludes(cmd->get_option("--data"))->excludes(cmd->get_option("--prompt"))->excludes(cmd->get_option("--ids"));
   cmd->add_option("--out", a->out_dir, "Results directory")->required();
