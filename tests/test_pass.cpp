@@ -420,6 +420,15 @@ TEST(PassCli, ResumingAnotherRunNamesWhatDiffers) {
   EXPECT_LT(err.size(), 400u) << err;
 }
 
+TEST(PassCli, KilledAndResumedJacobianEqualsUninterrupted) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const std::string model = (test::shared_dir() / kStories).string();
+  kill_and_resume("pass_kill_jacobian", [&](const fs::path& out) {
+    return std::vector<std::string>{"--threads", "1", "--quiet", "jacobian", model, "--samples", "80", "--max-len", "64",
+                                    "--surgery", "--out", out.string()};
+  }, "pass.tdynpass", {""}, {2});
+}
+
 // Ctrl-C in jacobian: it says how to continue, and --resume ends where the uninterrupted run does.
 TEST(PassCli, InterruptedJacobianSaysHowToResumeAndResumes) {
   TDYN_REQUIRE_SHARED(kStories);
