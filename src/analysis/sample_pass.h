@@ -45,7 +45,7 @@ struct TokenProbe {
   std::string hook;      // one of PassSpec::boundaries
   linalg::Matrix basis;  // d × k, or empty: the norm
   // ≥ 0: instead of the alignment with `basis`, the alignment with k = basis.cols() directions drawn from the
-  // sample's own token states (power.h token_covariance_alignments, seeded by this layer and the sample).
+  // sample's own token states (power/spectra.h token_covariance_alignments, seeded by this layer and the sample).
   int64_t covariance_layer = -1;
 };
 

@@ -23,7 +23,7 @@ constexpr double kSurgeryMargin = 0.9;     // the real N's bottleneck at least 1
 constexpr int kMinCoupledLayers = 1;        // and more than the init's: the paper's init has 0, trained OLMo 3 14–24
 constexpr double kSignRuleLevel = 0.05;    // the sign rule's own test, one rank correlation over the layers
 constexpr double kCommunitiesLevel = 0.05;  // the shuffled-unit test of the communities' NMI with the control's
-constexpr double kLayerTestLevel = 0.05;   // the power-method paper's permutation tests over the layers (power_layers.h)
+constexpr double kLayerTestLevel = 0.05;   // the power-method paper's permutation tests over the layers (analysis/power/layers.h)
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;

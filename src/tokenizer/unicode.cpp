@@ -116,13 +116,6 @@ void append_utf8(std::string& out, char32_t c) {
   }
 }
 
-std::string to_utf8(char32_t c) {
-  std::string s;
-  append_utf8(s, c);
-  return s;
-}
-
-bool is_letter(char32_t c) { return (U_GET_GC_MASK(c) & U_GC_L_MASK) != 0; }
 bool is_number(char32_t c) { return (U_GET_GC_MASK(c) & U_GC_N_MASK) != 0; }
 bool is_regex_space(char32_t c) { return u_isUWhiteSpace(c); }
 bool is_nonspacing_mark(char32_t c) { return u_charType(c) == U_NON_SPACING_MARK; }

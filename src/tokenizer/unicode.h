@@ -28,10 +28,8 @@ std::optional<std::string> why_not_utf8_text(std::string_view text, bool allow_n
 // Decodes valid UTF-8; throws Error naming `what` and the byte offset when it is not.
 std::vector<CodePoint> decode_utf8(std::string_view text, std::string_view what);
 void append_utf8(std::string& out, char32_t c);
-std::string to_utf8(char32_t c);
 
-// \p{L}, \p{N}, \s (the White_Space property, as the regex engines of the reference tokenizers define \s).
-bool is_letter(char32_t c);
+// \p{N}, \s (the White_Space property, as the regex engines of the reference tokenizers define \s).
 bool is_number(char32_t c);
 bool is_regex_space(char32_t c);
 bool is_nonspacing_mark(char32_t c);  // general category Mn

@@ -742,12 +742,6 @@ Matrix StepStructure::left_apply_step(const Matrix& x) const {
   return result;
 }
 
-Matrix StepStructure::left_apply(const Matrix& x) const {
-  Matrix y = layer_scalar * x;
-  if (ple_gate) y += (y * ple_left) * *ple_gate;  // X s (I + P_ple W_ple)
-  return left_apply_step(y);
-}
-
 Matrix StepStructure::dense() const {
   TDYN_CHECK(out != nullptr && !branches.empty());
   const int64_t d = out->rows();

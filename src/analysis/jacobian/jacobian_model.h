@@ -32,7 +32,7 @@
 // StructuredMean sums these factors over samples without forming any per-sample d × d product of weights:
 // Σ c M per branch (multiplied by the weights once, in sum()), and the norms' low-rank corrections (through
 // d × k factors, k ≤ 2) gathered over a batch of samples and added to one d × d sum by dgemm. The pre-norm
-// side needs In V, which the forward values give without a pass over In (see in_times_v in jacobian.cpp); the
+// side needs In V, which the forward values give without a pass over In (see in_times_v in jacobian_model.cpp); the
 // post-norm side needs Uᵀ Out and then In, taken by dgemm for the whole batch. Per sample that leaves the
 // float64 step at position p (one pass over each weight matrix, as the forward pass makes for one token), and
 // memory of a few d × d matrices whatever r (= d_mlp) is.
@@ -121,9 +121,8 @@ struct StepStructure {
   const linalg::Matrix* ple_gate = nullptr;  // [P, d]
   double layer_scalar = 1;
 
-  // X K (the step without the PLE factor and scalar) and X J, for X [k, d], in O(k · forward cost).
+  // X K (the step without the PLE factor and scalar), for X [k, d], in O(k · forward cost).
   linalg::Matrix left_apply_step(const linalg::Matrix& x) const;
-  linalg::Matrix left_apply(const linalg::Matrix& x) const;
   // J itself [d, d]: Out (Σ M In) by one dgemm, then the norm projectors as rank-k updates.
   linalg::Matrix dense() const;
   int64_t bytes() const;  // what a copy holds (the weights it points to not counted)

@@ -1,4 +1,4 @@
-// Dynamics and integrators of the self-attention particle system (see particles.h for the equations).
+// Dynamics and integrators of the self-attention particle system (see dynamics.h for the equations).
 #include "analysis/particles/dynamics.h"
 
 #include <cblas.h>
