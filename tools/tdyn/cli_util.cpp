@@ -83,7 +83,7 @@ void ModelArgs::add_to(CLI::App* cmd, bool headers_only) {
                           headers_only ? "Check every weight for NaN/Inf (reads the whole file once)"
                                        : "Check every weight for NaN/Inf at load (it reads each weight once: for a float32 "
                                          "checkpoint, the whole file)",
-                          headers_only ? "Read only the headers (the default)"
+                          headers_only ? "Read only the headers"
                                        : "Skip that check (activations are still checked as the model runs)");
 }
 
@@ -92,7 +92,8 @@ std::pair<CLI::Option*, CLI::Option*> add_check_weights_flags(CLI::App* cmd, boo
   const bool by_default = check_weights;
   auto* check = cmd->add_flag_callback("--check-weights", [&check_weights] { check_weights = true; },
                                        check_help + (by_default ? " (the default)" : ""));
-  auto* skip = cmd->add_flag_callback("--no-check-weights", [&check_weights] { check_weights = false; }, skip_help);
+  auto* skip = cmd->add_flag_callback("--no-check-weights", [&check_weights] { check_weights = false; },
+                                      skip_help + (by_default ? "" : " (the default)"));
   check->excludes(skip);
   return {check, skip};
 }
