@@ -68,6 +68,10 @@ std::function<int()> setup_jacobian(CLI::App& app) {
       ->capture_default_str()->delimiter(',')->allow_extra_args(false)->check(finite_number);
   cmd->add_option("--surgery-seed", a->options.surgery_options.seed, "Seed of the control's random N (sublayer k uses seed + k)")
       ->capture_default_str();
+  cmd->add_option("--surgery-control-draws", a->options.surgery_options.control_draws,
+                  "Independent random-N controls at alpha = 1: the distribution the surgery verdict judges the model's "
+                  "full-depth effective rank against (each costs one more complex product per depth)")
+      ->capture_default_str()->check(positive_number);
   cmd->add_option("--eig-depths", a->options.eig_depths,
                   "Depths (1-based, comma-separated) whose eigenvalues are plotted (default first, middle, last)")
       ->delimiter(',')->allow_extra_args(false);

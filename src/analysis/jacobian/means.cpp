@@ -150,12 +150,27 @@ nlohmann::json SurgeryPoint::to_json() const {
   };
   double worst = 0;
   for (double ratio : departure_ratio) worst = std::max(worst, std::abs(ratio - std::abs(alpha)));
-  return {{"alpha", alpha}, {"full_depth_surgery", ranks(surgery)}, {"full_depth_control", ranks(control)},
-          {"max_abs_departure_ratio_minus_alpha", worst}, {"max_imaginary_fraction", max_imaginary_fraction}};
+  nlohmann::json out = {{"alpha", alpha}, {"full_depth_surgery", ranks(surgery)}, {"full_depth_control", ranks(control)},
+                        {"max_abs_departure_ratio_minus_alpha", worst}, {"max_imaginary_fraction", max_imaginary_fraction}};
+  if (!control_draws.empty()) {
+    out["full_depth_control_draws"] = nlohmann::json::array();
+    for (const EffectiveRanks& e : control_draws) out["full_depth_control_draws"].push_back(ranks({e}));
+  }
+  return out;
+}
+
+// The seed of the random N of draw `draw` ≥ 1 at depth k: streams apart from the first draw's seed + k.
+static uint64_t control_draw_seed(uint64_t seed, int64_t depth, int64_t draw) {
+  return seed + static_cast<uint64_t>(depth) + (static_cast<uint64_t>(draw) << 32);
 }
 
 SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool parallel_residual) : options_(options) {
-  for (double alpha : options.alphas) points_.push_back({alpha, {}, {}, {}, 0});
+  for (double alpha : options.alphas) {
+    if (std::abs(alpha - 1) < 1e-12) unit_alpha_ = static_cast<int64_t>(points_.size());
+    points_.push_back({alpha, {}, {}, {}, 0, {}});
+  }
+  if (unit_alpha_ >= 0)
+    draws_.assign(static_cast<size_t>(std::max<int64_t>(0, options.control_draws - 1)), DepthChain<ComplexMatrix>(parallel_residual));
   products_.assign(options.alphas.size(), {DepthChain<ComplexMatrix>(parallel_residual),
                                            DepthChain<ComplexMatrix>(parallel_residual)});
 }
@@ -174,7 +189,20 @@ void SurgerySweep::add(const Matrix& mean) {
     p.surgery.push_back(effective_ranks(linalg::singular_values(product.add(modified))));
     p.control.push_back(effective_ranks(linalg::singular_values(control_product.add(control))));
   }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t j = 0; j < draws_.size(); ++j)
+    draws_[j].add(schur_surgery_control(schur, 1.0, control_draw_seed(seed, 0, static_cast<int64_t>(j) + 1)));
   ++depth_;
+}
+
+std::vector<SurgeryPoint> SurgerySweep::points() const {
+  std::vector<SurgeryPoint> out = points_;
+  if (unit_alpha_ >= 0 && depth_ > 0) {
+    SurgeryPoint& p = out[static_cast<size_t>(unit_alpha_)];
+    p.control_draws = {p.control.back()};
+    for (const auto& chain : draws_) p.control_draws.push_back(effective_ranks(linalg::singular_values(chain.product())));
+  }
+  return out;
 }
 
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<Matrix>& means, const SurgeryOptions& options,

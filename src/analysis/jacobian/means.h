@@ -78,6 +78,7 @@ class DepthChain {
     ++k_;
     return current_;
   }
+  const MatrixType& product() const { return current_; }  // C_k of the last depth added
 
  private:
   bool parallel_;
@@ -90,6 +91,10 @@ class DepthChain {
 struct SurgeryOptions {
   std::vector<double> alphas = {0, 0.25, 0.5, 0.75, 1};
   uint64_t seed = 0;  // control: sublayer k uses seed + k
+  // Draws of the random-N control at α = 1, the surgery verdict's null (the first is `control` itself): their
+  // full-depth effective ranks are the distribution the model's is judged against. Each further draw costs one more
+  // complex d × d product per depth.
+  int64_t control_draws = 5;
 };
 
 struct SurgeryPoint {
@@ -99,9 +104,13 @@ struct SurgeryPoint {
   // dep(J_α,k)/dep(J̄_k) per sublayer (identity form on the complex J_α); equals |α| up to round-off.
   std::vector<double> departure_ratio;
   double max_imaginary_fraction = 0;  // max over k of ‖Im J_α,k‖_F/‖J_α,k‖_F
+  // At α = 1 only: the full-depth effective ranks of SurgeryOptions::control_draws independent random-N controls,
+  // the first being control.back().
+  std::vector<EffectiveRanks> control_draws;
 
   // The full-depth summary of results.models[i].surgery[·]: alpha, full_depth_surgery and full_depth_control (the
-  // four effective ranks of the last depth), max_abs_departure_ratio_minus_alpha, max_imaginary_fraction.
+  // four effective ranks of the last depth), full_depth_control_draws (at α = 1), max_abs_departure_ratio_minus_alpha,
+  // max_imaginary_fraction.
   nlohmann::json to_json() const;
 };
 
@@ -112,12 +121,14 @@ class SurgerySweep {
   // parallel_residual: chain the depths as DepthChain does for parallel blocks.
   explicit SurgerySweep(const SurgeryOptions& options, bool parallel_residual = false);
   void add(const linalg::Matrix& mean);  // J̄_k of the next depth k
-  const std::vector<SurgeryPoint>& points() const { return points_; }
+  std::vector<SurgeryPoint> points() const;  // per α, with the control draws' effective ranks at the last depth
 
  private:
   SurgeryOptions options_;
   int64_t depth_ = 0;
   std::vector<SurgeryPoint> points_;  // per α
+  int64_t unit_alpha_ = -1;           // the index of α = 1, whose control has further draws
+  std::vector<DepthChain<linalg::ComplexMatrix>> draws_;  // their running products
   std::vector<std::pair<DepthChain<linalg::ComplexMatrix>, DepthChain<linalg::ComplexMatrix>>> products_;  // per α: surgery, control
 };
 

@@ -132,8 +132,9 @@ std::vector<double> token_covariance_alignments(const Matrix& tokens, Index k, u
   Matrix g(tokens.rows(), k);
   for (Index j = 0; j < k; ++j)
     for (Index i = 0; i < tokens.rows(); ++i) g(i, j) = normal(rng);  // column by column: k = 1 and 2 share the first
-  const Matrix centred = tokens.rowwise() - tokens.colwise().mean();
-  const Matrix u = centred.transpose() * g;
+  // Uncentred: the directions come from the tokens' second moment, which holds their mean direction, as the
+  // alignments below measure the uncentred tokens (centred, a strong common direction could never be drawn).
+  const Matrix u = tokens.transpose() * g;
   const Eigen::ColPivHouseholderQR<Matrix> qr(u);
   std::vector<double> out(tokens.rows(), std::numeric_limits<double>::quiet_NaN());
   // Rank by the QR's own threshold, relative to the largest column: directions of round-off size are no directions.

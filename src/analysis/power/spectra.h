@@ -81,11 +81,12 @@ double alignment(const Eigen::Ref<const Vector>& x, const Matrix& basis);
 
 // E a(x; B) for x uniform on the unit sphere of ℝ^d and a fixed k-dimensional subspace B (exact).
 double random_alignment_baseline(Index d, Index k);
-// γ's control on the tokens' own distribution: k random directions drawn from the covariance of one sample's token
-// states X (T × d), U = (X − x̄)ᵀ G with G a T × k standard normal matrix, orthonormalised, so that U ~ N(0, Σ̂)
-// column by column; returns a(x_i; U) for every token. A residual stream is far from isotropic, so a direction
-// drawn from the tokens' own covariance, which favours their directions of large spread, is the null that v₁,t
-// must beat, not a uniform one. NaN for every token when the centred states span fewer than k dimensions.
+// γ's control on the tokens' own distribution: k random directions drawn from one sample's token states X (T × d),
+// U = Xᵀ G with G a T × k standard normal matrix, orthonormalised, so that U ~ N(0, XᵀX) column by column; returns
+// a(x_i; U) for every token. A residual stream is far from isotropic, so a direction drawn from the tokens
+// themselves, which favours their directions of large norm and spread, is the null that v₁,t must beat, not a
+// uniform one. Uncentred, as the alignments are: a centred draw never contains the tokens' mean direction. NaN for
+// every token when the states span fewer than k dimensions.
 std::vector<double> token_covariance_alignments(const Matrix& tokens, Index k, uint64_t seed);
 // The seed of that draw for layer t and sample s: the same in the direct loop and in the shared pass.
 uint64_t token_covariance_seed(int64_t layer, int64_t sample);
