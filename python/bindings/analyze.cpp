@@ -20,7 +20,7 @@ namespace {
 
 py::dict analyze_run(const std::string& model, const std::string& out, const std::optional<std::string>& data,
                      const std::optional<std::string>& tokenizer, int64_t samples, int64_t max_len, const std::vector<std::string>& skip,
-                     bool init_control, int64_t particles_layer, int64_t particles_head, int64_t particles_tokens, double particles_t,
+                     bool init_control, int64_t init_seeds, int64_t particles_layer, int64_t particles_head, int64_t particles_tokens, double particles_t,
                      const std::optional<py::function>& progress) {
   AnalyzeOptions o;
   o.model_path = model;
@@ -29,6 +29,7 @@ py::dict analyze_run(const std::string& model, const std::string& out, const std
   o.samples = samples, o.max_len = max_len;
   o.skip = {skip.begin(), skip.end()};
   o.init_control = init_control;
+  o.init_seeds = init_seeds;
   o.particles_layer = particles_layer, o.particles_head = particles_head;
   o.particles_tokens = particles_tokens, o.particles_t = particles_t;
   o.threads = omp_get_max_threads();
@@ -45,6 +46,7 @@ py::dict analyze_run(const std::string& model, const std::string& out, const std
   result["results"] = to_python(r.results);
   result["dir"] = fs::absolute(out).lexically_normal().string();
   result["power"] = r.power ? py::object(power_dict(*r.power, r.power_options)) : py::none();
+  result["init_power"] = r.init_power ? py::object(power_dict(*r.init_power, r.init_power_options)) : py::none();
   result["jacobian"] = r.jacobian ? py::object(jacobian_dict(*r.jacobian, r.jacobian_options)) : py::none();
   result["init_jacobian"] = r.init_jacobian ? py::object(jacobian_dict(*r.init_jacobian, r.init_jacobian_options)) : py::none();
   result["topology"] = r.topology ? py::object(topology_dict(*r.topology, r.topology_options)) : py::none();
@@ -60,6 +62,7 @@ void bind_analyze(py::module_& m) {
   m.def("analyze", &analyze_run, py::arg("model"), py::kw_only(), py::arg("out"), py::arg("data") = py::none(),
         py::arg("tokenizer") = py::none(), py::arg("samples") = defaults.samples, py::arg("max_len") = defaults.max_len,
         py::arg("skip") = std::vector<std::string>{}, py::arg("init_control") = defaults.init_control,
+        py::arg("init_seeds") = defaults.init_seeds,
         py::arg("particles_layer") = defaults.particles_layer, py::arg("particles_head") = defaults.particles_head,
         py::arg("particles_tokens") = defaults.particles_tokens, py::arg("particles_T") = defaults.particles_t,
         py::arg("progress") = py::none(),
@@ -68,13 +71,15 @@ void bind_analyze(py::module_& m) {
 
 model: a checkpoint path. data: a text file of passages or token ids (default the WikiText-2 test split);
 tokenizer: a tokenizer file (default the model's); samples, max_len: the shared samples. skip: parts to leave
-out, of 'power', 'jacobian', 'topology', 'particles'. init_control: run the random initialisation of the
-architecture through jacobian and topology as the control. particles_layer, particles_head, particles_tokens,
+out, of 'power', 'jacobian', 'topology', 'particles'. init_control: run random initialisations of the
+architecture through power, jacobian and topology as the controls of the claims about training; init_seeds: how
+many (seeds 0 .. init_seeds - 1). particles_layer, particles_head, particles_tokens,
 particles_T: the head simulated as particles. progress: None (silent) or a callable that gets each progress
 line.
 
 The dict: 'results' is out/results.json (parts, their status and command lines, the verdicts), 'dir' the
-directory, and 'power', 'jacobian', 'init_jacobian', 'topology', 'init_topology' and 'particles' what
+directory, and 'power', 'jacobian', 'topology', 'particles' and, of the control's first seed, 'init_power',
+'init_jacobian' and 'init_topology' what
 tdyn.power, tdyn.jacobian, tdyn.topology and tdyn.particles return for that part (None when it was skipped or
 failed; results.parts.PART.error says why). A failed part does not raise: check results['parts'].)doc");
 }

@@ -22,8 +22,11 @@ def without_dir(path, root):
     for key in ("argv", "started_utc", "timings"):
         doc.pop(key, None)
     for record in doc.get("results", {}).get("parts", {}).values():
-        for key in ("argv", "init_argv", "topology_argv", "seconds"):
+        for key in ("argv", "init_argv", "seconds"):
             record.pop(key, None)
+        for seed in record.get("seeds", []):  # the init control's seeds
+            for key in ("argv", "init_argv"):
+                seed.pop(key, None)
     return doc
 
 
@@ -62,8 +65,9 @@ class AnalyzeLikeTheCliTest(unittest.TestCase):
         self.assertGreater(compared, 50)
 
         # Each part's dict holds the arrays its directory holds.
-        for key, part_dir in [("power", "power"), ("jacobian", "jacobian"), ("init_jacobian", "init"), ("topology", "topology"),
-                              ("init_topology", "init/topology")]:
+        for key, part_dir in [("power", "power"), ("jacobian", "jacobian"), ("topology", "topology"),
+                              ("init_power", "init/seed-0/power"), ("init_jacobian", "init/seed-0/jacobian"),
+                              ("init_topology", "init/seed-0/topology")]:
             arrays = [k for k, v in run[key].items() if isinstance(v, np.ndarray) and (cli_dir / part_dir / f"{k}.npy").exists()]
             self.assertTrue(arrays, key)
             for name in arrays:

@@ -33,8 +33,6 @@ bool AnalyzeResult::failed() const {
 
 namespace {
 
-constexpr uint64_t kInitSeed = 0;
-
 // The loading flags of a command line.
 std::vector<std::string> loading_flags(const LoadOptions& load) {
   std::vector<std::string> flags;
@@ -57,12 +55,23 @@ std::vector<std::string> AnalyzeOptions::command_line(const fs::path& out_dir) c
   if (resume) argv.push_back("--resume");
   if (!skip.empty()) append(argv, {"--skip", fmt::format("{}", fmt::join(skip, ","))});
   if (!init_control) argv.push_back("--no-init-control");
+  else if (init_seeds != AnalyzeOptions{}.init_seeds) append(argv, {"--init-seeds", std::to_string(init_seeds)});
   append(argv, {"--particles-layer", std::to_string(particles_layer), "--particles-head", std::to_string(particles_head),
                 "--particles-tokens", std::to_string(particles_tokens), "--particles-T", fmt::format("{}", particles_t)});
   return argv;
 }
 
 namespace {
+
+// One random initialisation of the control: its directory (DIR/init/seed-S for the family's rule, DIR/init/scaled-S
+// for that rule at the model's own weight scale), its model, samples and pass.
+struct InitSeed {
+  uint64_t seed = 0;
+  double scale = 0;  // the initializer_range it was drawn with; 0: the family's own
+  fs::path dir;
+  AnalysisInputs in;
+  std::string error;  // why its model or pass could not be prepared; the init part reports it
+};
 
 // One analyze run: its options with absolute paths, the model, the samples and the shared pass, and the results
 // directory that records the parts as they run.
@@ -76,15 +85,19 @@ class Analysis {
 
  private:
   bool skipped(const std::string& part) const { return o_.skip.count(part) > 0; }
-  bool runs_init() const { return o_.init_control && !skipped("jacobian"); }  // init is judged against jacobian
-  PassSpec pass_spec(const Model& model, bool probes) const;
+  // The init control is judged against power, jacobian and topology; with all three skipped it controls nothing.
+  bool runs_init() const { return o_.init_control && (!skipped("power") || !skipped("jacobian") || !skipped("topology")); }
+  PassSpec pass_spec(const Model& model) const;
   bool draw_samples_and_pass();
-  bool init_pass();
+  bool init_passes();
+  bool init_pass(InitSeed& seed);
   nlohmann::json options_json() const;
+  std::vector<uint64_t> init_seed_list() const;
   std::vector<std::string> command(const std::string& name) const;
   std::vector<std::string> part_command(const std::string& name) const;
   void run_part(const std::string& name);
   void run_init(nlohmann::json& record);
+  void run_init_seed(InitSeed& seed, nlohmann::json& record);
   void finish();
 
   AnalyzeOptions o_;
@@ -92,8 +105,7 @@ class Analysis {
   ProgressSink& progress_;
   ResultsDir out_;
   AnalysisInputs in_;
-  AnalysisInputs init_;     // the random initialisation's model, samples and pass (init_pass)
-  std::string init_error_;  // why init_pass could not prepare them
+  std::vector<InitSeed> init_;  // the random initialisations, one per seed (init_passes)
   AnalyzeResult result_;
 };
 
@@ -101,6 +113,7 @@ void check_options(AnalyzeOptions& o) {
   for (const std::string& part : o.skip)
     if (std::find(skippable_parts().begin(), skippable_parts().end(), part) == skippable_parts().end())
       fail("skip: unknown part '{}' (parts: {})", part, fmt::join(skippable_parts(), ", "));
+  if (o.init_control && o.init_seeds < 1) fail("init_seeds must be at least 1 (got {}); to run no control, --no-init-control", o.init_seeds);
   if (o.samples <= 0 || o.max_len <= 0) fail("samples and max_len must be positive (got {} and {})", o.samples, o.max_len);
   if (o.particles_layer < 0 || o.particles_head < 0 || o.particles_tokens <= 0 || !(o.particles_t > 0))
     fail("particles: layer and head must be non-negative, tokens and T positive");
@@ -116,25 +129,33 @@ nlohmann::json Analysis::options_json() const {
           {"samples", o_.samples}, {"max_len", o_.max_len}, {"skip", skip},
           {"jacobian", "--surgery (alphas and positions: the jacobian command's defaults)"},
           {"init_control", !o_.init_control ? nlohmann::json(false)
-                                            : nlohmann::json{{"seed", kInitSeed}, {"rule", "tdyn init's (the family's published init rule)"},
-                                                             {"jacobian", "the jacobian command's defaults, no --surgery"},
-                                                             {"topology", "the topology command's defaults, in DIR/init/topology "
-                                                                          "(the coupling's control)"}}},
+                                            : nlohmann::json{{"seeds", init_seed_list()}, {"rule", "tdyn init's (the family's published init rule)"},
+                                                             {"power", "the power command's defaults, no steering and no iteration, in "
+                                                                       "DIR/init/seed-S/power"},
+                                                             {"jacobian", "the jacobian command's defaults with --surgery --alphas 0,1 "
+                                                                          "--surgery-control-draws 1, in DIR/init/seed-S/jacobian"},
+                                                             {"topology", "the topology command's defaults, in DIR/init/seed-S/topology"}}},
           {"topology", "the topology command's defaults (coupling on)"},
           {"particles", {{"layer", o_.particles_layer}, {"head", o_.particles_head}, {"tokens", o_.particles_tokens},
                          {"T", o_.particles_t}, {"sphere", true}, {"cluster_on", "x"}}},
           {"pass", PassSource{o_.resume, ""}.to_json()}};
 }
 
-// What the shared pass sums for the parts that read it: the Jacobians leaving every sublayer (jacobian, topology's
-// coupling), the correlations (topology) and, with `probes`, power's token alignments with the dominant
-// eigenvectors of F_t (its spectra with its default options).
-PassSpec Analysis::pass_spec(const Model& model, bool probes) const {
+std::vector<uint64_t> Analysis::init_seed_list() const {
+  std::vector<uint64_t> seeds;
+  for (int64_t s = 0; s < o_.init_seeds; ++s) seeds.push_back(static_cast<uint64_t>(s));
+  return seeds;
+}
+
+// What a pass sums for the parts that read it: the Jacobians leaving every sublayer (jacobian, topology's
+// coupling), the correlations (topology) and power's token alignments with the dominant eigenvectors of `model`'s
+// F_t (its spectra with its default options).
+PassSpec Analysis::pass_spec(const Model& model) const {
   PassSpec spec;
   spec.boundaries = residual_boundaries(model.config.n_layers, BoundarySet::Sublayers);
   spec.correlations = !skipped("topology");
   spec.jacobians = !skipped("jacobian") || !skipped("topology");
-  if (probes && !skipped("power")) {
+  if (!skipped("power")) {
     std::vector<LayerSpectrum> spectra;
     for (int64_t l = 0; l < model.config.n_layers; ++l) spectra.push_back(layer_spectrum(layer_matrix(model, l), SpectrumOptions{}));
     spec.probes = token_dynamics_probes(spectra);
@@ -153,7 +174,7 @@ bool Analysis::draw_samples_and_pass() {
   samples.max_len = o_.max_len;
   draw_samples(in_, samples, o_.tokenizer);
   if (in_.samples.empty()) fail("no samples to analyse in {} (check the data)", o_.data);
-  const PassSpec spec = pass_spec(*in_.model, true);
+  const PassSpec spec = pass_spec(*in_.model);
   const nlohmann::json model_identity = pass_model_identity(o_.model_path, *in_.model);
   const fs::path file = dir_ / "pass" / "pass.tdynpass";
   nlohmann::json record = {{"file", "pass/pass.tdynpass"}, {"samples", in_.samples.size()}, {"spec", spec.to_json()}};
@@ -180,53 +201,80 @@ bool Analysis::draw_samples_and_pass() {
   return true;
 }
 
-// The random initialisation (seed kInitSeed) of the model's architecture in DIR/init/model and the shared samples'
-// token ids in DIR/init/samples.ids (the initialisation, which has no tokenizer of its own when the source is not a
-// Hugging Face checkpoint, runs on exactly the trained model's tokens), then its pass for init's jacobian and
-// topology, DIR/init/pass.tdynpass, split across MPI ranks like the trained model's. Rank 0 writes the files; the
-// other ranks read them once it has. Returns false on an MPI worker rank; on rank 0 a failure to prepare the
-// initialisation goes to init_error_, and the init part reports it.
-bool Analysis::init_pass() {
-  const fs::path dir = dir_ / "init", checkpoint = dir / "model", ids = dir / "samples.ids";
+// The random initialisations of the control: the shared samples' token ids in DIR/init/samples.ids (an
+// initialisation, which has no tokenizer of its own when the source is not a Hugging Face checkpoint, runs on
+// exactly the trained model's tokens), then for every seed its model and pass (init_pass). Returns false on an MPI
+// worker rank.
+bool Analysis::init_passes() {
+  const fs::path dir = dir_ / "init", ids = dir / "samples.ids";
+  std::string error;
   if (ranks().root()) {
     try {
-      write_init_checkpoint(*in_.model, o_.model_path, checkpoint, kInitSeed);
+      // A directory of the earlier layout (one seed: DIR/init/results.json, DIR/init/topology) would read as this run's.
+      for (const char* stale : {"results.json", "topology", "model", "pass.tdynpass"}) fs::remove_all(dir / stale);
+      fs::create_directories(dir);
       std::string text;
       for (const Sample& s : in_.samples) text += fmt::format("{}\n", fmt::join(s.ids, " "));
       write_file_atomic(ids, text);
     } catch (const std::exception& e) {
-      init_error_ = e.what();
+      error = e.what();
+    }
+  }
+  const double scale = model_weight_scale(*in_.model);
+  for (uint64_t seed : init_seed_list()) init_.push_back({seed, 0, dir / fmt::format("seed-{}", seed), {}, error});
+  for (uint64_t seed : init_seed_list()) init_.push_back({seed, scale, dir / fmt::format("scaled-{}", seed), {}, error});
+  bool root = true;
+  for (InitSeed& seed : init_) root = init_pass(seed) && root;
+  return root;
+}
+
+// One seed's random initialisation of the model's architecture in DIR/init/seed-S/model and its pass for the
+// seed's power, jacobian and topology, DIR/init/seed-S/pass.tdynpass, split across MPI ranks like the trained
+// model's. Rank 0 writes the files; the other ranks read them once it has. Returns false on an MPI worker rank; on
+// rank 0 a failure to prepare the initialisation goes to seed.error, and the init part reports it.
+bool Analysis::init_pass(InitSeed& seed) {
+  const fs::path checkpoint = seed.dir / "model", ids = dir_ / "init" / "samples.ids";
+  if (ranks().root() && seed.error.empty()) {
+    try {
+      write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, seed.scale);
+    } catch (const std::exception& e) {
+      seed.error = e.what();
     }
   }
   // The broadcast is the barrier after which the files are there, and tells every rank whether they are.
-  if (broadcast_from_root(init_error_.empty() ? 1.0 : 0.0) != 1.0) return ranks().root();
+  if (broadcast_from_root(seed.error.empty() ? 1.0 : 0.0) != 1.0) return ranks().root();
   SampleOptions samples;
   samples.data = ids.string();
   samples.samples = static_cast<int64_t>(in_.samples.size());
   samples.max_len = o_.max_len;
   samples.min_len = 1;
   try {
-    init_ = load_inputs(checkpoint.string(), o_.load, samples, "");
+    seed.in = load_inputs(checkpoint.string(), o_.load, samples, "");
   } catch (const Error& e) {  // on every rank alike: rank 0 reports it, the others have no pass to share
-    init_error_ = e.what();
+    seed.error = e.what();
     return ranks().root();
   }
-  const PassSpec spec = pass_spec(*init_.model, false);
-  auto transformer = std::make_shared<const Transformer>(init_.model);
-  const JacobianModel jacobians(transformer);
-  const fs::path file = dir / "pass.tdynpass";
+  const PassSpec spec = pass_spec(*seed.in.model);
+  auto transformer = std::make_shared<const Transformer>(seed.in.model);
+  std::unique_ptr<JacobianModel> jacobians;
+  if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
+  const fs::path file = seed.dir / "pass.tdynpass";
   try {
-    obtain_pass({o_.resume, ""}, *transformer, &jacobians, init_.samples, spec, pass_model_identity(checkpoint.string(), *init_.model),
-                file, true, "the initialisation's forward pass", progress_);
+    obtain_pass({o_.resume, ""}, *transformer, jacobians.get(), seed.in.samples, spec,
+                pass_model_identity(checkpoint.string(), *seed.in.model), file, true,
+                fmt::format("the initialisation's forward pass (seed {})", seed.seed), progress_);
   } catch (const WorkerShareDone&) {
     return false;
   } catch (const Error& e) {  // in one process the init part reports it; under MPI the ranks cannot go on apart
     if (ranks().size > 1) throw;
-    init_error_ = e.what();
+    seed.error = e.what();
     return true;
   }
-  out_.record_file("init/pass.tdynpass", "the initialisation's forward pass, read by init's jacobian and topology (tdyn pass file)");
-  init_.pass.from_pass = file.string();
+  out_.record_file(fs::relative(file, dir_).generic_string(),
+                   fmt::format("the forward pass of the initialisation of seed {}, read by its power, jacobian and topology "
+                               "(tdyn pass file)",
+                               seed.seed));
+  seed.in.pass.from_pass = file.string();
   return true;
 }
 
@@ -253,35 +301,78 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
   if (name == "particles") return argv;
   if (name == "jacobian") argv.push_back("--surgery");
   if (name == "topology" && result_.init_topology)
-    append(argv, {"--communities-control", (dir_ / "init" / "topology").string(), "--communities-control-independent"});
+    append(argv, {"--communities-control", (init_.front().dir / "topology").string(), "--communities-control-independent"});
   append(argv, {"--from-pass", in_.pass.from_pass});
   return argv;
 }
 
-// The random initialisation's jacobian and, unless topology is skipped, topology (DIR/init/topology: the coupling's
-// control), both on its pass (init_pass).
+// Every seed of the random-initialisation control through the parts the model runs (power without steering or
+// iteration, jacobian with surgery at α = 0 and 1 only, topology), each on its own pass. A seed that fails is recorded and the
+// others still run; the part fails when any seed did.
 void Analysis::run_init(nlohmann::json& record) {
-  const fs::path dir = dir_ / "init", checkpoint = dir / "model", ids = dir / "samples.ids";
-  std::vector<std::string> init_argv = {o_.program, "init", o_.model_path, "--seed", std::to_string(kInitSeed), "--out", checkpoint.string()};
+  record["seeds"] = nlohmann::json::array();
+  std::vector<std::string> errors;
+  for (InitSeed& seed : init_) {
+    nlohmann::json seed_record = {{"seed", seed.seed}, {"dir", fs::relative(seed.dir, dir_).generic_string()},
+                                  {"initializer_range", seed.scale > 0 ? nlohmann::json(seed.scale) : nlohmann::json("the family's")}};
+    try {
+      run_init_seed(seed, seed_record);
+      seed_record["status"] = "ok";
+    } catch (const std::exception& e) {
+      seed_record["status"] = "failed";
+      seed_record["error"] = e.what();
+      errors.push_back(fmt::format("seed {}: {}", seed.seed, e.what()));
+    }
+    seed.in = {};  // its model and samples are no longer needed
+    record["seeds"].push_back(seed_record);
+  }
+  if (!errors.empty()) throw Error(fmt::format("{}", fmt::join(errors, "; ")));
+}
+
+void Analysis::run_init_seed(InitSeed& seed, nlohmann::json& record) {
+  const fs::path checkpoint = seed.dir / "model", ids = dir_ / "init" / "samples.ids";
+  std::vector<std::string> init_argv = {o_.program, "init", o_.model_path, "--seed", std::to_string(seed.seed), "--out", checkpoint.string()};
+  if (seed.scale > 0) append(init_argv, {"--initializer-range", fmt::format("{}", seed.scale)});
   append(init_argv, loading_flags(o_.load));
   record["init_argv"] = init_argv;
-  if (!init_error_.empty()) throw Error(init_error_);
-  TDYN_CHECK(init_.model && !init_.pass.from_pass.empty());
-  std::vector<std::string> argv = command("jacobian");
-  append(argv, {checkpoint.string(), "--data", ids.string(), "--samples", std::to_string(init_.samples.size()), "--max-len",
-                std::to_string(o_.max_len), "--min-len", "1"});
-  append(argv, loading_flags(o_.load));
-  append(argv, {"--from-pass", init_.pass.from_pass, "--out", dir.string()});
-  record["argv"] = argv;
-  ResultsDir jacobian_out(dir, "jacobian", argv);
-  result_.init_jacobian_options.keep_matrices = o_.keep_matrices;
-  result_.init_jacobian = jacobian_to(jacobian_out, init_, {}, result_.init_jacobian_options, progress_);
-  if (skipped("topology")) return;
-  argv[1] = "topology";
-  argv.back() = (dir / "topology").string();
-  record["topology_argv"] = argv;
-  ResultsDir topology_out(dir / "topology", "topology", argv);
-  result_.init_topology = topology_to(topology_out, init_, {}, result_.init_topology_options, progress_);
+  if (!seed.error.empty()) throw Error(seed.error);
+  TDYN_CHECK(seed.in.model && !seed.in.pass.from_pass.empty());
+  const bool first = &seed == &init_.front();  // its results are also AnalyzeResult's init_*
+  auto part_argv = [&](const std::string& part) {
+    std::vector<std::string> argv = command(part);
+    append(argv, {checkpoint.string(), "--data", ids.string(), "--samples", std::to_string(seed.in.samples.size()), "--max-len",
+                  std::to_string(o_.max_len), "--min-len", "1"});
+    append(argv, loading_flags(o_.load));
+    if (part == "power") append(argv, {"--no-steer", "--no-iterate"});
+    if (part == "jacobian") append(argv, {"--surgery", "--alphas", "0,1", "--surgery-control-draws", "1"});
+    append(argv, {"--from-pass", seed.in.pass.from_pass, "--out", (seed.dir / part).string()});
+    record["argv"][part] = argv;
+    return argv;
+  };
+  if (!skipped("power")) {
+    ResultsDir out(seed.dir / "power", "power", part_argv("power"));
+    PowerOptions options;
+    options.steer = false, options.iterate = false;  // the control's claims are the token dynamics'
+    PowerResult r = power_to(out, seed.in, options, progress_);
+    if (first) result_.init_power = std::move(r), result_.init_power_options = options;
+  }
+  if (!skipped("jacobian")) {
+    ResultsDir out(seed.dir / "jacobian", "jacobian", part_argv("jacobian"));
+    JacobianOptions options;
+    options.keep_matrices = o_.keep_matrices;
+    // The surgery verdict's statistic on the initialisation: the unmodified rank over one random-N draw's.
+    options.surgery = true;
+    options.surgery_options.alphas = {0, 1};
+    options.surgery_options.control_draws = 1;
+    JacobianResult r = jacobian_to(out, seed.in, {}, options, progress_);
+    if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
+  }
+  if (!skipped("topology")) {
+    ResultsDir out(seed.dir / "topology", "topology", part_argv("topology"));
+    TopologyOptions options;
+    TopologyResult r = topology_to(out, seed.in, {}, options, progress_);
+    if (first) result_.init_topology = std::move(r), result_.init_topology_options = options;
+  }
 }
 
 // Runs one part and records how it went; a part's error is recorded, and the analysis goes on.
@@ -310,7 +401,7 @@ void Analysis::run_part(const std::string& name) {
         if (result_.init_topology) {
           // The initialisation's communities: an independent draw, whose units are not the trained model's, so the
           // report shows their NMI without judging it (docs/topology.md).
-          options.communities_control = (dir_ / "init" / "topology").string();
+          options.communities_control = (init_.front().dir / "topology").string();
           options.communities_control_independent = true;
         }
         result_.topology = topology_to(part, in_, {}, options, progress_);
@@ -375,7 +466,7 @@ AnalyzeResult Analysis::run() {
     }
     if (runs_init()) {
       PhaseTimer timer(out_, "init_forward_pass");
-      root = init_pass() && root;
+      root = init_passes() && root;
     }
     if (!root) throw WorkerShareDone{};
   }

@@ -4,8 +4,9 @@
 //                  correlations and coupling; under MPI it is split across ranks, and it resumes
 //   DIR/power      the power-method paper: layer matrices, spectra, token alignment (power_to)
 //   DIR/jacobian   the residual-stream paper: mean Jacobians, cumulative products, metrics, Schur surgery
-//   DIR/init       the residual-stream paper's control: the same architecture's random initialisation (DIR/init/model)
-//                  through jacobian and topology (DIR/init/topology) on the same token ids (DIR/init/samples.ids)
+//   DIR/init       the controls of the claims about training: the same architecture's random initialisation at
+//                  several seeds (DIR/init/seed-S/model), each through power, jacobian and topology
+//                  (DIR/init/seed-S/{power,jacobian,topology}) on the same token ids (DIR/init/samples.ids)
 //   DIR/topology   the residual-stream paper: correlation graphs, signed Leiden, coupling with the Jacobian gains,
 //                  and the NMI of its communities with the initialisation's
 //   DIR/particles  the clustering paper: one attention head of the model simulated as interacting particles
@@ -34,7 +35,8 @@ struct AnalyzeOptions {
   int64_t samples = 200, max_len = 128;
   bool resume = false;              // continue an interrupted shared pass in DIR/pass
   std::set<std::string> skip;       // of analyze_parts(): power, jacobian, topology, particles
-  bool init_control = true;         // the random-initialisation control (needs jacobian)
+  bool init_control = true;         // the random-initialisation control
+  int64_t init_seeds = 5;           // its seeds 0 .. init_seeds − 1: the control's distribution
   int64_t particles_layer = 0, particles_head = 0, particles_tokens = 32;
   double particles_t = 20;  // a real head on the sphere clusters between T = 10 and 15 on stories260K; 5 is too short
   std::string program = "tdyn";  // argv[0] of the parts' command lines
@@ -54,11 +56,11 @@ const std::vector<std::string>& skippable_parts();
 // What the parts that ran computed, with the options they ran with (empty when skipped or failed).
 struct AnalyzeResult {
   nlohmann::json results;  // DIR/results.json
-  std::optional<PowerResult> power;
+  std::optional<PowerResult> power, init_power;  // init_*: the control's first seed
   std::optional<JacobianResult> jacobian, init_jacobian;
   std::optional<TopologyResult> topology, init_topology;
   std::optional<particles::ParticlesResult> particles;
-  PowerOptions power_options;
+  PowerOptions power_options, init_power_options;
   JacobianOptions jacobian_options, init_jacobian_options;
   TopologyOptions topology_options, init_topology_options;
   particles::ParticlesOptions particles_options;

@@ -1,6 +1,7 @@
 #include "pipeline/parts.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "core/error.h"
@@ -216,6 +217,26 @@ nlohmann::json write_init_checkpoint(const Model& source, const std::string& sou
                                      {"tokenizer_files_copied", copied}};
   write_file_atomic(dir / "tdyn_init.json", provenance.dump(2) + "\n");
   return provenance;
+}
+
+double model_weight_scale(const Model& model) {
+  double sum = 0;
+  int64_t count = 0;
+  std::vector<float> row;
+  for (const LayerWeights& w : model.weights.layers) {  // a shared layer repeated changes no mean square
+    for (const Linear* linear : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
+      const StoredMatrix& m = linear->w;
+      if (!m) continue;
+      row.resize(static_cast<size_t>(m.cols));
+      for (int64_t r = 0; r < m.rows; ++r) {
+        m.row_floats(r, 0, m.cols, row.data());
+        for (float v : row) sum += static_cast<double>(v) * v;
+      }
+      count += m.rows * m.cols;
+    }
+  }
+  if (count == 0) fail("the model has no layer matrices to take a weight scale from");
+  return std::sqrt(sum / static_cast<double>(count));
 }
 
 }  // namespace tdyn

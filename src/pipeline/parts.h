@@ -59,4 +59,8 @@ particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path
 nlohmann::json write_init_checkpoint(const Model& source, const std::string& source_path, const fs::path& dir, uint64_t seed,
                                      double initializer_range = 0);
 
+// The root mean square of the entries of `model`'s layer matrices (attention and MLP projections): the weight scale at
+// which analyze draws its scale-matched initialisations, so that a claim that scale alone explains does not pass.
+double model_weight_scale(const Model& model);
+
 }  // namespace tdyn

@@ -7,8 +7,10 @@
 #include <ctime>
 #include <fnmatch.h>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -140,6 +142,7 @@ td.rule, td.contents, code { overflow-wrap: anywhere; }  /* long keys, file name
 @media (max-width: 600px) { .verdict { white-space: normal; } }  /* "not computed" on two lines leaves the rule column room */
 .pass { background: #dff3e4; color: #17692e; } .differs { background: #fde7d9; color: #9a3b07; }
 .not-computed { background: #eceef2; color: #5b6475; } .info { background: #e3ecfa; color: #1f4f99; }
+.architectural { background: #f3ecd9; color: #6b4e07; } .inconclusive { background: #efe3f6; color: #5d2a7a; }
 pre { background: #f6f8fb; border: 1px solid #d7dce5; padding: 8px 10px; overflow-x: auto; font-size: 0.85em; white-space: pre-wrap; overflow-wrap: anywhere; }
 .figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(520px, 100%), 1fr)); gap: 18px; }
 figure { margin: 0; border: 1px solid #d7dce5; border-radius: 6px; padding: 8px; background: #fff; }
@@ -153,7 +156,9 @@ details { margin: 8px 0; } summary { cursor: pointer; font-weight: 600; }
 const char* verdict_class(Verdict v) {
   switch (v) {
     case Verdict::kPass: return "pass";
+    case Verdict::kArchitectural: return "architectural";
     case Verdict::kDiffers: return "differs";
+    case Verdict::kInconclusive: return "inconclusive";
     case Verdict::kInfo: return "info";
     case Verdict::kNotComputed: break;
   }
@@ -163,31 +168,67 @@ const char* verdict_class(Verdict v) {
 std::string part_title(const ReportPart& p) {
   const std::string command = text_at(p.json, "/command");
   if (command == "power") return "Power method (the power-method paper)";
-  if (command == "jacobian")
-    return p.name == kInitPart ? "Random initialisation: Jacobians, the control (the residual-stream paper)" : "Residual-stream Jacobians (the residual-stream paper)";
+  if (p.is_control())
+    return fmt::format("Initialisation control ({}, seed {}): {} (not the model)",
+                       p.control_kind == "scaled" ? "at the model's weight scale" : "the family's rule", p.init_seed,
+                       command.empty() ? p.name : command);
+  if (command == "jacobian") return "Residual-stream Jacobians (the residual-stream paper)";
   if (command == "topology") return "Activation-graph topology (the residual-stream paper)";
   if (command == "particles") return "Self-attention particles (the clustering paper)";
   return command.empty() ? p.name : command;
 }
 
-std::string anchor(const ReportPart& p) { return "part-" + (p.rel_dir.empty() ? std::string("main") : url_path(p.rel_dir)); }
+// The control whose parts get sections of their own: the first seed of the family's rule.
+bool shown_control(const ReportPart& p, const std::vector<ReportPart>& parts) {
+  for (const auto& q : parts)
+    if (q.is_control()) return p.control_kind == q.control_kind && p.init_seed == q.init_seed;
+  return false;
+}
+
+std::string anchor(const ReportPart& p) {
+  std::string id = "part-" + (p.rel_dir.empty() ? std::string("main") : url_path(p.rel_dir));
+  std::replace(id.begin(), id.end(), '/', '-');
+  return id;
+}
+
+// The evidence column: the statistic, the sample count, each kind of initialisation's range and p, the p-values.
+std::string evidence_text(const ClaimCheck& c) {
+  const Evidence& e = c.evidence;
+  std::vector<std::string> parts;
+  if (std::isfinite(c.value)) parts.push_back("statistic " + num(c.value));
+  if (e.samples > 0) parts.push_back(fmt::format("{} samples", e.samples));
+  if (std::isfinite(e.p_claim)) parts.push_back("p (claim) " + num(e.p_claim));
+  for (const ControlValues& k : e.controls) {
+    if (k.values.empty()) continue;
+    const auto [lo, hi] = std::minmax_element(k.values.begin(), k.values.end());
+    parts.push_back(fmt::format("{} ×{}: {} to {}{}", k.kind == "scaled" ? "init at the model's scale" : "init", k.values.size(), num(*lo),
+                                num(*hi), std::isfinite(k.p) ? ", p " + num(k.p) : ""));
+  }
+  if (std::isfinite(e.p_holm)) parts.push_back("Holm p " + num(e.p_holm));
+  return fmt::format("{}", fmt::join(parts, " · "));
+}
 
 void summary_tables(std::string& h, const std::vector<PaperSummary>& papers) {
   h += "<h2 id=\"summary\">Summary: the papers' claims on this model</h2>\n";
-  h += "<p class=\"sub\">Each verdict follows from numbers in the parts' results.json by the rule shown beside it. "
-       "Each verdict compares this model with a control, named beside it: what a model without the claimed property "
-       "would show. <b>pass</b>: this model shows what the paper reports, beyond the control; <b>differs</b>: it does "
-       "not; <b>shown</b>: reported without a verdict; <b>not computed</b>: the analysis, the control or the key is "
+  h += "<p class=\"sub\">Each verdict follows from numbers in the parts' results.json by the rule shown beside it, and "
+       "compares this model with controls: what a model without the claimed property would show, and, for the claims "
+       "about training, the same statistic on random initialisations of the architecture on the same tokens, of two "
+       "kinds: the family's published rule (init) and that rule at the model's own weight scale (results.json's "
+       "verdicts list every value). <b>pass</b>: the claim holds, "
+       "beyond every control, with a p-value below 0.05 after the Holm adjustment over every verdict of the run; "
+       "<b>architectural</b>: it holds, but as much at initialisation; <b>differs</b>: it does not hold; "
+       "<b>inconclusive</b>: it holds, but no control tells it from the architecture, or its p-value does not survive the "
+       "adjustment; <b>shown</b>: reported without a verdict; <b>not computed</b>: the analysis, the control or the key is "
        "missing.</p>\n";
   for (const auto& paper : papers) {
-    h += fmt::format("<h3>{}</h3>\n<div class=\"scroll-x\"><table>\n<tr><th style=\"width:30%\">claim</th><th>this model</th><th>verdict</th>"
-                     "<th style=\"width:18%\">control</th><th style=\"width:24%\">rule</th></tr>\n",
+    h += fmt::format("<h3>{}</h3>\n<div class=\"scroll-x\"><table>\n<tr><th style=\"width:24%\">claim</th><th>this model</th><th>verdict</th>"
+                     "<th style=\"width:18%\">evidence</th><th style=\"width:18%\">control</th><th style=\"width:12%\">rule</th></tr>\n",
                      html_escape(paper.title));
     for (const auto& c : paper.checks)
-      h += fmt::format("<tr><td>{}</td><td>{}</td><td><span class=\"verdict {}\">{}</span></td><td class=\"rule\">{}{}</td>"
-                       "<td class=\"rule\">{}</td></tr>\n",
+      h += fmt::format("<tr><td>{}</td><td>{}</td><td><span class=\"verdict {}\">{}</span></td><td class=\"rule\">{}</td>"
+                       "<td class=\"rule\">{}{}</td><td class=\"rule\"><details><summary>the rule</summary>{}</details></td></tr>\n",
                        html_escape(c.claim), html_escape(c.observed), verdict_class(c.verdict), verdict_text(c.verdict),
-                       html_escape(c.control.empty() ? "none" : c.control),
+                       html_escape(evidence_text(c)), html_escape(c.control.empty() ? "none" : c.control),
                        std::isfinite(c.control_value) ? ": " + num(c.control_value) : "", html_escape(c.rule));
     h += "</table></div>\n";
   }
@@ -354,8 +395,13 @@ std::string render_html_report(const fs::path& dir) {
   std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   h += fmt::format("<p class=\"sub\">Transformers as dynamical systems · report built {} by tdyn {} from <code>{}</code></p>\n", stamp,
                    TDYN_VERSION, html_escape(dir.filename().empty() ? dir.string() : dir.filename().string()));
+  // The init control's parts get a section for their first seed only; the other seeds' values are in the summary's
+  // evidence and their results.json beside it.
+  std::vector<const ReportPart*> sections;
+  for (const auto& p : parts)
+    if (!p.is_control() || shown_control(p, parts)) sections.push_back(&p);
   h += "<nav><a href=\"#summary\">Summary</a>";
-  for (const auto& p : parts) h += fmt::format("<a href=\"#{}\">{}</a>", anchor(p), html_escape(p.name));
+  for (const ReportPart* p : sections) h += fmt::format("<a href=\"#{}\">{}</a>", anchor(*p), html_escape(p->name));
   h += "</nav>\n";
 
   if (analyze) {
@@ -363,11 +409,16 @@ std::string render_html_report(const fs::path& dir) {
     h += "<p>The whole analysis:</p>\n";
     h += fmt::format("<pre><code>{}</code></pre>\n", argv && argv->is_array() ? html_escape(shell_command(*argv)) : kNotComputed);
     h += "<table><tr><th>part</th><th>status</th><th>seconds</th></tr>\n";
-    for (const auto& p : parts) {
-      const json* info = find(top, "/results/parts/" + p.name);
+    bool init_listed = false;
+    for (const ReportPart* p : sections) {
+      if (p->is_control() && std::exchange(init_listed, true)) continue;  // one row for the whole control
+      const std::string name = p->is_control() ? "init" : p->name;
+      const json* info = find(top, "/results/parts/" + name);
       auto seconds = info ? number(*info, "/seconds") : std::nullopt;
-      h += fmt::format("<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td></tr>\n", anchor(p), html_escape(p.name),
-                       html_escape(info ? text_at(*info, "/status") : (p.json.is_null() ? "missing" : "ok")),
+      const size_t seeds = info ? array_at(*info, "/seeds").size() : 0;
+      h += fmt::format("<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td></tr>\n", anchor(*p),
+                       html_escape(seeds > 0 ? fmt::format("{} ({} seeds)", name, seeds) : name),
+                       html_escape(info ? text_at(*info, "/status") : (p->json.is_null() ? "missing" : "ok")),
                        seconds ? fmt::format("{:.1f}", *seconds) : "");
     }
     h += "</table>\n";
@@ -379,7 +430,8 @@ std::string render_html_report(const fs::path& dir) {
   }
 
   summary_tables(h, summarize_claims(parts));
-  for (const auto& p : parts) part_section(h, dir, p, analyze ? find(top, "/results/parts/" + p.name) : nullptr);
+  for (const ReportPart* p : sections)
+    part_section(h, dir, *p, analyze ? find(top, "/results/parts/" + (p->is_control() ? std::string("init") : p->name)) : nullptr);
   h += "</body>\n</html>\n";
   return h;
 }

@@ -56,6 +56,50 @@ json read_json(const fs::path& file, std::string* error) {
   }
 }
 
+namespace {
+
+// The init control's parts under DIR/`rel_dir` (see load_report_parts), each with `error` when the part failed.
+void add_init_parts(std::vector<ReportPart>& parts, const fs::path& dir, const std::string& rel_dir, const std::string& error) {
+  auto add = [&](const std::string& kind, int64_t seed, const std::string& rel) {
+    ReportPart p{rel, rel, nullptr, ""};
+    p.init_seed = seed, p.control_kind = kind;
+    if (fs::exists(dir / rel / "results.json")) p.json = read_json(dir / rel / "results.json", &p.error);
+    if (p.json.is_null() && p.error.empty()) p.error = error.empty() ? "no results.json" : error;
+    parts.push_back(std::move(p));
+  };
+  if (fs::exists(dir / rel_dir / "results.json")) {  // the one-seed layout
+    add("init", 0, rel_dir);
+    if (fs::exists(dir / rel_dir / "topology" / "results.json")) add("init", 0, rel_dir + "/topology");
+    return;
+  }
+  bool any = false;
+  for (const std::string kind : {"init", "scaled"}) {
+    const std::string prefix = kind == "init" ? "seed-" : "scaled-";
+    std::vector<int64_t> seeds;
+    if (fs::is_directory(dir / rel_dir))
+      for (const auto& entry : fs::directory_iterator(dir / rel_dir)) {
+        const std::string name = entry.path().filename().string();
+        if (!entry.is_directory() || name.rfind(prefix, 0) != 0) continue;
+        const std::string digits = name.substr(prefix.size());
+        if (!digits.empty() && digits.size() < 10 && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+          seeds.push_back(std::stoll(digits));
+      }
+    std::sort(seeds.begin(), seeds.end());
+    for (int64_t seed : seeds)
+      for (const char* part : {"power", "jacobian", "topology"}) {
+        const std::string rel = fmt::format("{}/{}{}/{}", rel_dir, prefix, seed, part);
+        if (fs::is_directory(dir / rel)) add(kind, seed, rel), any = true;
+      }
+  }
+  if (!any && !error.empty()) {  // the control failed before any seed wrote its directory
+    ReportPart p{rel_dir, rel_dir, nullptr, error};
+    p.init_seed = 0, p.control_kind = "init";
+    parts.push_back(std::move(p));
+  }
+}
+
+}  // namespace
+
 std::vector<ReportPart> load_report_parts(const fs::path& dir) {
   if (!fs::is_directory(dir)) fail("report: '{}' is not a directory", dir.string());
   std::vector<ReportPart> parts;
@@ -91,20 +135,15 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
       const std::string sub = text_at(*info, "/dir");
       if (!sub.empty() && sub.find("..") == std::string::npos && sub[0] != '/') p.rel_dir = sub;
     }
-    if (fs::exists(dir / p.rel_dir / "results.json")) p.json = read_json(dir / p.rel_dir / "results.json", &p.error);
     if (status == "skipped") p.error = "skipped (--skip)";
     else if (status == "failed") p.error = "failed: " + text_at(*info, "/error");
-    else if (p.json.is_null() && p.error.empty()) p.error = "no results.json";
-    // The init part's topology (the coupling's control) is a results directory inside it.
-    const fs::path init_topology = dir / p.rel_dir / "topology" / "results.json";
-    const bool has_init_topology = name == kInitPart && !p.rel_dir.empty() && fs::exists(init_topology);
-    const std::string rel_dir = p.rel_dir;
-    parts.push_back(std::move(p));
-    if (has_init_topology) {
-      ReportPart t{kInitTopologyPart, rel_dir + "/topology", nullptr, ""};
-      t.json = read_json(init_topology, &t.error);
-      parts.push_back(std::move(t));
+    if (name == "init" && !p.rel_dir.empty()) {
+      add_init_parts(parts, dir, p.rel_dir, p.error);
+      continue;
     }
+    if (fs::exists(dir / p.rel_dir / "results.json")) p.json = read_json(dir / p.rel_dir / "results.json", &p.error);
+    else if (p.error.empty()) p.error = "no results.json";
+    parts.push_back(std::move(p));
   }
   if (parts.empty())
     fail("report: no results.json in '{}' or its subdirectories; give the --out directory of an analysis", dir.string());

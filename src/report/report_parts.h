@@ -20,16 +20,19 @@ struct ReportPart {
   std::string rel_dir;    // path relative to the report's directory, "" for the directory itself
   nlohmann::json json;    // its results.json; null when missing or unreadable
   std::string error;      // why results.json could not be read, or why the part did not run
+  // ≥ 0: a part analyze ran on the random initialisation of this seed, a control of the claims about training and
+  // never the model's own part: of kind "init" (the family's rule, DIR/init/seed-S/PART) or "scaled" (that rule at
+  // the model's own weight scale, DIR/init/scaled-S/PART).
+  int64_t init_seed = -1;
+  std::string control_kind = {};
+  bool is_control() const { return init_seed >= 0; }
 };
 
-// The parts analyze runs on the random initialisation (a jacobian of DIR/init/model, and its topology in
-// DIR/init/topology) are the controls' source, never the model's own jacobian or topology part.
-inline constexpr const char* kInitPart = "init";
-inline constexpr const char* kInitTopologyPart = "init/topology";
-
 // The parts under `dir`: its own results.json when that is a single analysis, else every subdirectory with a
-// results.json (the analyze layout; the order power, jacobian, topology, particles, then others by name). Throws
-// Error when there are none.
+// results.json (the analyze layout; the order power, jacobian, topology, particles, then others by name) and the
+// init control's parts, DIR/init/{seed,scaled}-S/{power,jacobian,topology} for every seed in order (a directory of
+// the one-seed layout, DIR/init as seed 0's jacobian and DIR/init/topology as its topology, reads as one seed).
+// Throws Error when there are none.
 std::vector<ReportPart> load_report_parts(const fs::path& dir);
 
 // The parsed file, or null with `error` saying why it could not be read.

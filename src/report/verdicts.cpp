@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "analysis/power/layers.h"
+#include "analysis/stats.h"
 #include "core/json_number.h"
 
 namespace tdyn {
@@ -16,14 +19,7 @@ using namespace json_lookup;
 
 std::string num(double v) { return fmt::format("{:.3g}", v); }
 
-// The margins of the rules that compare with a control: the trained model must beat its control by this factor,
-// so that a model which merely matches it (a random initialisation judged against another seed) differs.
-constexpr double kBottleneckMargin = 0.5;  // r(trained) < 0.5 r(init): a collapse at least twice the init's
-constexpr double kSurgeryMargin = 0.9;     // the real N's bottleneck at least 10 % deeper than a random N's
-constexpr int kMinCoupledLayers = 1;        // and more than the init's: the paper's init has 0, trained OLMo 3 14–24
-constexpr double kSignRuleLevel = 0.05;    // the sign rule's own test, one rank correlation over the layers
-constexpr double kCommunitiesLevel = 0.05;  // the shuffled-unit test of the communities' NMI with the control's
-constexpr double kLayerTestLevel = 0.05;   // the power-method paper's permutation tests over the layers (analysis/power/layers.h)
+constexpr double kClaimLevel = 0.05;  // the level of each claim's own test on the model (before the adjustment)
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -38,16 +34,28 @@ double mean(const std::vector<double>& v, size_t begin, size_t end) {
   return end > begin ? s / static_cast<double>(end - begin) : NAN;
 }
 
+// The model's own part of a command (not a control's).
 const ReportPart* part_for(const std::vector<ReportPart>& parts, const std::string& command) {
   for (const auto& p : parts)
-    if (!p.json.is_null() && p.name != kInitPart && p.name != kInitTopologyPart && text_at(p.json, "/command") == command) return &p;
+    if (!p.json.is_null() && !p.is_control() && text_at(p.json, "/command") == command) return &p;
   return nullptr;
 }
 
-const ReportPart* named_part(const std::vector<ReportPart>& parts, const std::string& name) {
+// The init control's parts of a command, one per seed in seed order.
+std::vector<const ReportPart*> controls_for(const std::vector<ReportPart>& parts, const std::string& command) {
+  std::vector<const ReportPart*> out;
   for (const auto& p : parts)
-    if (!p.json.is_null() && p.name == name) return &p;
-  return nullptr;
+    if (!p.json.is_null() && p.is_control() && text_at(p.json, "/command") == command) out.push_back(&p);
+  return out;
+}
+
+// Did analyze run the init control? (A single command's directory has none.)
+bool has_init_control(const std::vector<ReportPart>& parts) {
+  return std::any_of(parts.begin(), parts.end(), [](const ReportPart& p) { return p.is_control(); });
+}
+
+int64_t samples_of(const json& part) {
+  return static_cast<int64_t>(number(part, "/results/samples").value_or(number(part, "/results/samples_used").value_or(0)));
 }
 
 ClaimCheck not_computed(std::string claim, std::string rule, const std::string& why) {
@@ -55,14 +63,51 @@ ClaimCheck not_computed(std::string claim, std::string rule, const std::string& 
           std::move(rule)};
 }
 
-// A claim with its rule and control, before the numbers are read.
+std::string num_or_missing(std::optional<double> v) { return v ? num(*v) : std::string(kNotComputed); }
+
+// ---- Measuring a claim on one run -------------------------------------------------------------------------------
+// Each rule reads a few numbers the analysis wrote and reduces them to one statistic, whether the claim holds by
+// the paper's own criterion, and that criterion's p-value. The same function measures the model and each
+// initialisation, so the two are comparable by construction. They are deliberately simple so that a reader can
+// redo them from results.json; docs/report.md lists them and says why each control.
+struct Measured {
+  std::optional<std::string> missing;  // not computed, and why ("" when the reason goes without saying)
+  bool shown = false;   // reported without a verdict: the rule cannot test it on this run
+  std::string observed;
+  double statistic = NAN, reference = NAN;  // the number judged and the rule's own comparison value
+  bool holds = false;
+  double p = NAN;  // the claim's own test, one-sided
+  std::string untested;  // non-empty: the claim's own test could not run here, and why (it cannot pass then)
+  int64_t samples = 0;
+};
+
+Measured missing(std::string why) {
+  Measured m;
+  m.missing = std::move(why);
+  return m;
+}
+
+Measured shown(std::string observed, double statistic = NAN, double reference = NAN) {
+  Measured m;
+  m.shown = true, m.observed = std::move(observed), m.statistic = statistic, m.reference = reference;
+  return m;
+}
+
+Measured measured(std::string observed, double statistic, double reference, bool holds, double p = NAN) {
+  Measured m;
+  m.observed = std::move(observed), m.statistic = statistic, m.reference = reference, m.holds = holds, m.p = p;
+  return m;
+}
+
+// A claim with its rule and controls. `direction`: the claim is about training, and says the model's statistic is
+// above (+1) or below (−1) that of the random initialisations; 0: judged on its own test alone. `resolution`: the
+// smallest spread of the statistic over the initialisations that means anything (1/2 for a count).
 struct Claim {
   const char* id;
   std::string claim, rule, control;
+  int direction = 0;
+  double resolution = 0;
 
-  ClaimCheck judged(std::string observed, Verdict verdict, double value = NAN, double control_value = NAN) const {
-    return {claim, std::move(observed), verdict, rule, id, value, control_value, control};
-  }
   ClaimCheck missing(const std::string& why) const {
     ClaimCheck c = not_computed(claim, rule, why);
     c.id = id, c.control = control;
@@ -70,12 +115,75 @@ struct Claim {
   }
 };
 
-std::string num_or_missing(std::optional<double> v) { return v ? num(*v) : std::string(kNotComputed); }
+std::string list(const std::vector<double>& values) {
+  std::vector<std::string> texts;
+  for (double v : values) texts.push_back(num(v));
+  return fmt::format("{}", fmt::join(texts, ", "));
+}
 
-// ---- The pass/differs rules -------------------------------------------------------------------------------------
-// Each rule reads a few numbers the analysis wrote and compares them with a control the way the paper states its
-// claim: a number that a model without the claimed property would also reach does not pass. They are deliberately
-// simple so that a reader can redo them from results.json; docs/report.md lists them and says why each control.
+// The verdict of a claim from its measure on the model and on each initialisation (docs/report.md, "Outcomes").
+// A pass here is provisional: summarize_claims turns it into inconclusive when its p-value does not survive the
+// Holm adjustment over every verdict of the run.
+ClaimCheck judge(const Claim& c, const Measured& model, const std::vector<std::pair<const ReportPart*, Measured>>& inits,
+                 bool init_ran) {
+  if (model.missing) {
+    ClaimCheck out = c.missing(*model.missing);
+    out.value = model.statistic;
+    return out;
+  }
+  ClaimCheck out{c.claim, model.observed, Verdict::kInfo, c.rule, c.id, model.statistic, model.reference, c.control};
+  Evidence& e = out.evidence;
+  e.samples = model.samples, e.direction = c.direction, e.p_claim = model.p;
+  if (model.shown) return out;
+  // Each kind of initialisation is a distribution the model's statistic must lie beyond.
+  for (const char* kind : {"init", "scaled"}) {
+    ControlValues k{kind};
+    for (const auto& [part, m] : inits) {
+      if (part->control_kind != kind || m.missing || m.shown || !std::isfinite(m.statistic)) continue;
+      k.seeds.push_back(part->init_seed), k.values.push_back(m.statistic);
+      k.holds += m.holds;
+    }
+    if (k.values.empty() || c.direction == 0) continue;
+    k.p = prediction_p_value(model.statistic, k.values, c.direction, c.resolution);
+    e.controls.push_back(std::move(k));
+  }
+  e.p = e.p_claim;
+  for (const ControlValues& k : e.controls) e.p = std::isfinite(e.p) ? std::max(e.p, k.p) : k.p;
+  if (!model.holds) {
+    out.verdict = Verdict::kDiffers;
+  } else if (!model.untested.empty()) {
+    out.verdict = Verdict::kInconclusive;
+    out.observed += "; inconclusive: " + model.untested;
+  } else if (c.direction == 0) {
+    out.verdict = std::isfinite(e.p) ? Verdict::kPass : Verdict::kInconclusive;
+    if (!std::isfinite(e.p)) out.observed += "; inconclusive: the rule has no test of its control here";
+  } else if (e.controls.empty() || std::any_of(e.controls.begin(), e.controls.end(),
+                                                [](const ControlValues& k) { return k.values.size() < 2; })) {
+    out.verdict = Verdict::kInconclusive;
+    out.observed += e.controls.empty() ? (init_ran ? "; inconclusive: the initialisations did not give this statistic"
+                                                   : "; inconclusive: no initialisation control (analyze runs it unless "
+                                                     "--no-init-control) to tell it from the architecture")
+                                       : "; inconclusive: one initialisation is no distribution (analyze --init-seeds 5)";
+  } else {
+    bool beyond_all = true;
+    for (const ControlValues& k : e.controls)
+      for (double v : k.values) beyond_all = beyond_all && c.direction * (model.statistic - v) > 0;
+    out.verdict = beyond_all ? Verdict::kPass : Verdict::kArchitectural;
+    if (!beyond_all) out.observed += "; as strong on an initialisation as in the model: architectural";
+  }
+  return out;
+}
+
+// Judges a claim measured by `measure` on the model's part and on each initialisation's part.
+template <class Measure>
+ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vector<const ReportPart*>& inits, bool init_ran,
+                       Measure measure) {
+  Measured m = measure(model->json);
+  m.samples = samples_of(model->json);
+  std::vector<std::pair<const ReportPart*, Measured>> controls;
+  for (const ReportPart* p : inits) controls.emplace_back(p, measure(p->json));
+  return judge(c, m, controls, init_ran);
+}
 
 // Why a test over the layers was not judged: too few layers, or one shared F for all of them.
 std::string untestable_layers(const json& power, size_t layers) {
@@ -85,315 +193,332 @@ std::string untestable_layers(const json& power, size_t layers) {
   return "";
 }
 
-ClaimCheck judge_alignment_local(const Claim& c, const json& power) {
-  const size_t layers = array_at(power, "/results/cross_layer_alignment/mean").size();
-  auto own = number(power, "/results/cross_layer_alignment/diagonal_mean"),
-       other = number(power, "/results/cross_layer_alignment/off_diagonal_mean");
-  if (!own || !other) return c.missing("no cross_layer_alignment in results.json (power from before it was measured)");
-  const std::string observed = fmt::format("mean alignment with the own layer's v₁ {} vs the other layers' {}", num(*own), num(*other));
-  const std::string why = untestable_layers(power, layers);
-  if (!why.empty()) return c.judged(observed + " (" + why + ")", Verdict::kInfo, *own, *other);
-  auto p = number(power, "/results/cross_layer_alignment/p_permutation");
-  if (!p) return c.missing("no permutation p-value in results.json");
-  return c.judged(fmt::format("{}, over {} layers (permutation p = {})", observed, layers, num(*p)),
-                  *own > *other && *p < kLayerTestLevel ? Verdict::kPass : Verdict::kDiffers, *own, *other);
-}
+// ---- The power-method paper (Li & Altafini): layers act like steps of the power method on F_t = O_t V_t ----------
 
-ClaimCheck judge_gamma_gap(const Claim& c, const json& power) {
-  const auto layers = number(power, "/results/gamma_vs_gap/layers");
-  if (!layers) return c.missing("no gamma_vs_gap in results.json (power from before it was measured)");
-  auto rho = number(power, "/results/gamma_vs_gap/rho"), p = number(power, "/results/gamma_vs_gap/p_permutation");
-  const std::string observed = fmt::format("Spearman(γ_t, 1 − |λ₂|/|λ₁|) over {} layers = {}", *layers, num_or_missing(rho));
-  const std::string why = untestable_layers(power, static_cast<size_t>(*layers));
-  if (!why.empty() || !rho) return c.judged(observed + " (" + (why.empty() ? "γ_t or the gap constant over the layers" : why) + ")",
-                                            Verdict::kInfo, rho.value_or(NAN));
-  if (!p) return c.missing("no permutation p-value in results.json");
-  return c.judged(fmt::format("{} (one-sided permutation p = {})", observed, num(*p)),
-                  *rho > 0 && *p < kLayerTestLevel ? Verdict::kPass : Verdict::kDiffers, *rho, *p);
-}
-
-// The power-method paper (Li & Altafini): layers act like steps of the power method on F_t = O_t V_t.
-PaperSummary power_summary(const ReportPart* part) {
-  PaperSummary s{"000", "Transformer layers and the power method (Li & Altafini)", {}};
-  const Claim c1{"gamma", "Tokens leaving layer t align with its dominant eigenvector v₁,t well above chance.",
-                 "pass when γ_t (mean a(x_i^{t+1}; v₁,t), results.layers[t].dynamics_F.gamma) exceeds the random-direction "
-                 "baseline E|cos| (dynamics_F.baseline), the same tokens' alignment before the layer (dynamics_F.gamma_before) "
-                 "and their alignment with random directions drawn from their own covariance (dynamics_F.gamma_covariance) "
-                 "in more than half of the layers",
-                 "per layer the strongest of: the same tokens before the layer, a(x_i^t; v₁,t); random directions drawn from the "
-                 "tokens' own distribution, a(x_i^{t+1}; U); the isotropic baseline (median over layers)"};
-  const Claim c2{"rho", "Each layer moves most tokens toward v₁,t: ρ_t > 1/2, significantly.",
-                 "pass when ρ_t over the tokens whose state is new (dynamics_F.rho_unique: a state repeated from an earlier "
-                 "sample, such as BOS, counted once) is > 1/2 with the one-sided sign-flip test over samples p < 0.05 "
-                 "(dynamics_F.p_value_samples) in more than half of the layers",
-                 "1/2: tokens as likely to move away from v₁,t as toward it, tested with samples (not tokens) as the units"};
-  const Claim c3{"dominant", "Each F_t has a dominant eigenvalue (real, or a complex pair) standing apart from the rest.",
-                 "shown, not judged: how many λ₁ are real, and the median |λ₂|/|λ₁| (results.layers[t].F)", "none (not judged)"};
-  const Claim c4{"regime", "A shared layer iterated far past the model's depth settles into the regime its spectrum predicts.",
-                 "shown, not judged: the regime classified by the iteration (results.iteration.regime)", "none (not judged)"};
-  const Claim c5{"alignment_local",
-                 "Alignment is local: tokens leaving layer t align with v₁,t, not with one global eigenvector shared by the layers.",
-                 fmt::format("pass when the mean alignment of the tokens leaving each layer with its own v₁,t (the diagonal of "
-                             "results.cross_layer_alignment.mean) exceeds their mean alignment with the other layers' v₁,s "
-                             "(off_diagonal_mean) and the permutation test over layer labels gives p < {} (p_permutation); shown "
-                             "with fewer than {} layers or shared weights",
-                             kLayerTestLevel, kMinTestedLayers),
-                 "the same tokens' alignment with the dominant eigenvectors of the other layers, the layer labels permuted"};
-  const Claim c6{"gamma_gap", "Alignment is weak where the spectral gap is small: γ_t grows with the gap of F_t.",
-                 fmt::format("pass when the Spearman correlation over layers of γ_t with the relative gap 1 − |λ₂|/|λ₁| of F_t "
-                             "(results.gamma_vs_gap.rho) is positive with one-sided permutation p < {} (p_permutation); shown "
-                             "with fewer than {} layers or shared weights",
-                             kLayerTestLevel, kMinTestedLayers),
-                 "the layers' gaps permuted (the permutation null of that rank correlation): its p-value"};
-  if (!part) {
-    for (const Claim* c : {&c1, &c2, &c3, &c4, &c5, &c6}) s.checks.push_back(c->missing("power did not run"));
-    return s;
-  }
-  const json& layers = array_at(part->json, "/results/layers");
-  std::vector<double> gamma, before, covariance, strongest, baseline, rho, ratio;
-  int64_t above = 0, significant = 0, counted = 0, tested = 0, real = 0, spectra = 0;
-  for (const json& l : layers) {
+Measured measure_gamma(const json& power) {
+  std::vector<double> gamma, before, covariance, baseline, margin;
+  long above = 0, counted = 0;
+  for (const json& l : array_at(power, "/results/layers")) {
     auto g = number(l, "/dynamics_F/gamma"), g0 = number(l, "/dynamics_F/gamma_before"), b = number(l, "/dynamics_F/baseline");
     // gamma_covariance is null where no sample's tokens span F's dominant dimension (one-token samples).
     auto gc = number(l, "/dynamics_F/gamma_covariance");
-    if (g && g0 && b) {
-      ++counted;
-      gamma.push_back(*g), before.push_back(*g0), baseline.push_back(*b);
-      if (gc) covariance.push_back(*gc);
-      strongest.push_back(std::max({*g0, *b, gc.value_or(*b)}));
-      above += *g > strongest.back();
-    }
+    if (!g || !g0 || !b) continue;
+    ++counted;
+    gamma.push_back(*g), before.push_back(*g0), baseline.push_back(*b);
+    if (gc) covariance.push_back(*gc);
+    const double strongest = std::max({*g0, *b, gc.value_or(*b)});
+    margin.push_back(*g - strongest);
+    above += *g > strongest;
+  }
+  if (counted == 0) return missing("no per-layer dynamics with gamma_before in results.json");
+  const double p = sign_test_p_value(above, counted);
+  return measured(fmt::format("γ_t above every control in {} of {} layers (sign test over the layers p = {}; median γ_t = {}; "
+                              "before the layer {}; directions from the tokens {}; isotropic baseline ≈ {}; median margin {})",
+                              above, counted, num(p), num(median(gamma)), num(median(before)),
+                              covariance.empty() ? std::string(kNotComputed) : num(median(covariance)), num(median(baseline)),
+                              num(median(margin))),
+                  median(margin), 0, 2 * above > counted, p);
+}
+
+Measured measure_rho(const json& power) {
+  std::vector<double> rho, p_values;
+  long significant = 0;
+  for (const json& l : array_at(power, "/results/layers")) {
     auto r = number(l, "/dynamics_F/rho_unique"), p = number(l, "/dynamics_F/p_value_samples");
-    if (r && p) {
-      ++tested;
-      rho.push_back(*r);
-      significant += *r > 0.5 && *p < 0.05;
-    }
+    if (!r || !p) continue;
+    rho.push_back(*r);
+    p_values.push_back(*r > 0.5 ? *p : 1.0);
+    significant += *r > 0.5 && *p < kClaimLevel;
+  }
+  const long tested = static_cast<long>(rho.size());
+  if (tested == 0) return missing("no sample-level test in results.json (power from before rho_unique)");
+  // "More than half of the layers significant" holds at level α exactly when the m-th smallest p-value, m the
+  // least majority, is below α: that p-value is the claim's.
+  std::sort(p_values.begin(), p_values.end());
+  const double p = p_values[static_cast<size_t>(tested / 2)];
+  return measured(fmt::format("ρ_t > 1/2 significantly over samples in {} of {} layers (median ρ_t over new states = {}; "
+                              "the majority's largest p = {})",
+                              significant, tested, num(median(rho)), num(p)),
+                  median(rho), 0.5, 2 * significant > tested, p);
+}
+
+Measured measure_alignment_local(const json& power) {
+  const size_t layers = array_at(power, "/results/cross_layer_alignment/mean").size();
+  auto own = number(power, "/results/cross_layer_alignment/diagonal_mean"),
+       other = number(power, "/results/cross_layer_alignment/off_diagonal_mean");
+  if (!own || !other) return missing("no cross_layer_alignment in results.json (power from before it was measured)");
+  const std::string observed = fmt::format("mean alignment with the own layer's v₁ {} vs the other layers' {}", num(*own), num(*other));
+  const std::string why = untestable_layers(power, layers);
+  if (!why.empty()) return shown(observed + " (" + why + ")", *own - *other, 0);
+  auto p = number(power, "/results/cross_layer_alignment/p_permutation");
+  if (!p) return missing("no permutation p-value in results.json");
+  return measured(fmt::format("{}, over {} layers (permutation p = {})", observed, layers, num(*p)), *own - *other, 0,
+                  *own > *other && *p < kClaimLevel, *p);
+}
+
+Measured measure_gamma_gap(const json& power) {
+  const auto layers = number(power, "/results/gamma_vs_gap/layers");
+  if (!layers) return missing("no gamma_vs_gap in results.json (power from before it was measured)");
+  auto rho = number(power, "/results/gamma_vs_gap/rho"), p = number(power, "/results/gamma_vs_gap/p_permutation");
+  const std::string observed = fmt::format("Spearman(γ_t, 1 − |λ₂|/|λ₁|) over {} layers = {}", *layers, num_or_missing(rho));
+  const std::string why = untestable_layers(power, static_cast<size_t>(*layers));
+  if (!why.empty() || !rho)
+    return shown(observed + " (" + (why.empty() ? "γ_t or the gap constant over the layers" : why) + ")", rho.value_or(NAN), 0);
+  if (!p) return missing("no permutation p-value in results.json");
+  return measured(fmt::format("{} (one-sided permutation p = {})", observed, num(*p)), *rho, 0, *rho > 0 && *p < kClaimLevel, *p);
+}
+
+Measured measure_dominant(const json& power) {
+  int64_t real = 0, spectra = 0;
+  std::vector<double> ratio;
+  for (const json& l : array_at(power, "/results/layers")) {
     const json* pair = find(l, "/F/complex_pair");
     if (pair && pair->is_boolean()) ++spectra, real += !pair->get<bool>();
     if (auto q = number(l, "/F/modulus_ratio")) ratio.push_back(*q);
   }
-  if (counted == 0) s.checks.push_back(c1.missing("no per-layer dynamics with gamma_before in results.json"));
-  else
-    s.checks.push_back(c1.judged(fmt::format("γ_t above every control in {} of {} layers (median γ_t = {}; before the layer {}; "
-                                             "directions from the tokens {}; isotropic baseline ≈ {})",
-                                             above, counted, num(median(gamma)), num(median(before)),
-                                             covariance.empty() ? std::string(kNotComputed) : num(median(covariance)),
-                                             num(median(baseline))),
-                                 2 * above > counted ? Verdict::kPass : Verdict::kDiffers, median(gamma), median(strongest)));
-  if (tested == 0) s.checks.push_back(c2.missing("no sample-level test in results.json (power from before rho_unique)"));
-  else
-    s.checks.push_back(c2.judged(fmt::format("ρ_t > 1/2 significantly over samples in {} of {} layers (median ρ_t over new states = {})",
-                                             significant, tested, num(median(rho))),
-                                 2 * significant > tested ? Verdict::kPass : Verdict::kDiffers, median(rho), 0.5));
-  if (spectra == 0) s.checks.push_back(c3.missing(""));
-  else
-    s.checks.push_back(c3.judged(fmt::format("λ₁ real in {} of {} layers, a complex pair in {}; median |λ₂|/|λ₁| = {}", real, spectra,
-                                             spectra - real, ratio.empty() ? std::string(kNotComputed) : num(median(ratio))),
-                                 Verdict::kInfo, ratio.empty() ? NAN : median(ratio)));
-  const std::string regime = text_at(part->json, "/results/iteration/regime/description");
-  if (regime.empty()) s.checks.push_back(c4.missing("no shared-weight layer iterated; see power --iterate-layer"));
-  else s.checks.push_back(c4.judged(regime, Verdict::kInfo));
-  s.checks.push_back(judge_alignment_local(c5, part->json));
-  s.checks.push_back(judge_gamma_gap(c6, part->json));
+  if (spectra == 0) return missing("");
+  return shown(fmt::format("λ₁ real in {} of {} layers, a complex pair in {}; median |λ₂|/|λ₁| = {}", real, spectra, spectra - real,
+                           ratio.empty() ? std::string(kNotComputed) : num(median(ratio))),
+               ratio.empty() ? NAN : median(ratio));
+}
+
+Measured measure_regime(const json& power) {
+  const std::string regime = text_at(power, "/results/iteration/regime/description");
+  if (regime.empty()) return missing("no shared-weight layer iterated; see power --iterate-layer");
+  return shown(regime);
+}
+
+// The control column's mention of the initialisations; the summary's introduction says what they are.
+std::string initialisations(const char* part) { return fmt::format("then the initialisations (DIR/init/*/{})", part); }
+
+PaperSummary power_summary(const std::vector<ReportPart>& parts) {
+  PaperSummary s{"000", "Transformer layers and the power method (Li & Altafini)", {}};
+  const std::string learned = "; pass: beyond every initialisation, Holm-adjusted p < 0.05";
+  const Claim claims[] = {
+      {"gamma", "Tokens leaving layer t align with its dominant eigenvector v₁,t well above chance.",
+       "holds when γ_t (mean a(x_i^{t+1}; v₁,t), results.layers[t].dynamics_F.gamma) exceeds the random-direction baseline "
+       "E|cos| (dynamics_F.baseline), the same tokens' alignment before the layer (dynamics_F.gamma_before) and their "
+       "alignment with random directions drawn from their own second moment (dynamics_F.gamma_covariance) in more than half "
+       "of the layers, with the sign test over the layers; statistic: the median over layers of γ_t minus the strongest of "
+       "the three" + learned,
+       "per layer the strongest of: the same tokens before the layer, a(x_i^t; v₁,t); random directions drawn from the "
+       "tokens' own distribution, a(x_i^{t+1}; U); the isotropic baseline; then " + initialisations("power"),
+       +1},
+      {"rho", "Each layer moves most tokens toward v₁,t: ρ_t > 1/2, significantly.",
+       "holds when ρ_t over the tokens whose state is new (dynamics_F.rho_unique: a state repeated from an earlier sample, "
+       "such as BOS, counted once) is > 1/2 with the one-sided sign-flip test over samples p < 0.05 "
+       "(dynamics_F.p_value_samples) in more than half of the layers; statistic: the median ρ_t" + learned,
+       "1/2, with samples (not tokens) as the units; then " + initialisations("power"), +1},
+      {"dominant", "Each F_t has a dominant eigenvalue (real, or a complex pair) standing apart from the rest.",
+       "shown, not judged: how many λ₁ are real, and the median |λ₂|/|λ₁| (results.layers[t].F)", "none (not judged)"},
+      {"regime", "A shared layer iterated far past the model's depth settles into the regime its spectrum predicts.",
+       "shown, not judged: the regime classified by the iteration (results.iteration.regime)", "none (not judged)"},
+      {"alignment_local", "Alignment is local: tokens leaving layer t align with v₁,t, not with one global eigenvector shared by the layers.",
+       fmt::format("holds when the mean alignment of the tokens leaving each layer with its own v₁,t (the diagonal of "
+                   "results.cross_layer_alignment.mean) exceeds their mean alignment with the other layers' v₁,s "
+                   "(off_diagonal_mean) and the permutation test over layer labels gives p < {} (p_permutation); shown with "
+                   "fewer than {} layers or shared weights; statistic: the difference{}",
+                   kClaimLevel, kMinTestedLayers, learned),
+       "the same tokens' alignment with the dominant eigenvectors of the other layers, the layer labels permuted; then " +
+           initialisations("power"),
+       +1},
+      {"gamma_gap", "Alignment is weak where the spectral gap is small: γ_t grows with the gap of F_t.",
+       fmt::format("holds when the Spearman correlation over layers of γ_t with the relative gap 1 − |λ₂|/|λ₁| of F_t "
+                   "(results.gamma_vs_gap.rho) is positive with one-sided permutation p < {} (p_permutation); shown with fewer "
+                   "than {} layers or shared weights; statistic: the correlation{}",
+                   kClaimLevel, kMinTestedLayers, learned),
+       "the layers' gaps permuted (the permutation null of that rank correlation); then " + initialisations("power"), +1},
+  };
+  Measured (*const measures[])(const json&) = {measure_gamma, measure_rho, measure_dominant, measure_regime,
+                                               measure_alignment_local, measure_gamma_gap};
+  const ReportPart* model = part_for(parts, "power");
+  const std::vector<const ReportPart*> inits = controls_for(parts, "power");
+  for (size_t i = 0; i < std::size(claims); ++i)
+    s.checks.push_back(model ? judge_parts(claims[i], model, inits, has_init_control(parts), measures[i])
+                             : claims[i].missing("power did not run"));
   return s;
 }
 
-// effective rank of C_K / effective rank of C_1 of results.models[0] of a jacobian part; nothing when absent.
-std::optional<double> bottleneck_ratio(const ReportPart* part) {
-  const json* depths = part ? find(part->json, "/results/models/0/depths") : nullptr;
-  if (!depths || !depths->is_array() || depths->empty()) return std::nullopt;
-  auto first = number(depths->front(), "/cumulative/effective_rank/roy_vetterli"),
-       last = number(depths->back(), "/cumulative/effective_rank/roy_vetterli");
-  if (!first || !last || *first <= 0) return std::nullopt;
-  return *last / *first;
+// ---- The residual-stream paper: Jacobian spectral geometry (jacobian) and activation-graph topology (topology) ----
+
+const json* depths_of(const json& jacobian) {
+  const json* depths = find(jacobian, "/results/models/0/depths");
+  return depths && depths->is_array() && !depths->empty() ? depths : nullptr;
 }
 
-ClaimCheck judge_communities_architectural(const Claim& c, const json& topology) {
+Measured measure_bottleneck(const json& jacobian) {
+  const json* depths = depths_of(jacobian);
+  if (!depths) return missing("no depths in results.json");
+  auto first = number(depths->front(), "/cumulative/effective_rank/roy_vetterli"),
+       last = number(depths->back(), "/cumulative/effective_rank/roy_vetterli");
+  if (!first || !last || *first <= 0) return missing("no cumulative effective ranks");
+  const double r = *last / *first;
+  return measured(fmt::format("effective rank of C_k: {} at depth 1 → {} at depth {} (r = {})", num(*first), num(*last),
+                              depths->size(), num(r)),
+                  r, 1, r < 1);
+}
+
+Measured measure_normality(const json& jacobian) {
+  const json* depths = depths_of(jacobian);
+  if (!depths) return missing("no depths in results.json");
+  const size_t K = depths->size();
+  std::vector<double> dep, sym, cplx;
+  for (const json& d : *depths) {
+    auto a = number(d, "/mean/henrici_departure/schur_normalized"), b = number(d, "/mean/symmetry_index");
+    if (!a || !b) break;
+    dep.push_back(*a), sym.push_back(*b), cplx.push_back(number(d, "/mean/complex_fraction").value_or(NAN));
+  }
+  if (K < 2) return missing("fewer than 2 depths");
+  if (dep.size() != K) return missing("departure or symmetry index missing");
+  const size_t third = std::max<size_t>(1, K / 3);
+  const double dep_early = mean(dep, 0, third), dep_late = mean(dep, K - third, K), sym_early = mean(sym, 0, third),
+               sym_late = mean(sym, K - third, K), cplx_early = mean(cplx, 0, third);
+  return measured(fmt::format("first {} vs last {} depths: departure {} vs {}, symmetry index {} vs {}; complex eigenvalues early: {}",
+                              third, third, num(dep_early), num(dep_late), num(sym_early), num(sym_late),
+                              std::isfinite(cplx_early) ? fmt::format("{:.0f} %", 100 * cplx_early) : std::string(kNotComputed)),
+                  dep_early - dep_late, 0, dep_early > dep_late && sym_late < sym_early);
+}
+
+// At α = 0 the control equals the surgery (both drop N); the control says something at α = 1, where random
+// strictly upper triangular N of the same norm replace the real one. If a random N makes as deep a bottleneck,
+// the collapse comes from N's size, which any non-normal matrix has, not from the learned N.
+Measured measure_surgery(const json& jacobian) {
+  std::optional<double> at0, at1;
+  std::vector<double> controls;
+  for (const json& p : array_at(jacobian, "/results/models/0/surgery")) {
+    auto alpha = number(p, "/alpha");
+    if (!alpha) continue;
+    if (std::abs(*alpha) < 1e-12) at0 = number(p, "/full_depth_surgery/roy_vetterli");
+    if (std::abs(*alpha - 1) < 1e-12) {
+      at1 = number(p, "/full_depth_surgery/roy_vetterli");
+      for (const json& draw : array_at(p, "/full_depth_control_draws"))
+        if (auto v = number(draw, "/roy_vetterli")) controls.push_back(*v);
+      if (controls.empty())
+        if (auto v = number(p, "/full_depth_control/roy_vetterli")) controls.push_back(*v);
+    }
+  }
+  const std::string observed = fmt::format("full-depth effective rank {} at α = 0 vs {} unmodified; with random N of the same norm: {}",
+                                           num_or_missing(at0), num_or_missing(at1), controls.empty() ? kNotComputed : list(controls));
+  if (!at0 || !at1 || controls.empty()) {
+    Measured m = missing("no surgery at α = 0 and α = 1; run jacobian --surgery with both in --alphas");
+    if (at0 || at1) m.missing = observed + "; " + *m.missing;
+    return m;
+  }
+  const bool below_every = std::all_of(controls.begin(), controls.end(), [&](double c) { return *at1 < c; });
+  Measured m = measured(observed, *at1 / median(controls), 1, *at0 > *at1 && below_every, prediction_p_value(*at1, controls, -1, 0));
+  if (controls.size() < 2) m.untested = "one random-N draw is no distribution (jacobian --surgery-control-draws 5)";
+  return m;
+}
+
+Measured measure_coupling(const json& topology) {
+  const auto coupled = number(topology, "/results/coupling/coupled_layers");
+  if (!coupled) return missing("no coupled_layers in results.json (topology --no-coupling?)");
+  return measured(fmt::format("{} of {} maps coupled ({} significant at q = {}, |ρ| ≥ {})", *coupled,
+                              array_at(topology, "/results/coupling/layers").size(),
+                              text_at(topology, "/results/coupling/significant_layers"), text_at(topology, "/results/coupling/fdr_q"),
+                              text_at(topology, "/results/coupling/min_effect")),
+                  *coupled, 1, *coupled >= 1);
+}
+
+Measured measure_coupling_sign(const json& topology) {
+  if (!number(topology, "/results/coupling/coupled_layers")) return missing("no coupling in results.json");
+  const auto rho = number(topology, "/results/coupling/sign_rule/rho"), p = number(topology, "/results/coupling/sign_rule/p_permutation");
+  if (!rho || !p) return missing("no sign_rule with a permutation p in results.json (fewer than 3 maps, or --permutations 0)");
+  return measured(fmt::format("Spearman(ρ, departure) over {} maps = {} (permutation p = {})",
+                              text_at(topology, "/results/coupling/sign_rule/layers"), num(*rho), num(*p)),
+                  *rho, 0, *rho < 0 && *p < kClaimLevel, *p);
+}
+
+Measured measure_communities(const json& topology) {
+  std::vector<double> communities;
+  for (const json& b : array_at(topology, "/results/boundaries"))
+    if (auto n = number(b, "/communities")) communities.push_back(*n);
+  if (communities.empty()) return missing("");
+  return shown(fmt::format("{} to {} communities over {} boundaries (median {})", *std::min_element(communities.begin(), communities.end()),
+                           *std::max_element(communities.begin(), communities.end()), communities.size(), num(median(communities))),
+               median(communities));
+}
+
+Measured measure_communities_architectural(const json& topology) {
   auto nmi = number(topology, "/results/community_similarity/mean_nmi"), null = number(topology, "/results/community_similarity/null_mean"),
        p = number(topology, "/results/community_similarity/p_permutation");
   if (!nmi || !null || !p)
-    return c.missing("no community_similarity in results.json; analyze compares with its init part, topology with --communities-control");
+    return missing("no community_similarity in results.json; analyze compares with its init part, topology with --communities-control");
   const std::string observed = fmt::format("mean NMI with the control's communities {} vs {} with its units shuffled (p = {}, {} boundaries)",
                                            num(*nmi), num(*null), num(*p),
                                            array_at(topology, "/results/community_similarity/boundaries").size());
   const json* independent = find(topology, "/results/community_similarity/independent_draw");
   if (independent && independent->is_boolean() && independent->get<bool>())
-    return c.judged(observed + "; the control is an independent random draw, whose units are not this model's: only the same "
-                               "run's step-0 checkpoint (topology --communities-control) can test the claim",
-                    Verdict::kInfo, *nmi, *null);
-  return c.judged(observed, *nmi > *null && *p < kCommunitiesLevel ? Verdict::kPass : Verdict::kDiffers, *nmi, *null);
+    return shown(observed + "; the control is an independent random draw, whose units are not this model's: only the same "
+                            "run's step-0 checkpoint (topology --communities-control) can test the claim",
+                 *nmi, *null);
+  return measured(observed, *nmi, *null, *nmi > *null && *p < kClaimLevel, *p);
 }
 
-// The residual-stream paper: Jacobian spectral geometry (from `jacobian`, with the random initialisation's `jacobian` as the
-// bottleneck's control) and activation-graph topology (from `topology`).
-PaperSummary residual_summary(const ReportPart* jacobian, const ReportPart* init, const ReportPart* topology,
-                              const ReportPart* init_topology) {
+PaperSummary residual_summary(const std::vector<ReportPart>& parts) {
   PaperSummary s{"003", "Residual-stream Jacobians and network topology", {}};
-  const Claim c1{"bottleneck",
-                 "The cumulative Jacobian is a learned bottleneck: its effective rank falls with depth (Llama 3.1 8B: ≈436 → ≈7), "
-                 "far more than at initialisation.",
-                 fmt::format("pass when r = erank(C_K)/erank(C_1) (Roy–Vetterli, results.models[0].depths[k].cumulative.effective_rank."
-                             "roy_vetterli; K the last depth) is below 1 and below {} × the same ratio of the random initialisation",
-                             kBottleneckMargin),
-                 "the same architecture's random initialisation (tdyn init) on the same samples (analyze's init part): its r"};
-  const Claim c2{"normality", "Early layers are non-normal, late layers more nearly symmetric.",
-                 "pass when, over the first third of the depths versus the last third, the mean normalised Henrici departure "
-                 "(mean.henrici_departure.schur_normalized) is larger early and the mean symmetry index ‖J − Jᵀ‖/‖J‖ "
-                 "(mean.symmetry_index) is smaller late",
-                 "the same model's early depths (value: late departure; control: early departure)"};
-  const Claim c3{"surgery", "Removing the non-normal part N of the Schur form (surgery α = 0) largely dissolves the bottleneck, "
-                            "and it is this N, not any N of its size, that makes it.",
-                 fmt::format("pass when the full-depth effective rank at α = 0 (results.models[0].surgery[α=0].full_depth_surgery."
-                             "roy_vetterli) exceeds the unmodified one (α = 1) and the unmodified one is below {} × the control's "
-                             "(surgery[α=1].full_depth_control.roy_vetterli)",
-                             kSurgeryMargin),
-                 "each depth's N replaced by a random strictly upper triangular N of the same Frobenius norm (α = 1): its "
-                 "full-depth effective rank"};
-  const Claim c4{"coupling",
-                 "Boundary nodes of the activation graph couple to the Jacobian gain in trained models "
-                 "(OLMo 3: 0 / 14 / 24 significant layers at steps 0 / 471k / 1.41M).",
-                 fmt::format("pass when more sublayer maps are coupled (Spearman(participation, log gain) significant after "
-                             "Benjamini–Hochberg and |ρ| ≥ the effect size, results.coupling.coupled_layers) than in the random "
-                             "initialisation on the same samples, and at least {}",
-                             kMinCoupledLayers),
-                 "the same architecture's random initialisation (tdyn init) on the same samples (analyze's init part, "
-                 "init/topology): its coupled layers"};
-  const Claim c4s{"coupling_sign",
-                  "Near-symmetric layers amplify (ρ > 0) and strongly non-normal layers attenuate (ρ < 0).",
-                  fmt::format("pass when the Spearman correlation over layers of the coupling ρ with the normalised departure "
-                              "‖N‖/‖J̄‖ is negative with permutation p < {} (results.coupling.sign_rule)",
-                              kSignRuleLevel),
-                  "the layers' departures shuffled (the permutation null of that rank correlation): its p-value"};
-  const Claim c5{"communities", "Signed Leiden CPM finds communities in the correlation graph at every boundary.",
-                 "shown, not judged: communities per boundary (results.boundaries[b].communities)", "none (not judged)"};
-
-  const Claim c6{"communities_architectural",
-                 "The mesoscale community structure is partly architectural: communities present at initialisation persist "
-                 "in the trained model.",
-                 fmt::format("pass when the mean NMI over boundaries of the model's communities with the control's, unit by unit "
-                             "(results.community_similarity.mean_nmi), exceeds the shuffled-unit null (null_mean) with permutation "
-                             "p < {} (p_permutation); shown, not judged, when the control is an independent random draw "
-                             "(independent_draw: its units are not the model's, so the NMI is at chance by construction)",
-                             kCommunitiesLevel),
-                 "the initialisation's communities with its units shuffled (same community sizes)"};
-
-  const json* depths = jacobian ? find(jacobian->json, "/results/models/0/depths") : nullptr;
-  if (!depths || !depths->is_array() || depths->empty()) {
-    const std::string why = jacobian ? "no depths in results.json" : "jacobian did not run";
-    for (const Claim* c : {&c1, &c2, &c3}) s.checks.push_back(c->missing(why));
-  } else {
-    const size_t K = depths->size();
-    auto first = number(depths->front(), "/cumulative/effective_rank/roy_vetterli"),
-         last = number(depths->back(), "/cumulative/effective_rank/roy_vetterli");
-    const auto ratio = bottleneck_ratio(jacobian), init_ratio = bottleneck_ratio(init);
-    if (!first || !last || !ratio) {
-      s.checks.push_back(c1.missing("no cumulative effective ranks"));
-    } else {
-      const std::string trained = fmt::format("effective rank of C_k: {} at depth 1 → {} at depth {} (r = {})", num(*first), num(*last), K,
-                                              num(*ratio));
-      if (!init_ratio) {
-        ClaimCheck c = c1.missing(init ? "no cumulative effective ranks in the init part" : "no random-init control; analyze runs it "
-                                                                                             "unless --no-init-control");
-        c.observed = trained + "; " + c.observed;
-        c.value = *ratio;
-        s.checks.push_back(c);
-      } else {
-        s.checks.push_back(c1.judged(fmt::format("{}; at initialisation r = {}", trained, num(*init_ratio)),
-                                     *ratio < 1 && *ratio < kBottleneckMargin * *init_ratio ? Verdict::kPass : Verdict::kDiffers,
-                                     *ratio, *init_ratio));
-      }
-    }
-
-    std::vector<double> dep, sym, cplx;
-    for (const json& d : *depths) {
-      auto a = number(d, "/mean/henrici_departure/schur_normalized"), b = number(d, "/mean/symmetry_index");
-      if (!a || !b) break;
-      dep.push_back(*a), sym.push_back(*b), cplx.push_back(number(d, "/mean/complex_fraction").value_or(NAN));
-    }
-    if (dep.size() != K || K < 2) {
-      s.checks.push_back(c2.missing(K < 2 ? "fewer than 2 depths" : "departure or symmetry index missing"));
-    } else {
-      const size_t third = std::max<size_t>(1, K / 3);
-      const double dep_early = mean(dep, 0, third), dep_late = mean(dep, K - third, K), sym_early = mean(sym, 0, third),
-                   sym_late = mean(sym, K - third, K), cplx_early = mean(cplx, 0, third);
-      s.checks.push_back(c2.judged(
-          fmt::format("first {} vs last {} depths: departure {} vs {}, symmetry index {} vs {}; complex eigenvalues early: {}", third,
-                      third, num(dep_early), num(dep_late), num(sym_early), num(sym_late),
-                      std::isfinite(cplx_early) ? fmt::format("{:.0f} %", 100 * cplx_early) : std::string(kNotComputed)),
-          dep_early > dep_late && sym_late < sym_early ? Verdict::kPass : Verdict::kDiffers, dep_late, dep_early));
-    }
-
-    // At α = 0 the control equals the surgery (both drop N); the control says something at α = 1, where a random
-    // strictly upper triangular N of the same norm replaces the real one. If that random N makes as deep a
-    // bottleneck, the collapse comes from N's size, which any non-normal matrix has, not from the learned N.
-    std::optional<double> at0, at1, control1;
-    for (const json& p : array_at(jacobian->json, "/results/models/0/surgery")) {
-      auto alpha = number(p, "/alpha");
-      if (!alpha) continue;
-      if (std::abs(*alpha) < 1e-12) at0 = number(p, "/full_depth_surgery/roy_vetterli");
-      if (std::abs(*alpha - 1) < 1e-12)
-        at1 = number(p, "/full_depth_surgery/roy_vetterli"), control1 = number(p, "/full_depth_control/roy_vetterli");
-    }
-    const std::string observed = fmt::format("full-depth effective rank {} at α = 0 vs {} unmodified; with a random N of the same norm: {}",
-                                             num_or_missing(at0), num_or_missing(at1), num_or_missing(control1));
-    if (at0 && at1 && control1)
-      s.checks.push_back(c3.judged(observed, *at0 > *at1 && *at1 < kSurgeryMargin * *control1 ? Verdict::kPass : Verdict::kDiffers,
-                                   *at1, *control1));
-    else {
-      ClaimCheck c = c3.missing("no surgery at α = 0 and α = 1; run jacobian --surgery with both in --alphas");
-      if (at0 || at1) c.observed = observed + "; " + c.observed;
-      s.checks.push_back(c);
-    }
-  }
-
-  if (!topology) {
-    for (const Claim* c : {&c4, &c4s, &c5, &c6}) s.checks.push_back(c->missing("topology did not run"));
-    return s;
-  }
-  const auto coupled = number(topology->json, "/results/coupling/coupled_layers");
-  const size_t tested = array_at(topology->json, "/results/coupling/layers").size();
-  if (!coupled) {
-    s.checks.push_back(c4.missing("no coupled_layers in results.json (topology --no-coupling?)"));
-    s.checks.push_back(c4s.missing("no coupling in results.json"));
-  } else {
-    const std::string trained = fmt::format("{} of {} maps coupled ({} significant at q = {}, |ρ| ≥ {})", *coupled, tested,
-                                            text_at(topology->json, "/results/coupling/significant_layers"),
-                                            text_at(topology->json, "/results/coupling/fdr_q"),
-                                            text_at(topology->json, "/results/coupling/min_effect"));
-    const auto init_coupled = init_topology ? number(init_topology->json, "/results/coupling/coupled_layers") : std::nullopt;
-    if (!init_coupled) {
-      ClaimCheck c = c4.missing(init_topology ? "no coupled_layers in the init part's topology"
-                                              : "no random-init control; analyze runs it unless --no-init-control");
-      c.observed = trained + "; " + c.observed;
-      c.value = *coupled;
-      s.checks.push_back(c);
-    } else {
-      const size_t init_tested = array_at(init_topology->json, "/results/coupling/layers").size();
-      s.checks.push_back(c4.judged(fmt::format("{}; at initialisation {} of {}", trained, *init_coupled, init_tested),
-                                   *coupled >= kMinCoupledLayers && *coupled > *init_coupled ? Verdict::kPass : Verdict::kDiffers,
-                                   *coupled, *init_coupled));
-    }
-    const auto sign_rho = number(topology->json, "/results/coupling/sign_rule/rho"),
-               sign_p = number(topology->json, "/results/coupling/sign_rule/p_permutation");
-    if (!sign_rho || !sign_p)
-      s.checks.push_back(c4s.missing("no sign_rule with a permutation p in results.json (fewer than 3 maps, or --permutations 0)"));
-    else
-      s.checks.push_back(c4s.judged(fmt::format("Spearman(ρ, departure) over {} maps = {} (permutation p = {})",
-                                                text_at(topology->json, "/results/coupling/sign_rule/layers"), num(*sign_rho), num(*sign_p)),
-                                    *sign_rho < 0 && *sign_p < kSignRuleLevel ? Verdict::kPass : Verdict::kDiffers, *sign_rho, *sign_p));
-  }
-  std::vector<double> communities;
-  for (const json& b : array_at(topology->json, "/results/boundaries"))
-    if (auto n = number(b, "/communities")) communities.push_back(*n);
-  if (communities.empty()) s.checks.push_back(c5.missing(""));
-  else
-    s.checks.push_back(c5.judged(fmt::format("{} to {} communities over {} boundaries (median {})",
-                                             *std::min_element(communities.begin(), communities.end()),
-                                             *std::max_element(communities.begin(), communities.end()), communities.size(),
-                                             num(median(communities))),
-                                 Verdict::kInfo, median(communities)));
-  s.checks.push_back(judge_communities_architectural(c6, topology->json));
+  const std::string learned = "; pass: beyond every initialisation, Holm-adjusted p < 0.05";
+  const Claim jacobian_claims[] = {
+      {"bottleneck",
+       "The cumulative Jacobian is a learned bottleneck: its effective rank falls with depth (Llama 3.1 8B: ≈436 → ≈7), far more "
+       "than at initialisation.",
+       "holds when r = erank(C_K)/erank(C_1) (Roy–Vetterli, results.models[0].depths[k].cumulative.effective_rank.roy_vetterli; K "
+       "the last depth) is below 1; statistic: r" + learned,
+       initialisations("jacobian"), -1},
+      {"normality", "Early layers are non-normal, late layers more nearly symmetric.",
+       "holds when, over the first third of the depths versus the last third, the mean normalised Henrici departure "
+       "(mean.henrici_departure.schur_normalized) is larger early and the mean symmetry index ‖J − Jᵀ‖/‖J‖ (mean.symmetry_index) "
+       "is smaller late; statistic: the early minus the late departure" + learned,
+       "the same model's late depths; then " + initialisations("jacobian"), +1},
+      {"surgery",
+       "Removing the non-normal part N of the Schur form (surgery α = 0) largely dissolves the bottleneck, and it is this N, not "
+       "any N of its size, that makes it.",
+       "holds when the full-depth effective rank at α = 0 (results.models[0].surgery[α=0].full_depth_surgery.roy_vetterli) "
+       "exceeds the unmodified one (α = 1), and the unmodified one is below that of every draw of random N "
+       "(surgery[α=1].full_depth_control_draws), with the test that it is one more of those draws; statistic: the "
+       "unmodified rank over the draws' median" + learned,
+       "each depth's N replaced by random strictly upper triangular N of the same Frobenius norm (α = 1, several seeded draws): "
+       "their full-depth effective ranks; then " + initialisations("jacobian") + " (surgery at α = 0 and 1, one draw)",
+       -1},
+  };
+  const Claim topology_claims[] = {
+      {"coupling",
+       "Boundary nodes of the activation graph couple to the Jacobian gain in trained models (OLMo 3: 0 / 14 / 24 significant "
+       "layers at steps 0 / 471k / 1.41M).",
+       "holds when at least 1 sublayer map is coupled (Spearman(participation, log gain) significant after Benjamini–Hochberg "
+       "and |ρ| ≥ the effect size, results.coupling.coupled_layers); statistic: the coupled maps" + learned,
+       initialisations("topology"), +1, 0.5},
+      {"coupling_sign", "Near-symmetric layers amplify (ρ > 0) and strongly non-normal layers attenuate (ρ < 0).",
+       fmt::format("holds when the Spearman correlation over all maps of the coupling ρ with the normalised departure ‖N‖/‖J̄‖ "
+                   "is negative with permutation p < {} (results.coupling.sign_rule); statistic: that correlation{}",
+                   kClaimLevel, learned),
+       "the layers' departures shuffled (the permutation null of that rank correlation); then " + initialisations("topology"), -1},
+      {"communities", "Signed Leiden CPM finds communities in the correlation graph at every boundary.",
+       "shown, not judged: communities per boundary (results.boundaries[b].communities)", "none (not judged)"},
+      {"communities_architectural",
+       "The mesoscale community structure is partly architectural: communities present at initialisation persist in the "
+       "trained model.",
+       fmt::format("holds when the mean NMI over boundaries of the model's communities with the control's, unit by unit "
+                   "(results.community_similarity.mean_nmi), exceeds the shuffled-unit null (null_mean) with permutation p < {} "
+                   "(p_permutation); pass at Holm-adjusted p < {}; shown, not judged, when the control is an independent random "
+                   "draw (independent_draw: its units are not the model's, so the NMI is at chance by construction)",
+                   kClaimLevel, kVerdictLevel),
+       "the initialisation's communities with its units shuffled (same community sizes)"},
+  };
+  Measured (*const jacobian_measures[])(const json&) = {measure_bottleneck, measure_normality, measure_surgery};
+  Measured (*const topology_measures[])(const json&) = {measure_coupling, measure_coupling_sign, measure_communities,
+                                                        measure_communities_architectural};
+  const bool init_ran = has_init_control(parts);
+  const ReportPart* jacobian = part_for(parts, "jacobian");
+  const std::vector<const ReportPart*> jacobian_inits = controls_for(parts, "jacobian");
+  for (size_t i = 0; i < std::size(jacobian_claims); ++i)
+    s.checks.push_back(jacobian ? judge_parts(jacobian_claims[i], jacobian, jacobian_inits, init_ran, jacobian_measures[i])
+                                : jacobian_claims[i].missing("jacobian did not run"));
+  const ReportPart* topology = part_for(parts, "topology");
+  const std::vector<const ReportPart*> topology_inits = controls_for(parts, "topology");
+  for (size_t i = 0; i < std::size(topology_claims); ++i)
+    s.checks.push_back(topology ? judge_parts(topology_claims[i], topology, topology_inits, init_ran, topology_measures[i])
+                                : topology_claims[i].missing("topology did not run"));
   return s;
 }
 
@@ -449,10 +574,16 @@ PaperSummary particles_summary(const ReportPart* part) {
 
 }  // namespace
 
+const char* control_kind_text(const std::string& kind) {
+  return kind == "scaled" ? "initialisations at the model's weight scale" : "the family's initialisation";
+}
+
 const char* verdict_text(Verdict v) {
   switch (v) {
     case Verdict::kPass: return "pass";
+    case Verdict::kArchitectural: return "architectural";
     case Verdict::kDiffers: return "differs";
+    case Verdict::kInconclusive: return "inconclusive";
     case Verdict::kInfo: return "shown";
     case Verdict::kNotComputed: break;
   }
@@ -460,27 +591,59 @@ const char* verdict_text(Verdict v) {
 }
 
 std::vector<PaperSummary> summarize_claims(const std::vector<ReportPart>& parts) {
-  const ReportPart* power = part_for(parts, "power");
-  const ReportPart* jacobian = part_for(parts, "jacobian");
-  const ReportPart* topology = part_for(parts, "topology");
-  const ReportPart* particles = part_for(parts, "particles");
   // One command's directory is judged on its own paper's claims only; analyze's on all three, a skipped part's
   // claims as not computed.
   const bool one_command = parts.size() == 1 && parts[0].rel_dir.empty();
+  auto ran = [&](const char* command) { return part_for(parts, command) != nullptr; };
   std::vector<PaperSummary> papers;
-  if (!one_command || power) papers.push_back(power_summary(power));
-  if (!one_command || jacobian || topology)
-    papers.push_back(residual_summary(jacobian, named_part(parts, kInitPart), topology, named_part(parts, kInitTopologyPart)));
-  if (!one_command || particles) papers.push_back(particles_summary(particles));
+  if (!one_command || ran("power")) papers.push_back(power_summary(parts));
+  if (!one_command || ran("jacobian") || ran("topology")) papers.push_back(residual_summary(parts));
+  if (!one_command || ran("particles")) papers.push_back(particles_summary(part_for(parts, "particles")));
+
+  // Holm over every verdict of the run that has a p-value; a provisional pass whose adjusted p is not below the
+  // level becomes inconclusive.
+  std::vector<ClaimCheck*> tested;
+  std::vector<double> p;
+  for (auto& paper : papers)
+    for (auto& c : paper.checks)
+      if (std::isfinite(c.evidence.p)) tested.push_back(&c), p.push_back(c.evidence.p);
+  const std::vector<double> adjusted = holm_adjusted(p);
+  for (size_t i = 0; i < tested.size(); ++i) {
+    ClaimCheck& c = *tested[i];
+    c.evidence.p_holm = adjusted[i];
+    if (c.verdict == Verdict::kPass && !(adjusted[i] < kVerdictLevel)) {
+      c.verdict = Verdict::kInconclusive;
+      c.observed += fmt::format("; inconclusive: p = {} is {} after the Holm adjustment over the {} tested verdicts", num(c.evidence.p),
+                                num(adjusted[i]), tested.size());
+    }
+  }
   return papers;
 }
 
 json verdicts_json(const std::vector<PaperSummary>& papers) {
   json out = json::array();
   for (const auto& paper : papers)
-    for (const auto& c : paper.checks)
-      out.push_back({{"paper", paper.seed}, {"claim", c.id}, {"verdict", verdict_text(c.verdict)}, {"value", finite_or_null(c.value)},
-                     {"control", {{"value", finite_or_null(c.control_value)}, {"what", c.control}}}, {"rule", c.rule}});
+    for (const auto& c : paper.checks) {
+      const Evidence& e = c.evidence;
+      json controls = json::array();
+      for (const ControlValues& k : e.controls)
+        controls.push_back({{"kind", k.kind}, {"seeds", k.seeds}, {"values", finite_or_null(k.values)}, {"holds", k.holds},
+                            {"p", finite_or_null(k.p)}});
+      out.push_back({{"paper", paper.seed},
+                     {"claim", c.id},
+                     {"verdict", verdict_text(c.verdict)},
+                     {"value", finite_or_null(c.value)},
+                     {"control", {{"value", finite_or_null(c.control_value)}, {"what", c.control}}},
+                     {"evidence",
+                      {{"samples", e.samples},
+                       {"direction", e.direction > 0 ? "above" : e.direction < 0 ? "below" : "none"},
+                       {"controls", controls},
+                       {"p_claim", finite_or_null(e.p_claim)},
+                       {"p", finite_or_null(e.p)},
+                       {"p_holm", finite_or_null(e.p_holm)}}},
+                     {"observed", c.observed},
+                     {"rule", c.rule}});
+    }
   return out;
 }
 

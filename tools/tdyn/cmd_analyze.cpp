@@ -63,10 +63,14 @@ std::function<int()> setup_analyze(CLI::App& app) {
   add_pass_flags(cmd, a->pass, false);
   cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,jacobian,topology,particles")
       ->delimiter(',')->check(CLI::IsMember(skippable_parts()));
+  cmd->add_option("--init-seeds", o.init_seeds,
+                  "K: random initialisations (tdyn init, seeds 0 .. K-1) run through power, jacobian and topology on the same "
+                  "samples; their values are the distribution each claim about training is judged against (5: the fewest that "
+                  "give a claim beyond all of them a p-value that can survive the correction over every verdict)")
+      ->capture_default_str()->check(positive_number);
   cmd->add_flag("--no-init-control", a->no_init_control,
-               "Do not run the random initialisation (tdyn init, seed 0) through jacobian and topology on the same samples; "
-               "the bottleneck and coupling verdicts then have no control and say not computed, and the communities get no NMI "
-               "with the initialisation's");
+               "Do not run the random initialisations; a claim about training that holds on the model is then inconclusive, "
+               "and the communities get no NMI with the initialisation's")->excludes("--init-seeds");
   cmd->add_option("--particles-layer", o.particles_layer, "Layer whose attention head is simulated as particles")
       ->capture_default_str()->check(non_negative_number);
   cmd->add_option("--particles-head", o.particles_head, "That head's index")->capture_default_str()->check(non_negative_number);
