@@ -615,7 +615,8 @@ TEST(PassCli, AnalyzeSharesOnePassWithThePartsOwnResults) {
       << err;
   ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet topology {} --out {}", inputs, (dir / "topology").string()), nullptr, &err), 0)
       << err;
-  for (const char* file : {"power/alignment_before.npy", "power/alignment_after.npy", "jacobian/mean_jacobians.npy",
+  for (const char* file : {"power/alignment_before.npy", "power/alignment_after.npy", "power/alignment_covariance.npy",
+                           "power/token_sample.npy", "power/token_repeated.npy", "jacobian/mean_jacobians.npy",
                            "jacobian/cumulative_products.npy", "topology/participation.npy", "topology/log_column_gain.npy"}) {
     if (!fs::exists(dir / file)) continue;  // a part that does not write this array
     EXPECT_EQ(read_file(dir / "all" / file), read_file(dir / file)) << file << " differs between analyze and the part alone";

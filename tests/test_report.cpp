@@ -3,6 +3,7 @@
 // exist, "not computed" for missing keys. Rendering in a browser is tests/report_renders_in_chromium.py's job.
 #include <array>
 #include <functional>
+#include <numeric>
 #include <map>
 #include <regex>
 #include <set>
@@ -12,6 +13,7 @@
 
 #include "analysis/jacobian/means.h"
 #include "analysis/stats.h"
+#include "core/npy.h"
 #include "random_matrix.h"
 #include "report/html_report.h"
 #include "test_util.h"
@@ -370,6 +372,46 @@ TEST(Report, PowerVerdictsAgainstTheirControls) {
   for (json& l : old["layers"]) l["dynamics_F"].erase("p_value_samples");
   papers = summarize(old);
   EXPECT_EQ(check(papers, "000", "rho").verdict, Verdict::kNotComputed);
+}
+
+// γ's and ρ's 95 % intervals: a bootstrap over samples of the power part's per-token files. Twenty one-token
+// samples whose alignment after the layer is 0.3 above or 0.28 below the 0.2 before it, alternately: γ_t = 0.21
+// beats every control by 0.01 in all ten layers, but half the samples say otherwise, so the interval of that
+// margin straddles 0 and the verdict is inconclusive, with the samples that would settle it.
+TEST(Report, IntervalsOverSamplesFromThePowerFiles) {
+  const fs::path dir = test::scratch_dir("report_power_intervals");
+  fs::remove_all(dir);
+  const int64_t L = 10, S = 20;
+  write_part(dir / "power", "power", power_results(0.21, 0.2, 0.7, 0.001, NAN), json::object(), {});
+  std::vector<float> before(static_cast<size_t>(L * S), 0.2f), after;
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t s = 0; s < S; ++s) after.push_back(s % 2 ? 0.5f : -0.08f);
+  std::vector<int64_t> sample(static_cast<size_t>(S)), repeated(static_cast<size_t>(S), 0);
+  std::iota(sample.begin(), sample.end(), 0);
+  write_npy(dir / "power" / "alignment_before.npy", before.data(), {L, S});
+  write_npy(dir / "power" / "alignment_after.npy", after.data(), {L, S});
+  write_npy(dir / "power" / "token_sample.npy", sample.data(), {S});
+  write_npy(dir / "power" / "token_repeated.npy", repeated.data(), {S});
+  write_controls(dir, "power", power_control);
+  write_analyze_top(dir, {"power", "init"});
+  const auto papers = summarize_claims(load_report_parts(dir));
+  const ClaimCheck& gamma = check(papers, "000", "gamma");
+  EXPECT_NEAR(gamma.value, 0.01, 1e-12);
+  EXPECT_LT(gamma.evidence.lo, 0) << gamma.observed;
+  EXPECT_GT(gamma.evidence.hi, 0.01) << gamma.observed;
+  EXPECT_NE(gamma.evidence.interval.find("bootstrap over the 20 samples"), std::string::npos) << gamma.evidence.interval;
+  EXPECT_EQ(gamma.verdict, Verdict::kInconclusive) << gamma.observed;
+  EXPECT_NE(gamma.observed.find("samples would narrow it"), std::string::npos) << gamma.observed;
+  // ρ from the same files: half the samples' tokens increase, so its interval holds 1/2 (results.json's 0.7 is
+  // this test's own number): inconclusive too.
+  const ClaimCheck& rho = check(papers, "000", "rho");
+  EXPECT_LT(rho.evidence.lo, 0.5) << rho.observed;
+  EXPECT_GT(rho.evidence.hi, 0.5) << rho.observed;
+  EXPECT_EQ(rho.verdict, Verdict::kInconclusive) << rho.observed;
+  // Without the files (a directory from before them): no interval, the verdict from the controls alone.
+  fs::remove(dir / "power" / "token_sample.npy");
+  const ClaimCheck without = check(summarize_claims(load_report_parts(dir)), "000", "gamma");
+  EXPECT_TRUE(std::isnan(without.evidence.lo));
 }
 
 // The power-method paper's tests over the layers: alignment with the own layer's v₁ against the other layers', and

@@ -162,6 +162,19 @@ void add_dynamics(const PowerResult& r, std::vector<PowerArray>& arrays) {
   }
   arrays.push_back({"alignment_before", {L, dyn.tokens}, std::move(before), "a(x_i^t; v_1,t) per token [layer, token] (all samples concatenated)"});
   arrays.push_back({"alignment_after", {L, dyn.tokens}, std::move(after), "a(x_i^{t+1}; v_1,t) per token [layer, token]"});
+  // The per-token facts a bootstrap over samples needs (the report's intervals of γ and ρ).
+  if (static_cast<int64_t>(dyn.sample_of_token.size()) == dyn.tokens && static_cast<int64_t>(dyn.repeated.size()) == dyn.tokens) {
+    arrays.push_back({"token_sample", {dyn.tokens}, dyn.sample_of_token, "the sample of each token [token] (0-based, in sample order)"});
+    arrays.push_back({"token_repeated", {dyn.tokens}, std::vector<int64_t>(dyn.repeated.begin(), dyn.repeated.end()),
+                      "1 where the token's state repeats an earlier sample's (left out of rho_unique) [token]"});
+  }
+  if (static_cast<int64_t>(dyn.after_covariance.size()) == L) {
+    std::vector<float> covariance;
+    for (int64_t t = 0; t < L; ++t) covariance.insert(covariance.end(), dyn.after_covariance[t].begin(), dyn.after_covariance[t].end());
+    if (static_cast<int64_t>(covariance.size()) == L * dyn.tokens)
+      arrays.push_back({"alignment_covariance", {L, dyn.tokens}, std::move(covariance),
+                        "a(x_i^{t+1}; U), U drawn from the sample's own tokens (gamma_covariance), NaN where not drawn [layer, token]"});
+  }
   arrays.push_back({"alignment_histogram", {L, kHistogramBins}, std::move(histogram),
                     "histogram of a(x^{t+1}; v_1,t), 20 bins on [0, 1] [layer, bin]"});
   const RowMajor cross = r.cross_layer.mean;

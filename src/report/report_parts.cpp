@@ -108,6 +108,7 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
   json top_json = fs::exists(top) ? read_json(top, &error) : json(nullptr);
   if (!top_json.is_null() && text_at(top_json, "/command") != "analyze") {
     parts.push_back({text_at(top_json, "/command"), "", std::move(top_json), ""});
+    parts.back().dir = dir;
     return parts;
   }
   if (!error.empty()) parts.push_back({"results.json", "", nullptr, error});
@@ -145,6 +146,7 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
     else if (p.error.empty()) p.error = "no results.json";
     parts.push_back(std::move(p));
   }
+  for (ReportPart& p : parts) p.dir = dir / p.rel_dir;
   if (parts.empty())
     fail("report: no results.json in '{}' or its subdirectories; give the --out directory of an analysis", dir.string());
   return parts;

@@ -25,6 +25,7 @@ struct ReportPart {
   // the model's own weight scale, DIR/init/scaled-S/PART).
   int64_t init_seed = -1;
   std::string control_kind = {};
+  fs::path dir = {};  // the directory itself (where its .npy files are)
   bool is_control() const { return init_seed >= 0; }
 };
 

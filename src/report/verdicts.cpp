@@ -1,7 +1,9 @@
 #include "report/verdicts.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
+#include <random>
 #include <utility>
 
 #include <fmt/format.h>
@@ -10,6 +12,7 @@
 #include "analysis/power/layers.h"
 #include "analysis/stats.h"
 #include "core/json_number.h"
+#include "core/npy.h"
 
 namespace tdyn {
 namespace {
@@ -102,11 +105,18 @@ Measured measured(std::string observed, double statistic, double reference, bool
 // A claim with its rule and controls. `direction`: the claim is about training, and says the model's statistic is
 // above (+1) or below (−1) that of the random initialisations; 0: judged on its own test alone. `resolution`: the
 // smallest spread of the statistic over the initialisations that means anything (1/2 for a count).
+struct Interval {
+  double lo = NAN, hi = NAN;
+  std::string method;
+};
+
 struct Claim {
   const char* id;
   std::string claim, rule, control;
   int direction = 0;
   double resolution = 0;
+  // The 95 % interval of the model's statistic over samples, where the part's files allow one.
+  std::function<std::optional<Interval>(const ReportPart&)> interval = {};
 
   ClaimCheck missing(const std::string& why) const {
     ClaimCheck c = not_computed(claim, rule, why);
@@ -124,8 +134,8 @@ std::string list(const std::vector<double>& values) {
 // The verdict of a claim from its measure on the model and on each initialisation (docs/report.md, "Outcomes").
 // A pass here is provisional: summarize_claims turns it into inconclusive when its p-value does not survive the
 // Holm adjustment over every verdict of the run.
-ClaimCheck judge(const Claim& c, const Measured& model, const std::vector<std::pair<const ReportPart*, Measured>>& inits,
-                 bool init_ran) {
+ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Interval>& interval,
+                 const std::vector<std::pair<const ReportPart*, Measured>>& inits, bool init_ran) {
   if (model.missing) {
     ClaimCheck out = c.missing(*model.missing);
     out.value = model.statistic;
@@ -134,6 +144,7 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::vector<std::p
   ClaimCheck out{c.claim, model.observed, Verdict::kInfo, c.rule, c.id, model.statistic, model.reference, c.control};
   Evidence& e = out.evidence;
   e.samples = model.samples, e.direction = c.direction, e.p_claim = model.p;
+  if (interval) e.lo = interval->lo, e.hi = interval->hi, e.interval = interval->method;
   if (model.shown) return out;
   // Each kind of initialisation is a distribution the model's statistic must lie beyond.
   for (const char* kind : {"init", "scaled"}) {
@@ -164,12 +175,26 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::vector<std::p
                                                    : "; inconclusive: no initialisation control (analyze runs it unless "
                                                      "--no-init-control) to tell it from the architecture")
                                        : "; inconclusive: one initialisation is no distribution (analyze --init-seeds 5)";
+  } else if (std::isfinite(e.lo) && std::isfinite(model.reference) &&
+             (model.statistic > model.reference ? e.lo <= model.reference : e.hi >= model.reference)) {
+    // The claim holds at the estimate, but not across its interval: more samples would say. The interval's
+    // half-width shrinks as 1/√S, so S (w/|x − threshold|)² samples would put the threshold at its edge.
+    const double half = (e.hi - e.lo) / 2, margin = std::abs(model.statistic - model.reference);
+    out.verdict = Verdict::kInconclusive;
+    out.observed += fmt::format("; inconclusive: the 95 % interval [{}, {}] straddles {}", num(e.lo), num(e.hi), num(model.reference));
+    if (margin > 0 && e.samples > 0)
+      out.observed += fmt::format(" (about {} samples would narrow it enough)",
+                                  static_cast<int64_t>(std::ceil(static_cast<double>(e.samples) * (half / margin) * (half / margin))));
   } else {
-    bool beyond_all = true;
+    bool beyond_all = true, interval_beyond = true;
     for (const ControlValues& k : e.controls)
-      for (double v : k.values) beyond_all = beyond_all && c.direction * (model.statistic - v) > 0;
-    out.verdict = beyond_all ? Verdict::kPass : Verdict::kArchitectural;
+      for (double v : k.values) {
+        beyond_all = beyond_all && c.direction * (model.statistic - v) > 0;
+        if (std::isfinite(e.lo)) interval_beyond = interval_beyond && (c.direction > 0 ? e.lo > v : e.hi < v);
+      }
+    out.verdict = beyond_all && interval_beyond ? Verdict::kPass : beyond_all ? Verdict::kInconclusive : Verdict::kArchitectural;
     if (!beyond_all) out.observed += "; as strong on an initialisation as in the model: architectural";
+    else if (!interval_beyond) out.observed += "; inconclusive: the 95 % interval reaches an initialisation's value";
   }
   return out;
 }
@@ -182,7 +207,7 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
   m.samples = samples_of(model->json);
   std::vector<std::pair<const ReportPart*, Measured>> controls;
   for (const ReportPart* p : inits) controls.emplace_back(p, measure(p->json));
-  return judge(c, m, controls, init_ran);
+  return judge(c, m, c.interval && !m.missing && !m.shown ? c.interval(*model) : std::nullopt, controls, init_ran);
 }
 
 // Why a test over the layers was not judged: too few layers, or one shared F for all of them.
@@ -289,6 +314,114 @@ Measured measure_regime(const json& power) {
 }
 
 // The control column's mention of the initialisations; the summary's introduction says what they are.
+// ---- Intervals over samples: a seeded bootstrap over passages of the power part's per-token files -------------
+
+constexpr int kBootstrapRounds = 1000;
+
+// Per sample s and layer t, the sums behind γ_t and ρ_t, from power's alignment_before/after.npy,
+// alignment_covariance.npy, token_sample.npy and token_repeated.npy. Nothing when a file is missing or does not fit.
+struct PowerSamples {
+  int64_t samples = 0, layers = 0;
+  std::vector<double> tokens, new_tokens;                   // [s]
+  std::vector<double> after, before, increases;             // [t * samples + s]; increases among new tokens
+  std::vector<double> covariance, covariance_tokens;        // [t * samples + s], empty without the file
+};
+
+std::optional<PowerSamples> power_samples(const ReportPart& part) {
+  try {
+    const NpyArray before = read_npy(part.dir / "alignment_before.npy"), after = read_npy(part.dir / "alignment_after.npy");
+    const std::vector<int64_t> sample = read_npy(part.dir / "token_sample.npy").as_int64(),
+                               repeated = read_npy(part.dir / "token_repeated.npy").as_int64();
+    if (before.shape.size() != 2 || before.shape != after.shape) return std::nullopt;
+    const int64_t L = before.shape[0], T = before.shape[1];
+    if (static_cast<int64_t>(sample.size()) != T || static_cast<int64_t>(repeated.size()) != T || T == 0) return std::nullopt;
+    std::vector<double> cov;
+    if (fs::exists(part.dir / "alignment_covariance.npy")) {
+      const NpyArray c = read_npy(part.dir / "alignment_covariance.npy");
+      if (c.shape == before.shape) cov = c.as_double();
+    }
+    const std::vector<double> a0 = before.as_double(), a1 = after.as_double();
+    PowerSamples p;
+    p.samples = *std::max_element(sample.begin(), sample.end()) + 1, p.layers = L;
+    const size_t S = static_cast<size_t>(p.samples), cells = static_cast<size_t>(L) * S;
+    p.tokens.assign(S, 0), p.new_tokens.assign(S, 0);
+    p.after.assign(cells, 0), p.before.assign(cells, 0), p.increases.assign(cells, 0);
+    if (!cov.empty()) p.covariance.assign(cells, 0), p.covariance_tokens.assign(cells, 0);
+    for (int64_t i = 0; i < T; ++i) {
+      if (sample[i] < 0) return std::nullopt;
+      const size_t s = static_cast<size_t>(sample[i]);
+      p.tokens[s] += 1, p.new_tokens[s] += repeated[i] == 0;
+      for (int64_t t = 0; t < L; ++t) {
+        const size_t cell = static_cast<size_t>(t) * S + s, at = static_cast<size_t>(t * T + i);
+        p.after[cell] += a1[at], p.before[cell] += a0[at];
+        if (repeated[i] == 0) p.increases[cell] += a1[at] > a0[at];
+        if (!cov.empty() && !std::isnan(cov[at])) p.covariance[cell] += cov[at], p.covariance_tokens[cell] += 1;
+      }
+    }
+    return p;
+  } catch (const std::exception&) {  // a directory from before these files, or a damaged one: no interval
+    return std::nullopt;
+  }
+}
+
+// The 2.5 % and 97.5 % quantiles of statistic(weights) over resamplings of the samples with replacement (weights:
+// how often each sample was drawn), seeded so that a report is reproducible.
+Interval bootstrap(int64_t samples, const std::function<double(const std::vector<double>&)>& statistic) {
+  std::mt19937_64 rng(0);
+  std::uniform_int_distribution<int64_t> pick(0, samples - 1);
+  std::vector<double> values, weights(static_cast<size_t>(samples));
+  for (int r = 0; r < kBootstrapRounds; ++r) {
+    std::fill(weights.begin(), weights.end(), 0.0);
+    for (int64_t i = 0; i < samples; ++i) weights[static_cast<size_t>(pick(rng))] += 1;
+    const double v = statistic(weights);
+    if (std::isfinite(v)) values.push_back(v);
+  }
+  if (values.size() < kBootstrapRounds / 2) return {};
+  std::sort(values.begin(), values.end());
+  auto at = [&](double q) { return values[static_cast<size_t>(q * static_cast<double>(values.size() - 1))]; };
+  return {at(0.025), at(0.975),
+          fmt::format("bootstrap over the {} samples as units ({} resamplings, seed 0; per-token files of the power part)", samples,
+                      kBootstrapRounds)};
+}
+
+double weighted_ratio(const std::vector<double>& sums, size_t offset, const std::vector<double>& counts, size_t counts_offset,
+                      const std::vector<double>& w) {
+  double num = 0, den = 0;
+  for (size_t s = 0; s < w.size(); ++s) num += w[s] * sums[offset + s], den += w[s] * counts[counts_offset + s];
+  return den > 0 ? num / den : NAN;
+}
+
+// γ's statistic, the median over layers of γ_t minus its strongest control, on resampled samples.
+std::optional<Interval> gamma_interval(const ReportPart& part) {
+  const auto p = power_samples(part);
+  const json& layers = array_at(part.json, "/results/layers");
+  if (!p || static_cast<int64_t>(layers.size()) != p->layers || p->samples < 2) return std::nullopt;
+  std::vector<double> baseline;
+  for (const json& l : layers) baseline.push_back(number(l, "/dynamics_F/baseline").value_or(NAN));
+  const size_t S = static_cast<size_t>(p->samples);
+  return bootstrap(p->samples, [&](const std::vector<double>& w) {
+    std::vector<double> margins;
+    for (size_t t = 0; t < static_cast<size_t>(p->layers); ++t) {
+      const double g = weighted_ratio(p->after, t * S, p->tokens, 0, w), g0 = weighted_ratio(p->before, t * S, p->tokens, 0, w);
+      const double gc = p->covariance.empty() ? NAN : weighted_ratio(p->covariance, t * S, p->covariance_tokens, t * S, w);
+      margins.push_back(g - std::max({g0, baseline[t], std::isnan(gc) ? baseline[t] : gc}));
+    }
+    return median(margins);
+  });
+}
+
+// ρ's statistic, the median over layers of ρ_t over new states, on resampled samples.
+std::optional<Interval> rho_interval(const ReportPart& part) {
+  const auto p = power_samples(part);
+  if (!p || p->samples < 2) return std::nullopt;
+  const size_t S = static_cast<size_t>(p->samples);
+  return bootstrap(p->samples, [&](const std::vector<double>& w) {
+    std::vector<double> rho;
+    for (size_t t = 0; t < static_cast<size_t>(p->layers); ++t) rho.push_back(weighted_ratio(p->increases, t * S, p->new_tokens, 0, w));
+    return median(rho);
+  });
+}
+
 std::string initialisations(const char* part) { return fmt::format("then the initialisations (DIR/init/*/{})", part); }
 
 PaperSummary power_summary(const std::vector<ReportPart>& parts) {
@@ -303,12 +436,12 @@ PaperSummary power_summary(const std::vector<ReportPart>& parts) {
        "the three" + learned,
        "per layer the strongest of: the same tokens before the layer, a(x_i^t; v₁,t); random directions drawn from the "
        "tokens' own distribution, a(x_i^{t+1}; U); the isotropic baseline; then " + initialisations("power"),
-       +1},
+       +1, 0, gamma_interval},
       {"rho", "Each layer moves most tokens toward v₁,t: ρ_t > 1/2, significantly.",
        "holds when ρ_t over the tokens whose state is new (dynamics_F.rho_unique: a state repeated from an earlier sample, "
        "such as BOS, counted once) is > 1/2 with the one-sided sign-flip test over samples p < 0.05 "
        "(dynamics_F.p_value_samples) in more than half of the layers; statistic: the median ρ_t" + learned,
-       "1/2, with samples (not tokens) as the units; then " + initialisations("power"), +1},
+       "1/2, with samples (not tokens) as the units; then " + initialisations("power"), +1, 0, rho_interval},
       {"dominant", "Each F_t has a dominant eigenvalue (real, or a complex pair) standing apart from the rest.",
        "shown, not judged: how many λ₁ are real, and the median |λ₂|/|λ₁| (results.layers[t].F)", "none (not judged)"},
       {"regime", "A shared layer iterated far past the model's depth settles into the regime its spectrum predicts.",
@@ -636,6 +769,7 @@ json verdicts_json(const std::vector<PaperSummary>& papers) {
                      {"control", {{"value", finite_or_null(c.control_value)}, {"what", c.control}}},
                      {"evidence",
                       {{"samples", e.samples},
+                       {"interval", std::isfinite(e.lo) ? json{{"lo", e.lo}, {"hi", e.hi}, {"method", e.interval}} : json(nullptr)},
                        {"direction", e.direction > 0 ? "above" : e.direction < 0 ? "below" : "none"},
                        {"controls", controls},
                        {"p_claim", finite_or_null(e.p_claim)},

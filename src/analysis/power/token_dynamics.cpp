@@ -192,6 +192,9 @@ TokenDynamics summarize_token_dynamics(TokenAlignments a, const std::vector<Laye
   out.before = std::move(a.before_f);
   out.after = std::move(a.after_f);
   out.cross_alignment = std::move(a.cross_alignment);
+  out.sample_of_token = std::move(a.sample_of_token);
+  out.repeated = std::move(a.repeated);
+  out.after_covariance = std::move(a.after_covariance);
   return out;
 }
 

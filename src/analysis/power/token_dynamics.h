@@ -55,6 +55,12 @@ struct TokenDynamics {
   std::vector<std::vector<double>> before, after;
   // [t][s] mean over tokens of a(x^{t+1}; v_{1,s}) of F_s (layers.h; the diagonal is γ_t); empty when not measured.
   Matrix cross_alignment;
+  // What a bootstrap over samples needs besides `before` and `after`: each token's sample, whether its state
+  // repeats an earlier sample's, and a(x^{t+1}; U) of γ's covariance control ([layer][token], NaN where not drawn;
+  // empty when not measured).
+  std::vector<int64_t> sample_of_token;
+  std::vector<char> repeated;
+  std::vector<std::vector<double>> after_covariance;
 };
 
 // Runs every sample through all layers in the chosen mode and measures γ_t, ρ_t for F_t and I + F_t.
