@@ -402,6 +402,12 @@ TEST(Report, IntervalsOverSamplesFromThePowerFiles) {
   EXPECT_NE(gamma.evidence.interval.find("bootstrap over the 20 samples"), std::string::npos) << gamma.evidence.interval;
   EXPECT_EQ(gamma.verdict, Verdict::kInconclusive) << gamma.observed;
   EXPECT_NE(gamma.observed.find("samples would narrow it"), std::string::npos) << gamma.observed;
+  // The first 5 samples (three below, two above) put the margin below 0, the first 10 at 0.01: the claim's side of
+  // its threshold changes with the sample count, and the verdict says so.
+  EXPECT_NEAR(gamma.evidence.at_quarter, (3 * -0.08 + 2 * 0.5) / 5 - 0.2, 1e-6);
+  EXPECT_NEAR(gamma.evidence.at_half, 0.01, 1e-6);
+  EXPECT_FALSE(gamma.evidence.stable);
+  EXPECT_NE(gamma.observed.find("unstable in sample count"), std::string::npos) << gamma.observed;
   // ρ from the same files: half the samples' tokens increase, so its interval holds 1/2 (results.json's 0.7 is
   // this test's own number): inconclusive too.
   const ClaimCheck& rho = check(papers, "000", "rho");

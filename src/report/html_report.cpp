@@ -197,6 +197,8 @@ std::string evidence_text(const ClaimCheck& c) {
   std::vector<std::string> parts;
   if (std::isfinite(c.value)) parts.push_back("statistic " + num(c.value));
   if (e.samples > 0) parts.push_back(fmt::format("{} samples", e.samples));
+  if (std::isfinite(e.lo)) parts.push_back(fmt::format("95 % interval [{}, {}]", num(e.lo), num(e.hi)));
+  if (!e.stable) parts.push_back(fmt::format("unstable: {} at S/4, {} at S/2", num(e.at_quarter), num(e.at_half)));
   if (std::isfinite(e.p_claim)) parts.push_back("p (claim) " + num(e.p_claim));
   for (const ControlValues& k : e.controls) {
     if (k.values.empty()) continue;

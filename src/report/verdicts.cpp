@@ -108,6 +108,7 @@ Measured measured(std::string observed, double statistic, double reference, bool
 struct Interval {
   double lo = NAN, hi = NAN;
   std::string method;
+  double at_quarter = NAN, at_half = NAN;  // the statistic on the first ⌈S/4⌉ and ⌈S/2⌉ samples (nested)
 };
 
 struct Claim {
@@ -144,7 +145,18 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
   ClaimCheck out{c.claim, model.observed, Verdict::kInfo, c.rule, c.id, model.statistic, model.reference, c.control};
   Evidence& e = out.evidence;
   e.samples = model.samples, e.direction = c.direction, e.p_claim = model.p;
-  if (interval) e.lo = interval->lo, e.hi = interval->hi, e.interval = interval->method;
+  if (interval) {
+    e.lo = interval->lo, e.hi = interval->hi, e.interval = interval->method;
+    e.at_quarter = interval->at_quarter, e.at_half = interval->at_half;
+    // Stable when the statistic is on the same side of the claim's threshold at S/4, S/2 and S.
+    const double r = model.reference;
+    auto side = [&](double v) { return v > r ? 1 : v < r ? -1 : 0; };
+    if (std::isfinite(r) && std::isfinite(e.at_quarter) && std::isfinite(e.at_half))
+      e.stable = side(e.at_quarter) == side(model.statistic) && side(e.at_half) == side(model.statistic);
+    if (!e.stable)
+      out.observed += fmt::format("; unstable in sample count: {} at S/4, {} at S/2 against {} at S (threshold {})", num(e.at_quarter),
+                                  num(e.at_half), num(model.statistic), num(r));
+  }
   if (model.shown) return out;
   // Each kind of initialisation is a distribution the model's statistic must lie beyond.
   for (const char* kind : {"init", "scaled"}) {
@@ -379,9 +391,15 @@ Interval bootstrap(int64_t samples, const std::function<double(const std::vector
   if (values.size() < kBootstrapRounds / 2) return {};
   std::sort(values.begin(), values.end());
   auto at = [&](double q) { return values[static_cast<size_t>(q * static_cast<double>(values.size() - 1))]; };
+  auto first = [&](int64_t part) {  // the statistic on the first ⌈S/part⌉ samples
+    std::vector<double> prefix(static_cast<size_t>(samples), 0.0);
+    std::fill_n(prefix.begin(), (samples + part - 1) / part, 1.0);
+    return statistic(prefix);
+  };
   return {at(0.025), at(0.975),
           fmt::format("bootstrap over the {} samples as units ({} resamplings, seed 0; per-token files of the power part)", samples,
-                      kBootstrapRounds)};
+                      kBootstrapRounds),
+          first(4), first(2)};
 }
 
 double weighted_ratio(const std::vector<double>& sums, size_t offset, const std::vector<double>& counts, size_t counts_offset,
@@ -770,6 +788,9 @@ json verdicts_json(const std::vector<PaperSummary>& papers) {
                      {"evidence",
                       {{"samples", e.samples},
                        {"interval", std::isfinite(e.lo) ? json{{"lo", e.lo}, {"hi", e.hi}, {"method", e.interval}} : json(nullptr)},
+                       {"nested", std::isfinite(e.at_quarter) ? json{{"quarter", finite_or_null(e.at_quarter)},
+                                                                     {"half", finite_or_null(e.at_half)}, {"stable", e.stable}}
+                                                              : json(nullptr)},
                        {"direction", e.direction > 0 ? "above" : e.direction < 0 ? "below" : "none"},
                        {"controls", controls},
                        {"p_claim", finite_or_null(e.p_claim)},

@@ -40,6 +40,10 @@ struct Evidence {
   int64_t samples = 0;  // passages behind the model's statistic (0: not sample-based, e.g. particles)
   double lo = NAN, hi = NAN;  // 95 % interval of the statistic over samples (NaN: none for this claim)
   std::string interval;       // how it was computed
+  // The statistic on the first ⌈S/4⌉ and ⌈S/2⌉ samples, and whether it lies on the same side of the claim's
+  // threshold at S/4, S/2 and S (NaN, true: not computed for this claim).
+  double at_quarter = NAN, at_half = NAN;
+  bool stable = true;
   int direction = 0;    // +1 / −1: the claim says the model's statistic is above / below the initialisations'; 0: no such claim
   std::vector<ControlValues> controls;
   double p_claim = NAN;  // the claim's own test on the model (permutation, sign test, ...)
@@ -78,7 +82,8 @@ const char* verdict_text(Verdict v);
 std::vector<PaperSummary> summarize_claims(const std::vector<ReportPart>& parts);
 
 // The verdicts as analyze writes them to results.json ("verdicts"): one object per check, {paper, claim (the id),
-// verdict, value, control {value, what}, evidence {samples, interval {lo, hi, method} or null, direction, controls
+// verdict, value, control {value, what}, evidence {samples, interval {lo, hi, method} or null, nested {quarter, half,
+// stable} or null, direction, controls
 // [{kind, seeds, values, holds, p}], p_claim, p, p_holm}, observed, rule}; NaN is written as null.
 nlohmann::json verdicts_json(const std::vector<PaperSummary>& papers);
 
