@@ -246,6 +246,22 @@ TEST(Report, VerdictsAgainstTheirControls) {
   auto close = [](const std::string& kind, int s) { return jacobian_results({60, 30, 12, kind == "seed" ? 5.1 + 3 * s : 5.2 + 3 * s}); };
   papers = summarize(jacobian_results({60, 30, 12, 5}), close);
   EXPECT_EQ(check(papers, "003", "bottleneck").verdict, Verdict::kInconclusive) << check(papers, "003", "bottleneck").observed;
+  // With analyze's sample subsets the ratio gets an interval from their spread: one that reaches the scale-matched
+  // initialisations' r (0.5–0.57) leaves the bottleneck inconclusive, a narrow one lets it pass.
+  using Ranks = std::vector<double>;
+  for (auto [last, verdict] : {std::pair{Ranks{3, 6, 30, 54, 72}, Verdict::kInconclusive}, {Ranks{4.6, 4.8, 5, 5.2, 5.4}, Verdict::kPass}}) {
+    fs::remove_all(dir);
+    write_part(dir / "jacobian", "jacobian", jacobian_results({60, 30, 12, 5}), json::object(), {});
+    write_controls(dir, "jacobian", jacobian_control);
+    for (int g = 0; g < 5; ++g)
+      write_part(dir / "subsets" / fmt::format("subset-{}", g), "jacobian", jacobian_results({60, 30, 12, last[g]}), json::object(), {});
+    write_analyze_top(dir, {"jacobian", "init"});
+    const ClaimCheck b = check(summarize_claims(load_report_parts(dir)), "003", "bottleneck");
+    EXPECT_EQ(b.verdict, verdict) << "subsets' last ranks " << last[0] << " to " << last[4] << ": " << b.observed;
+    EXPECT_NE(b.evidence.interval.find("random groups"), std::string::npos) << b.evidence.interval;
+    EXPECT_LT(b.evidence.lo, 5.0 / 60);
+    EXPECT_GT(b.evidence.hi, 5.0 / 60);
+  }
   // No rank fall: differs whatever the controls.
   papers = summarize(jacobian_results({60, 60, 60, 61}), jacobian_control);
   EXPECT_EQ(check(papers, "003", "bottleneck").verdict, Verdict::kDiffers);
@@ -612,6 +628,12 @@ TEST(VerdictStatistics, PredictionHolmAndSignTest) {
     else EXPECT_NEAR(adjusted[i], expected[i], 1e-15) << i;
   }
   EXPECT_NEAR(holm_adjusted(std::vector<double>{0.6, 0.9})[1], 1.0, 0) << "capped at 1";
+
+  // Random groups: 1 ± t(0.975, 4) √2.5 / √5 from five subsets {0, ..., 4}; NaN ones are left out.
+  const auto [lo, hi] = subset_interval(1, std::vector<double>{0, 1, NAN, 2, 3, 4});
+  EXPECT_NEAR(lo, 1 - 1.9632431614775607, 1e-9);
+  EXPECT_NEAR(hi, 1 + 1.9632431614775607, 1e-9);
+  EXPECT_TRUE(std::isnan(subset_interval(1, std::vector<double>{0.5}).first));
 
   EXPECT_NEAR(sign_test_p_value(10, 10), 1.0 / 1024, 1e-15);
   EXPECT_NEAR(sign_test_p_value(3, 4), 5.0 / 16, 1e-15);

@@ -20,7 +20,7 @@ namespace {
 
 py::dict analyze_run(const std::string& model, const std::string& out, const std::optional<std::string>& data,
                      const std::optional<std::string>& tokenizer, int64_t samples, int64_t max_len, const std::vector<std::string>& skip,
-                     bool init_control, int64_t init_seeds, int64_t particles_layer, int64_t particles_head, int64_t particles_tokens, double particles_t,
+                     bool init_control, int64_t init_seeds, int64_t interval_subsets, int64_t particles_layer, int64_t particles_head, int64_t particles_tokens, double particles_t,
                      const std::optional<py::function>& progress) {
   AnalyzeOptions o;
   o.model_path = model;
@@ -30,6 +30,7 @@ py::dict analyze_run(const std::string& model, const std::string& out, const std
   o.skip = {skip.begin(), skip.end()};
   o.init_control = init_control;
   o.init_seeds = init_seeds;
+  o.interval_subsets = interval_subsets;
   o.particles_layer = particles_layer, o.particles_head = particles_head;
   o.particles_tokens = particles_tokens, o.particles_t = particles_t;
   o.threads = omp_get_max_threads();
@@ -62,7 +63,7 @@ void bind_analyze(py::module_& m) {
   m.def("analyze", &analyze_run, py::arg("model"), py::kw_only(), py::arg("out"), py::arg("data") = py::none(),
         py::arg("tokenizer") = py::none(), py::arg("samples") = defaults.samples, py::arg("max_len") = defaults.max_len,
         py::arg("skip") = std::vector<std::string>{}, py::arg("init_control") = defaults.init_control,
-        py::arg("init_seeds") = defaults.init_seeds,
+        py::arg("init_seeds") = defaults.init_seeds, py::arg("interval_subsets") = defaults.interval_subsets,
         py::arg("particles_layer") = defaults.particles_layer, py::arg("particles_head") = defaults.particles_head,
         py::arg("particles_tokens") = defaults.particles_tokens, py::arg("particles_T") = defaults.particles_t,
         py::arg("progress") = py::none(),
@@ -73,7 +74,8 @@ model: a checkpoint path. data: a text file of passages or token ids (default th
 tokenizer: a tokenizer file (default the model's); samples, max_len: the shared samples. skip: parts to leave
 out, of 'power', 'jacobian', 'topology', 'particles'. init_control: run random initialisations of the
 architecture through power, jacobian and topology as the controls of the claims about training; init_seeds: how
-many (seeds 0 .. init_seeds - 1). particles_layer, particles_head, particles_tokens,
+many (seeds 0 .. init_seeds - 1). interval_subsets: the disjoint sample subsets behind the intervals of the
+Jacobian statistics (0: none). particles_layer, particles_head, particles_tokens,
 particles_T: the head simulated as particles. progress: None (silent) or a callable that gets each progress
 line.
 

@@ -40,6 +40,20 @@ std::vector<double> holm_adjusted(std::span<const double> p_values) {
   return adjusted;
 }
 
+std::pair<double, double> subset_interval(double estimate, std::span<const double> subset_values) {
+  std::vector<double> v;
+  for (double x : subset_values)
+    if (std::isfinite(x)) v.push_back(x);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (v.size() < 2 || !std::isfinite(estimate)) return {nan, nan};
+  const double g = static_cast<double>(v.size());
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / g;
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  const double half = boost::math::quantile(boost::math::students_t(g - 1), 0.975) * std::sqrt(ss / (g - 1)) / std::sqrt(g);
+  return {estimate - half, estimate + half};
+}
+
 double sign_test_p_value(long successes, long trials) {
   if (trials <= 0 || successes <= 0) return 1.0;
   if (successes > trials) return 0.0;

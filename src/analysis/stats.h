@@ -3,6 +3,7 @@
 #pragma once
 
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace tdyn {
@@ -18,6 +19,11 @@ double prediction_p_value(double x, std::span<const double> controls, int direct
 // Rejecting p̃ < α keeps the family-wise error rate at α whatever the dependence. NaN entries (verdicts without
 // a test) stay NaN and do not count in m.
 std::vector<double> holm_adjusted(std::span<const double> p_values);
+
+// The 95 % interval of an estimate over all samples from its values on G ≥ 2 disjoint subsets of them (the method of
+// random groups): estimate ± t_{0.975, G−1} s / √G, s the subsets' standard deviation, since an estimate from all
+// the samples varies about as an average of the G subsets' does. {NaN, NaN} with fewer than 2 finite values.
+std::pair<double, double> subset_interval(double estimate, std::span<const double> subset_values);
 
 // One-sided p-value of at least `successes` of `trials` fair coin flips: P(X ≥ successes), X ~ Binomial(trials, 1/2).
 double sign_test_p_value(long successes, long trials);

@@ -56,6 +56,7 @@ std::vector<std::string> AnalyzeOptions::command_line(const fs::path& out_dir) c
   if (!skip.empty()) append(argv, {"--skip", fmt::format("{}", fmt::join(skip, ","))});
   if (!init_control) argv.push_back("--no-init-control");
   else if (init_seeds != AnalyzeOptions{}.init_seeds) append(argv, {"--init-seeds", std::to_string(init_seeds)});
+  if (interval_subsets != AnalyzeOptions{}.interval_subsets) append(argv, {"--interval-subsets", std::to_string(interval_subsets)});
   append(argv, {"--particles-layer", std::to_string(particles_layer), "--particles-head", std::to_string(particles_head),
                 "--particles-tokens", std::to_string(particles_tokens), "--particles-T", fmt::format("{}", particles_t)});
   return argv;
@@ -65,6 +66,8 @@ namespace {
 
 // One random initialisation of the control: its directory (DIR/init/seed-S for the family's rule, DIR/init/scaled-S
 // for that rule at the model's own weight scale), its model, samples and pass.
+fs::path subset_dir(const fs::path& dir, size_t g) { return dir / "subsets" / fmt::format("subset-{}", g); }
+
 struct InitSeed {
   uint64_t seed = 0;
   double scale = 0;  // the initializer_range it was drawn with; 0: the family's own
@@ -90,6 +93,8 @@ class Analysis {
   PassSpec pass_spec(const Model& model) const;
   bool draw_samples_and_pass();
   bool init_passes();
+  bool subset_passes();
+  void run_subsets(nlohmann::json& record);
   bool init_pass(InitSeed& seed);
   nlohmann::json options_json() const;
   std::vector<uint64_t> init_seed_list() const;
@@ -106,6 +111,9 @@ class Analysis {
   ResultsDir out_;
   AnalysisInputs in_;
   std::vector<InitSeed> init_;  // the random initialisations, one per seed (init_passes)
+  // Disjoint subsets of the samples (sample i in subset i mod G), each through jacobian: the spread of a
+  // statistic of mean Jacobians over them is its interval (subset_passes).
+  std::vector<AnalysisInputs> subsets_;
   AnalyzeResult result_;
 };
 
@@ -113,6 +121,8 @@ void check_options(AnalyzeOptions& o) {
   for (const std::string& part : o.skip)
     if (std::find(skippable_parts().begin(), skippable_parts().end(), part) == skippable_parts().end())
       fail("skip: unknown part '{}' (parts: {})", part, fmt::join(skippable_parts(), ", "));
+  if (o.interval_subsets == 1 || o.interval_subsets < 0)
+    fail("interval_subsets must be 0 (none) or at least 2 (got {})", o.interval_subsets);
   if (o.init_control && o.init_seeds < 1) fail("init_seeds must be at least 1 (got {}); to run no control, --no-init-control", o.init_seeds);
   if (o.samples <= 0 || o.max_len <= 0) fail("samples and max_len must be positive (got {} and {})", o.samples, o.max_len);
   if (o.particles_layer < 0 || o.particles_head < 0 || o.particles_tokens <= 0 || !(o.particles_t > 0))
@@ -128,6 +138,7 @@ nlohmann::json Analysis::options_json() const {
   return {{"data", o_.data}, {"tokenizer", o_.tokenizer.empty() ? "the one shipped with MODEL" : o_.tokenizer},
           {"samples", o_.samples}, {"max_len", o_.max_len}, {"skip", skip},
           {"jacobian", "--surgery (alphas and positions: the jacobian command's defaults)"},
+          {"interval_subsets", o_.interval_subsets},
           {"init_control", !o_.init_control ? nlohmann::json(false)
                                             : nlohmann::json{{"seeds", init_seed_list()}, {"rule", "tdyn init's (the family's published init rule)"},
                                                              {"power", "the power command's defaults, no steering and no iteration, in "
@@ -278,6 +289,80 @@ bool Analysis::init_pass(InitSeed& seed) {
   return true;
 }
 
+// The samples split into --interval-subsets G disjoint subsets, sample i into subset i mod G (each spans the corpus
+// as the whole does), each with its token ids in DIR/subsets/subset-g/samples.ids and its own pass of the Jacobian
+// sums, split across MPI ranks like the others. Returns false on an MPI worker rank.
+bool Analysis::subset_passes() {
+  const size_t G = static_cast<size_t>(o_.interval_subsets);
+  const bool runs = G > 0 && !skipped("jacobian") && in_.samples.size() >= 2 * G;
+  // An earlier run's subsets would read as this run's; a resumed run keeps the pass files it can continue.
+  if (ranks().root() && fs::is_directory(dir_ / "subsets")) {
+    std::vector<fs::path> stale;
+    for (const auto& entry : fs::directory_iterator(dir_ / "subsets")) {
+      bool ours = false;  // one of this run's subsets
+      for (size_t g = 0; g < G; ++g) ours = ours || entry.path() == subset_dir(dir_, g);
+      if (!(o_.resume && runs && ours)) stale.push_back(entry.path());
+    }
+    for (const fs::path& p : stale) fs::remove_all(p);
+  }
+  if (!runs) return true;
+  std::vector<std::vector<Sample>> samples(G);
+  for (size_t i = 0; i < in_.samples.size(); ++i) samples[i % G].push_back(in_.samples[i]);
+  if (ranks().root())
+    for (size_t g = 0; g < G; ++g) {
+      std::string text;
+      for (const Sample& s : samples[g]) text += fmt::format("{}\n", fmt::join(s.ids, " "));
+      fs::create_directories(subset_dir(dir_, g));
+      write_file_atomic(subset_dir(dir_, g) / "samples.ids", text);
+    }
+  broadcast_from_root(1.0);  // the barrier after which the files are there
+  auto transformer = std::make_shared<const Transformer>(in_.model);
+  const JacobianModel jacobians(transformer);
+  PassSpec spec = pass_spec(*in_.model);
+  spec.correlations = false, spec.probes.clear();
+  bool root = true;
+  for (size_t g = 0; g < G; ++g) {
+    AnalysisInputs sub;
+    sub.model_path = o_.model_path, sub.load = o_.load, sub.model = in_.model;
+    sub.sample_options.data = (subset_dir(dir_, g) / "samples.ids").string();
+    sub.sample_options.samples = static_cast<int64_t>(samples[g].size());
+    sub.sample_options.max_len = o_.max_len, sub.sample_options.min_len = 1;
+    sub.samples = std::move(samples[g]);
+    const fs::path file = subset_dir(dir_, g) / "pass.tdynpass";
+    try {
+      obtain_pass({o_.resume, ""}, *transformer, &jacobians, sub.samples, spec, pass_model_identity(o_.model_path, *in_.model), file,
+                  true, fmt::format("the forward pass of sample subset {} of {}", g + 1, G), progress_);
+    } catch (const WorkerShareDone&) {
+      root = false;
+      continue;
+    }
+    out_.record_file(fs::relative(file, dir_).generic_string(),
+                     fmt::format("the Jacobian sums of sample subset {} (tdyn pass file), read by its jacobian", g));
+    sub.pass.from_pass = file.string();
+    subsets_.push_back(std::move(sub));
+  }
+  return root;
+}
+
+// The jacobian of every sample subset (no surgery), into DIR/subsets/subset-g: the verdicts' intervals of the
+// statistics of mean Jacobians. Recorded in the jacobian part's record.
+void Analysis::run_subsets(nlohmann::json& record) {
+  record["subsets"] = nlohmann::json::array();
+  for (size_t g = 0; g < subsets_.size(); ++g) {
+    const AnalysisInputs& sub = subsets_[g];
+    const fs::path dir = subset_dir(dir_, g);
+    std::vector<std::string> argv = command("jacobian");
+    append(argv, {o_.model_path, "--data", sub.sample_options.data, "--samples", std::to_string(sub.samples.size()), "--max-len",
+                  std::to_string(o_.max_len), "--min-len", "1"});
+    append(argv, loading_flags(o_.load));
+    append(argv, {"--from-pass", sub.pass.from_pass, "--out", dir.string()});
+    ResultsDir out(dir, "jacobian", argv);
+    jacobian_to(out, sub, {}, JacobianOptions{}, progress_);
+    record["subsets"].push_back({{"dir", fs::relative(dir, dir_).generic_string()}, {"samples", sub.samples.size()}, {"argv", argv}});
+  }
+  subsets_.clear();
+}
+
 // A part's command line: this program with the run's thread count and quietness.
 std::vector<std::string> Analysis::command(const std::string& name) const {
   std::vector<std::string> argv = {o_.program, name, "--threads", std::to_string(o_.threads)};
@@ -396,6 +481,7 @@ void Analysis::run_part(const std::string& name) {
         options.surgery = true;
         options.keep_matrices = o_.keep_matrices;
         result_.jacobian = jacobian_to(part, in_, {}, options, progress_);
+        run_subsets(record);
       } else if (name == "topology") {
         TopologyOptions& options = result_.topology_options;
         if (result_.init_topology) {
@@ -463,6 +549,10 @@ AnalyzeResult Analysis::run() {
     {
       PhaseTimer timer(out_, "forward_pass");
       root = draw_samples_and_pass();
+    }
+    {
+      PhaseTimer timer(out_, "subset_forward_passes");
+      root = subset_passes() && root;
     }
     if (runs_init()) {
       PhaseTimer timer(out_, "init_forward_pass");

@@ -7,6 +7,8 @@
 //   DIR/init       the controls of the claims about training: the same architecture's random initialisation at
 //                  several seeds (DIR/init/seed-S/model), each through power, jacobian and topology
 //                  (DIR/init/seed-S/{power,jacobian,topology}) on the same token ids (DIR/init/samples.ids)
+//   DIR/subsets    the samples split into disjoint subsets, each through jacobian (DIR/subsets/subset-g): the
+//                  intervals of the verdicts' statistics of mean Jacobians
 //   DIR/topology   the residual-stream paper: correlation graphs, signed Leiden, coupling with the Jacobian gains,
 //                  and the NMI of its communities with the initialisation's
 //   DIR/particles  the clustering paper: one attention head of the model simulated as interacting particles
@@ -37,6 +39,9 @@ struct AnalyzeOptions {
   std::set<std::string> skip;       // of analyze_parts(): power, jacobian, topology, particles
   bool init_control = true;         // the random-initialisation control
   int64_t init_seeds = 5;           // its seeds 0 .. init_seeds − 1: the control's distribution
+  // G disjoint subsets of the samples, each through jacobian, for the intervals of the statistics of mean
+  // Jacobians (0: none; at least 2 samples per subset, else none)
+  int64_t interval_subsets = 5;
   int64_t particles_layer = 0, particles_head = 0, particles_tokens = 32;
   double particles_t = 20;  // a real head on the sphere clusters between T = 10 and 15 on stories260K; 5 is too short
   std::string program = "tdyn";  // argv[0] of the parts' command lines

@@ -146,6 +146,13 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
     else if (p.error.empty()) p.error = "no results.json";
     parts.push_back(std::move(p));
   }
+  for (int64_t g = 0; fs::exists(dir / "subsets" / fmt::format("subset-{}", g) / "results.json"); ++g) {
+    const std::string rel = fmt::format("subsets/subset-{}", g);
+    ReportPart p{rel, rel, nullptr, ""};
+    p.subset = g;
+    p.json = read_json(dir / rel / "results.json", &p.error);
+    parts.push_back(std::move(p));
+  }
   for (ReportPart& p : parts) p.dir = dir / p.rel_dir;
   if (parts.empty())
     fail("report: no results.json in '{}' or its subdirectories; give the --out directory of an analysis", dir.string());

@@ -25,15 +25,19 @@ struct ReportPart {
   // the model's own weight scale, DIR/init/scaled-S/PART).
   int64_t init_seed = -1;
   std::string control_kind = {};
+  // ≥ 0: analyze's jacobian of this disjoint subset of the samples (DIR/subsets/subset-g), the evidence behind the
+  // intervals of the statistics of mean Jacobians; never the model's own part.
+  int64_t subset = -1;
   fs::path dir = {};  // the directory itself (where its .npy files are)
   bool is_control() const { return init_seed >= 0; }
+  bool is_subset() const { return subset >= 0; }
 };
 
 // The parts under `dir`: its own results.json when that is a single analysis, else every subdirectory with a
 // results.json (the analyze layout; the order power, jacobian, topology, particles, then others by name) and the
 // init control's parts, DIR/init/{seed,scaled}-S/{power,jacobian,topology} for every seed in order (a directory of
 // the one-seed layout, DIR/init as seed 0's jacobian and DIR/init/topology as its topology, reads as one seed).
-// Throws Error when there are none.
+// Then the sample subsets' parts, DIR/subsets/subset-g for every g in order. Throws Error when there are none.
 std::vector<ReportPart> load_report_parts(const fs::path& dir);
 
 // The parsed file, or null with `error` saying why it could not be read.

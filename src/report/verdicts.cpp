@@ -40,8 +40,16 @@ double mean(const std::vector<double>& v, size_t begin, size_t end) {
 // The model's own part of a command (not a control's).
 const ReportPart* part_for(const std::vector<ReportPart>& parts, const std::string& command) {
   for (const auto& p : parts)
-    if (!p.json.is_null() && !p.is_control() && text_at(p.json, "/command") == command) return &p;
+    if (!p.json.is_null() && !p.is_control() && !p.is_subset() && text_at(p.json, "/command") == command) return &p;
   return nullptr;
+}
+
+// analyze's sample subsets of a command (DIR/subsets/subset-g), in order.
+std::vector<const ReportPart*> subsets_for(const std::vector<ReportPart>& parts, const std::string& command) {
+  std::vector<const ReportPart*> out;
+  for (const auto& p : parts)
+    if (!p.json.is_null() && p.is_subset() && text_at(p.json, "/command") == command) out.push_back(&p);
+  return out;
 }
 
 // The init control's parts of a command, one per seed in seed order.
@@ -211,15 +219,33 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
   return out;
 }
 
-// Judges a claim measured by `measure` on the model's part and on each initialisation's part.
+// Judges a claim measured by `measure` on the model's part and on each initialisation's part. Its interval is the
+// claim's own (a bootstrap), else the spread of the statistic over the sample subsets' parts (random groups).
 template <class Measure>
-ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vector<const ReportPart*>& inits, bool init_ran,
-                       Measure measure) {
+ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vector<const ReportPart*>& inits,
+                       const std::vector<const ReportPart*>& subsets, bool init_ran, Measure measure) {
   Measured m = measure(model->json);
   m.samples = samples_of(model->json);
   std::vector<std::pair<const ReportPart*, Measured>> controls;
   for (const ReportPart* p : inits) controls.emplace_back(p, measure(p->json));
-  return judge(c, m, c.interval && !m.missing && !m.shown ? c.interval(*model) : std::nullopt, controls, init_ran);
+  std::optional<Interval> interval;
+  if (!m.missing && !m.shown) {
+    if (c.interval) interval = c.interval(*model);
+    if (!interval && subsets.size() >= 2) {
+      std::vector<double> values;
+      for (const ReportPart* p : subsets) {
+        const Measured s = measure(p->json);
+        values.push_back(s.missing || s.shown ? NAN : s.statistic);
+      }
+      const auto [lo, hi] = subset_interval(m.statistic, values);
+      if (std::isfinite(lo))
+        interval = Interval{lo, hi,
+                            fmt::format("random groups: the statistic on {} disjoint subsets of the samples (DIR/subsets), "
+                                        "estimate ± t(0.975, G − 1) s/√G",
+                                        values.size())};
+    }
+  }
+  return judge(c, m, interval, controls, init_ran);
 }
 
 // Why a test over the layers was not judged: too few layers, or one shared F for all of them.
@@ -485,7 +511,7 @@ PaperSummary power_summary(const std::vector<ReportPart>& parts) {
   const ReportPart* model = part_for(parts, "power");
   const std::vector<const ReportPart*> inits = controls_for(parts, "power");
   for (size_t i = 0; i < std::size(claims); ++i)
-    s.checks.push_back(model ? judge_parts(claims[i], model, inits, has_init_control(parts), measures[i])
+    s.checks.push_back(model ? judge_parts(claims[i], model, inits, {}, has_init_control(parts), measures[i])
                              : claims[i].missing("power did not run"));
   return s;
 }
@@ -663,12 +689,13 @@ PaperSummary residual_summary(const std::vector<ReportPart>& parts) {
   const ReportPart* jacobian = part_for(parts, "jacobian");
   const std::vector<const ReportPart*> jacobian_inits = controls_for(parts, "jacobian");
   for (size_t i = 0; i < std::size(jacobian_claims); ++i)
-    s.checks.push_back(jacobian ? judge_parts(jacobian_claims[i], jacobian, jacobian_inits, init_ran, jacobian_measures[i])
+    s.checks.push_back(jacobian ? judge_parts(jacobian_claims[i], jacobian, jacobian_inits, subsets_for(parts, "jacobian"), init_ran,
+                                              jacobian_measures[i])
                                 : jacobian_claims[i].missing("jacobian did not run"));
   const ReportPart* topology = part_for(parts, "topology");
   const std::vector<const ReportPart*> topology_inits = controls_for(parts, "topology");
   for (size_t i = 0; i < std::size(topology_claims); ++i)
-    s.checks.push_back(topology ? judge_parts(topology_claims[i], topology, topology_inits, init_ran, topology_measures[i])
+    s.checks.push_back(topology ? judge_parts(topology_claims[i], topology, topology_inits, {}, init_ran, topology_measures[i])
                                 : topology_claims[i].missing("topology did not run"));
   return s;
 }

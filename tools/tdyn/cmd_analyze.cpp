@@ -68,6 +68,11 @@ std::function<int()> setup_analyze(CLI::App& app) {
                   "samples; their values are the distribution each claim about training is judged against (5: the fewest that "
                   "give a claim beyond all of them a p-value that can survive the correction over every verdict)")
       ->capture_default_str()->check(positive_number);
+  cmd->add_option("--interval-subsets", o.interval_subsets,
+                  "G: the samples split into G disjoint subsets (sample i into subset i mod G), each through jacobian, so that "
+                  "the statistics of mean Jacobians get an interval from their spread over the subsets (0: none; each "
+                  "subset costs the jacobian part's metrics once more)")
+      ->capture_default_str()->check(non_negative_number);
   cmd->add_flag("--no-init-control", a->no_init_control,
                "Do not run the random initialisations; a claim about training that holds on the model is then inconclusive, "
                "and the communities get no NMI with the initialisation's")->excludes("--init-seeds");
