@@ -491,6 +491,40 @@ TEST(Report, CrossLayerVerdictsOfPower) {
   EXPECT_EQ(verdict("gamma_gap", nullptr, nullptr).verdict, Verdict::kNotComputed);
 }
 
+// The shared-weight iteration's claims: the rotation by arg λ₁ when λ₁ is a complex pair, and the bipartite state's
+// instability. Deterministic comparisons with a prediction, so they pass on their own rule, without a p-value.
+TEST(Report, IterationVerdictsOfPower) {
+  const fs::path dir = test::scratch_dir("report_power_iteration");
+  auto verdicts = [&](bool complex_pair, double measured, bool left_unperturbed, bool left_perturbed) {
+    json results = power_results();
+    results["iteration"] = {{"step_matrix_spectrum", {{"complex_pair", complex_pair}}},
+                            {"measured_angle_per_step", measured},
+                            {"expected_angle_per_step", 0.2},
+                            {"bipartite_test", {{"ran", true}, {"eigenvector", 3}, {"perturbation", 0.001}, {"sign_flips_perturbed", 5},
+                                                {"left_unperturbed", left_unperturbed}, {"left_perturbed", left_perturbed}}}};
+    fs::remove_all(dir);
+    write_part(dir / "power", "power", results, json::object(), {});
+    const auto papers = summarize_claims(load_report_parts(dir));
+    return std::pair{check(papers, "000", "rotation"), check(papers, "000", "bipartite")};
+  };
+  auto [rotation, bipartite] = verdicts(true, 0.19, false, true);
+  EXPECT_EQ(rotation.verdict, Verdict::kPass) << rotation.observed;
+  EXPECT_TRUE(std::isnan(rotation.evidence.p));
+  EXPECT_EQ(bipartite.verdict, Verdict::kPass) << bipartite.observed;
+  // Turning 0.15 rad per step against arg λ₁ = 0.2: differs. A bipartite state that stays when perturbed: stable, differs.
+  std::tie(rotation, bipartite) = verdicts(true, 0.15, false, false);
+  EXPECT_EQ(rotation.verdict, Verdict::kDiffers) << rotation.observed;
+  EXPECT_EQ(bipartite.verdict, Verdict::kDiffers) << bipartite.observed;
+  // A real λ₁ predicts no rotation; a state that leaves even unperturbed is no fixed point: both shown.
+  std::tie(rotation, bipartite) = verdicts(false, 0.0, true, true);
+  EXPECT_EQ(rotation.verdict, Verdict::kInfo) << rotation.observed;
+  EXPECT_EQ(bipartite.verdict, Verdict::kInfo) << bipartite.observed;
+  // No iteration: not computed.
+  fs::remove_all(dir);
+  write_part(dir / "power", "power", power_results(), json::object(), {});
+  EXPECT_EQ(check(summarize_claims(load_report_parts(dir)), "000", "rotation").verdict, Verdict::kNotComputed);
+}
+
 // The residual-stream paper's communities: judged by their NMI with a control over the same units against the shuffled-unit null,
 // and only shown when the control is an independent random draw (its units are not the model's).
 TEST(Report, CommunitiesJudgedAgainstTheirInitialisation) {

@@ -23,6 +23,7 @@ using namespace json_lookup;
 std::string num(double v) { return fmt::format("{:.3g}", v); }
 
 constexpr double kClaimLevel = 0.05;  // the level of each claim's own test on the model (before the adjustment)
+constexpr double kRotationTolerance = 0.1;  // the measured rotation per step within 10 % of arg λ₁
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -89,6 +90,7 @@ struct Measured {
   bool holds = false;
   double p = NAN;  // the claim's own test, one-sided
   std::string untested;  // non-empty: the claim's own test could not run here, and why (it cannot pass then)
+  bool exact = false;    // a deterministic comparison with a prediction (no sampling, so no p-value): holds is the verdict
   int64_t samples = 0;
 };
 
@@ -186,8 +188,8 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
     out.verdict = Verdict::kInconclusive;
     out.observed += "; inconclusive: " + model.untested;
   } else if (c.direction == 0) {
-    out.verdict = std::isfinite(e.p) ? Verdict::kPass : Verdict::kInconclusive;
-    if (!std::isfinite(e.p)) out.observed += "; inconclusive: the rule has no test of its control here";
+    out.verdict = std::isfinite(e.p) || model.exact ? Verdict::kPass : Verdict::kInconclusive;
+    if (out.verdict == Verdict::kInconclusive) out.observed += "; inconclusive: the rule has no test of its control here";
   } else if (e.controls.empty() || std::any_of(e.controls.begin(), e.controls.end(),
                                                 [](const ControlValues& k) { return k.values.size() < 2; })) {
     out.verdict = Verdict::kInconclusive;
@@ -351,6 +353,41 @@ Measured measure_regime(const json& power) {
   return shown(regime);
 }
 
+// The shared-weight iteration (results.iteration, ALBERT or --iterate-layer): with a complex pair λ₁, λ̄₁ dominating
+// the step matrix, the tokens turn in the pair's plane by arg λ₁ per step.
+Measured measure_rotation(const json& power) {
+  const json* it = find(power, "/results/iteration");
+  if (!it || it->is_null()) return missing("no shared-weight layer iterated; see power --iterate-layer");
+  const json* pair = find(*it, "/step_matrix_spectrum/complex_pair");
+  auto measured_angle = number(*it, "/measured_angle_per_step"), expected = number(*it, "/expected_angle_per_step");
+  if (!pair || !pair->is_boolean() || !measured_angle || !expected) return missing("no rotation angle in results.json");
+  if (!pair->get<bool>()) return shown(fmt::format("λ₁ of the step matrix is real: no rotation is predicted (measured {} rad per step)",
+                                                   num(*measured_angle)),
+                                       *measured_angle, *expected);
+  Measured m = measured(fmt::format("the tokens turn {} rad per step against arg λ₁ = {} of the step matrix", num(*measured_angle),
+                                    num(*expected)),
+                        *measured_angle, *expected, std::abs(*measured_angle - *expected) <= kRotationTolerance * std::abs(*expected));
+  m.exact = true;
+  return m;
+}
+
+// The bipartite instability test of the iteration: a state split in two along v_k, run as it is and slightly perturbed.
+Measured measure_bipartite(const json& power) {
+  const json* test = find(power, "/results/iteration/bipartite_test");
+  if (!test || !test->is_object()) return missing("no shared-weight layer iterated; see power --iterate-layer");
+  const json* ran = find(*test, "/ran");
+  if (!ran || !ran->is_boolean() || !ran->get<bool>()) return missing("the bipartite test did not run (no v_k to build it on)");
+  const bool stays = !test->value("left_unperturbed", true), leaves = test->value("left_perturbed", false);
+  const std::string observed = fmt::format("a bipartite split along v_{} {} unperturbed and {} when perturbed by {} ({} tokens changed sign)",
+                                           text_at(*test, "/eigenvector"), stays ? "stays" : "does not stay",
+                                           leaves ? "leaves" : "stays", text_at(*test, "/perturbation"),
+                                           text_at(*test, "/sign_flips_perturbed"));
+  if (!stays) return shown(observed + ": it is no fixed point of this layer, so there is no stability to test");
+  Measured m = measured(observed, number(*test, "/sign_flips_perturbed").value_or(NAN), 0, leaves);
+  m.exact = true;
+  return m;
+}
+
 // The control column's mention of the initialisations; the summary's introduction says what they are.
 // ---- Intervals over samples: a seeded bootstrap over passages of the power part's per-token files -------------
 
@@ -505,9 +542,19 @@ PaperSummary power_summary(const std::vector<ReportPart>& parts) {
                    "than {} layers or shared weights; statistic: the correlation{}",
                    kClaimLevel, kMinTestedLayers, learned),
        "the layers' gaps permuted (the permutation null of that rank correlation); then " + initialisations("power"), +1},
+      {"rotation", "A shared layer whose dominant eigenvalue is a complex pair turns the tokens by arg λ₁ per step.",
+       fmt::format("pass when the iteration's measured angle per step (results.iteration.measured_angle_per_step, the last "
+                   "quarter of the steps) is within {:.0f} % of arg λ₁ of the step matrix (expected_angle_per_step); shown when "
+                   "λ₁ is real",
+                   100 * kRotationTolerance),
+       "the spectrum's prediction, arg λ₁ (a deterministic comparison: no p-value)"},
+      {"bipartite", "A bipartite consensus (the tokens split in two along an eigenvector) is unstable.",
+       "pass when the split state stays split run as it is (results.iteration.bipartite_test.left_unperturbed false) and "
+       "leaves its split when perturbed (left_perturbed true); shown when it does not even stay unperturbed",
+       "the same state unperturbed (a deterministic comparison: no p-value)"},
   };
-  Measured (*const measures[])(const json&) = {measure_gamma, measure_rho, measure_dominant, measure_regime,
-                                               measure_alignment_local, measure_gamma_gap};
+  Measured (*const measures[])(const json&) = {measure_gamma,           measure_rho,       measure_dominant, measure_regime,
+                                               measure_alignment_local, measure_gamma_gap, measure_rotation, measure_bipartite};
   const ReportPart* model = part_for(parts, "power");
   const std::vector<const ReportPart*> inits = controls_for(parts, "power");
   for (size_t i = 0; i < std::size(claims); ++i)
