@@ -409,6 +409,12 @@ void Analysis::run_init(nlohmann::json& record) {
       errors.push_back(fmt::format("seed {}: {}", seed.seed, e.what()));
     }
     seed.in = {};  // its model and samples are no longer needed
+    // A checkpoint is as large as the model: only the first initialisation's stays (the report shows its parts);
+    // init_argv reproduces any other exactly.
+    if (&seed != &init_.front()) {
+      fs::remove_all(seed.dir / "model");
+      seed_record["model"] = "removed after its parts ran; init_argv writes it again";
+    }
     record["seeds"].push_back(seed_record);
   }
   if (!errors.empty()) throw Error(fmt::format("{}", fmt::join(errors, "; ")));
