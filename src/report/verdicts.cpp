@@ -112,15 +112,16 @@ Measured measured(std::string observed, double statistic, double reference, bool
   return m;
 }
 
-// A claim with its rule and controls. `direction`: the claim is about training, and says the model's statistic is
-// above (+1) or below (−1) that of the random initialisations; 0: judged on its own test alone. `resolution`: the
-// smallest spread of the statistic over the initialisations that means anything (1/2 for a count).
+// A 95 % interval of a statistic over samples, and how it was computed.
 struct Interval {
   double lo = NAN, hi = NAN;
   std::string method;
   double at_quarter = NAN, at_half = NAN;  // the statistic on the first ⌈S/4⌉ and ⌈S/2⌉ samples (nested)
 };
 
+// A claim with its rule and controls. `direction`: the claim is about training, and says the model's statistic is
+// above (+1) or below (−1) that of the random initialisations; 0: judged on its own test alone. `resolution`: the
+// smallest spread of the statistic over the initialisations that means anything (1/2 for a count).
 struct Claim {
   const char* id;
   std::string claim, rule, control;
