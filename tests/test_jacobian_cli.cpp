@@ -1,5 +1,6 @@
 // tdyn jacobian / tdyn init end to end on stories260K, and the surgery identity dep(J_α) = |α| dep(J̄) on a real
 // mean Jacobian.
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "analysis/jacobian/means.h"
@@ -40,6 +41,36 @@ TEST(JacobianSurgery, DepartureScalesWithAlphaOnARealMeanJacobian) {
   ASSERT_EQ(sweep.size(), 3u);
   for (const auto& p : sweep)
     for (double r : p.departure_ratio) EXPECT_NEAR(r, p.alpha, 1e-5);
+}
+
+// The bottleneck's Haar null: Q J̄ Qᵀ has J̄'s singular values, so every draw's C_1 has the model's effective ranks
+// exactly (up to round-off), while at the last depth the draws differ from the model and from each other.
+TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrum) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("jacobian_haar");
+  std::string err;
+  ASSERT_EQ(test::run_cli(fmt::format("--quiet jacobian {} --samples 4 --max-len 16 --haar-null 3 --out {}",
+                                      (test::shared_dir() / kStories).string(), dir.string()),
+                          nullptr, &err),
+            0)
+      << err;
+  const nlohmann::json r = nlohmann::json::parse(read_file(dir / "results.json"));
+  EXPECT_EQ(r["options"]["haar_null_draws"], 3);
+  const nlohmann::json& m = r["results"]["models"][0];
+  const nlohmann::json& draws = m["haar_null"];
+  ASSERT_EQ(draws.size(), 3u);
+  const double first = m["depths"][0]["cumulative"]["effective_rank"]["roy_vetterli"];
+  const double last = m["depths"].back()["cumulative"]["effective_rank"]["roy_vetterli"];
+  std::set<double> lasts;
+  for (const nlohmann::json& d : draws) {
+    ASSERT_EQ(d["depths"].size(), 2u);
+    EXPECT_EQ(d["depths"][1]["depth"], m["depths"].size());
+    EXPECT_NEAR(d["depths"][0]["cumulative"]["effective_rank"]["roy_vetterli"].get<double>(), first, 1e-9 * first);
+    const double null_last = d["depths"][1]["cumulative"]["effective_rank"]["roy_vetterli"];
+    EXPECT_GT(std::abs(null_last - last), 1e-6 * last);
+    lasts.insert(null_last);
+  }
+  EXPECT_EQ(lasts.size(), 3u) << "each draw rotates with its own Q";
 }
 
 TEST(JacobianCli, Stories260KWithInitCompareSurgeryAndPerSample) {

@@ -611,7 +611,7 @@ TEST(PassCli, AnalyzeSharesOnePassWithThePartsOwnResults) {
     EXPECT_NE(std::find(argv.begin(), argv.end(), "--from-pass"), argv.end()) << part;
   }
   ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet power {} --out {}", inputs, (dir / "power").string()), nullptr, &err), 0) << err;
-  ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet jacobian {} --surgery --out {}", inputs, (dir / "jacobian").string()), nullptr, &err), 0)
+  ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet jacobian {} --surgery --haar-null 5 --out {}", inputs, (dir / "jacobian").string()), nullptr, &err), 0)
       << err;
   ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet topology {} --out {}", inputs, (dir / "topology").string()), nullptr, &err), 0)
       << err;

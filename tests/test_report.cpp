@@ -152,7 +152,7 @@ TEST(Report, SyntheticAnalyzeDirectory) {
   for (const char* s : {"id=\"summary\"", "<h3>Transformer layers and the power method", "<h3>Residual-stream Jacobians and network topology",
                         "<h3>Clusters in self-attention dynamics", "id=\"part-power\"", "id=\"part-jacobian\"",
                         "id=\"part-init-seed-0-jacobian\"", "Initialisation control (the family&#39;s rule, seed 0): jacobian (not the model)",
-                        "id=\"part-topology\"", "id=\"part-particles\"", "skipped (--skip)", "<details>", "<th style=\"width:18%\">evidence</th>",
+                        "id=\"part-topology\"", "id=\"part-particles\"", "skipped (--skip)", "<details>", "<th style=\"width:22%\">evidence</th>",
                         "Holm p"})
     EXPECT_NE(html.find(s), std::string::npos) << "missing " << s;
 
@@ -261,6 +261,21 @@ TEST(Report, VerdictsAgainstTheirControls) {
     EXPECT_NE(b.evidence.interval.find("random groups"), std::string::npos) << b.evidence.interval;
     EXPECT_LT(b.evidence.lo, 5.0 / 60);
     EXPECT_GT(b.evidence.hi, 5.0 / 60);
+  }
+  // The model's own mean Jacobians with Haar-rotated bases collapse as much (r = 4/60 to 6/60): the spectra alone
+  // make the bottleneck, whatever the initialisations do. Architectural.
+  {
+    json trained = jacobian_results({60, 30, 12, 5});
+    for (double last : {4.0, 4.5, 5.5, 6.0, 5.2})
+      trained["models"][0]["haar_null"].push_back(
+          {{"depths", {{{"depth", 1}, {"cumulative", {{"effective_rank", {{"roy_vetterli", 60}}}}}},
+                       {{"depth", 4}, {"cumulative", {{"effective_rank", {{"roy_vetterli", last}}}}}}}}});
+    papers = summarize(trained, jacobian_control);
+    const ClaimCheck& h = check(papers, "003", "bottleneck");
+    EXPECT_EQ(h.verdict, Verdict::kArchitectural) << h.observed;
+    ASSERT_EQ(h.evidence.controls.size(), 3u);
+    EXPECT_EQ(h.evidence.controls[2].kind, "haar");
+    EXPECT_NEAR(h.evidence.controls[2].values[0], 4.0 / 60, 1e-15);
   }
   // No rank fall: differs whatever the controls.
   papers = summarize(jacobian_results({60, 60, 60, 61}), jacobian_control);

@@ -33,6 +33,9 @@ bool AnalyzeResult::failed() const {
 
 namespace {
 
+// The draws of the bottleneck's Haar null in the jacobian part: as many as the initialisations of a kind.
+constexpr int64_t kHaarNullDraws = 5;
+
 // The loading flags of a command line.
 std::vector<std::string> loading_flags(const LoadOptions& load) {
   std::vector<std::string> flags;
@@ -137,7 +140,7 @@ nlohmann::json Analysis::options_json() const {
   std::vector<std::string> skip(o_.skip.begin(), o_.skip.end());
   return {{"data", o_.data}, {"tokenizer", o_.tokenizer.empty() ? "the one shipped with MODEL" : o_.tokenizer},
           {"samples", o_.samples}, {"max_len", o_.max_len}, {"skip", skip},
-          {"jacobian", "--surgery (alphas and positions: the jacobian command's defaults)"},
+          {"jacobian", "--surgery --haar-null 5 (alphas and positions: the jacobian command's defaults)"},
           {"interval_subsets", o_.interval_subsets},
           {"init_control", !o_.init_control ? nlohmann::json(false)
                                             : nlohmann::json{{"seeds", init_seed_list()}, {"rule", "tdyn init's (the family's published init rule)"},
@@ -384,7 +387,7 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
   append(argv, loading_flags(o_.load));
   append(argv, tokenizer);
   if (name == "particles") return argv;
-  if (name == "jacobian") argv.push_back("--surgery");
+  if (name == "jacobian") append(argv, {"--surgery", "--haar-null", std::to_string(kHaarNullDraws)});
   if (name == "topology" && result_.init_topology)
     append(argv, {"--communities-control", (init_.front().dir / "topology").string(), "--communities-control-independent"});
   append(argv, {"--from-pass", in_.pass.from_pass});
@@ -485,6 +488,7 @@ void Analysis::run_part(const std::string& name) {
       } else if (name == "jacobian") {
         JacobianOptions& options = result_.jacobian_options;
         options.surgery = true;
+        options.haar_null_draws = kHaarNullDraws;
         options.keep_matrices = o_.keep_matrices;
         result_.jacobian = jacobian_to(part, in_, {}, options, progress_);
         run_subsets(record);

@@ -203,7 +203,8 @@ std::string evidence_text(const ClaimCheck& c) {
   for (const ControlValues& k : e.controls) {
     if (k.values.empty()) continue;
     const auto [lo, hi] = std::minmax_element(k.values.begin(), k.values.end());
-    parts.push_back(fmt::format("{} ×{}: {} to {}{}", k.kind == "scaled" ? "init at the model's scale" : "init", k.values.size(), num(*lo),
+    const char* label = k.kind == "scaled" ? "init at the model's scale" : k.kind == "haar" ? "Haar-rotated" : "init";
+    parts.push_back(fmt::format("{} ×{}: {} to {}{}", label, k.values.size(), num(*lo),
                                 num(*hi), std::isfinite(k.p) ? ", p " + num(k.p) : ""));
   }
   if (std::isfinite(e.p_holm)) parts.push_back("Holm p " + num(e.p_holm));
@@ -223,15 +224,16 @@ void summary_tables(std::string& h, const std::vector<PaperSummary>& papers) {
        "adjustment; <b>shown</b>: reported without a verdict; <b>not computed</b>: the analysis, the control or the key is "
        "missing.</p>\n";
   for (const auto& paper : papers) {
-    h += fmt::format("<h3>{}</h3>\n<div class=\"scroll-x\"><table>\n<tr><th style=\"width:24%\">claim</th><th>this model</th><th>verdict</th>"
-                     "<th style=\"width:18%\">evidence</th><th style=\"width:18%\">control</th><th style=\"width:12%\">rule</th></tr>\n",
+    h += fmt::format("<h3>{}</h3>\n<div class=\"scroll-x\"><table>\n<tr><th style=\"width:26%\">claim</th><th>this model</th><th>verdict</th>"
+                     "<th style=\"width:22%\">evidence</th><th style=\"width:16%\">rule and controls</th></tr>\n",
                      html_escape(paper.title));
+    // The rule and the controls fold away: a reader opens the ones the verdict makes interesting.
     for (const auto& c : paper.checks)
       h += fmt::format("<tr><td>{}</td><td>{}</td><td><span class=\"verdict {}\">{}</span></td><td class=\"rule\">{}</td>"
-                       "<td class=\"rule\">{}{}</td><td class=\"rule\"><details><summary>the rule</summary>{}</details></td></tr>\n",
+                       "<td class=\"rule\"><details><summary>rule, controls</summary><b>rule</b>: {}<br><b>controls</b>: {}{}</details></td></tr>\n",
                        html_escape(c.claim), html_escape(c.observed), verdict_class(c.verdict), verdict_text(c.verdict),
-                       html_escape(evidence_text(c)), html_escape(c.control.empty() ? "none" : c.control),
-                       std::isfinite(c.control_value) ? ": " + num(c.control_value) : "", html_escape(c.rule));
+                       html_escape(evidence_text(c)), html_escape(c.rule), html_escape(c.control.empty() ? "none" : c.control),
+                       std::isfinite(c.control_value) ? " (" + num(c.control_value) + ")" : "");
     h += "</table></div>\n";
   }
 }

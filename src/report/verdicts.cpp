@@ -129,6 +129,9 @@ struct Claim {
   double resolution = 0;
   // The 95 % interval of the model's statistic over samples, where the part's files allow one.
   std::function<std::optional<Interval>(const ReportPart&)> interval = {};
+  // A structure-preserving null written in the model's own results.json: the array at this pointer, each element
+  // measured like a run's results (the bottleneck's Haar-rotated draws, results.models[0].haar_null).
+  const char* null_draws = nullptr;
 
   ClaimCheck missing(const std::string& why) const {
     ClaimCheck c = not_computed(claim, rule, why);
@@ -147,7 +150,8 @@ std::string list(const std::vector<double>& values) {
 // A pass here is provisional: summarize_claims turns it into inconclusive when its p-value does not survive the
 // Holm adjustment over every verdict of the run.
 ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Interval>& interval,
-                 const std::vector<std::pair<const ReportPart*, Measured>>& inits, bool init_ran) {
+                 const std::vector<std::pair<const ReportPart*, Measured>>& inits, const std::vector<Measured>& null_draws,
+                 bool init_ran) {
   if (model.missing) {
     ClaimCheck out = c.missing(*model.missing);
     out.value = model.statistic;
@@ -180,6 +184,14 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
     if (k.values.empty() || c.direction == 0) continue;
     k.p = prediction_p_value(model.statistic, k.values, c.direction, c.resolution);
     e.controls.push_back(std::move(k));
+  }
+  ControlValues haar{"haar"};
+  for (size_t j = 0; j < null_draws.size(); ++j)
+    if (!null_draws[j].missing && std::isfinite(null_draws[j].statistic))
+      haar.seeds.push_back(static_cast<int64_t>(j)), haar.values.push_back(null_draws[j].statistic), haar.holds += null_draws[j].holds;
+  if (!haar.values.empty() && c.direction != 0) {
+    haar.p = prediction_p_value(model.statistic, haar.values, c.direction, c.resolution);
+    e.controls.push_back(std::move(haar));
   }
   e.p = e.p_claim;
   for (const ControlValues& k : e.controls) e.p = std::isfinite(e.p) ? std::max(e.p, k.p) : k.p;
@@ -231,6 +243,10 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
   m.samples = samples_of(model->json);
   std::vector<std::pair<const ReportPart*, Measured>> controls;
   for (const ReportPart* p : inits) controls.emplace_back(p, measure(p->json));
+  std::vector<Measured> null_draws;
+  if (c.null_draws)
+    for (const json& draw : array_at(model->json, c.null_draws))
+      null_draws.push_back(measure(json{{"results", {{"models", json::array({draw})}}}}));
   std::optional<Interval> interval;
   if (!m.missing && !m.shown) {
     if (c.interval) interval = c.interval(*model);
@@ -248,7 +264,7 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
                                         values.size())};
     }
   }
-  return judge(c, m, interval, controls, init_ran);
+  return judge(c, m, interval, controls, null_draws, init_ran);
 }
 
 // Why a test over the layers was not judged: too few layers, or one shared F for all of them.
@@ -688,8 +704,10 @@ PaperSummary residual_summary(const std::vector<ReportPart>& parts) {
        "The cumulative Jacobian is a learned bottleneck: its effective rank falls with depth (Llama 3.1 8B: ≈436 → ≈7), far more "
        "than at initialisation.",
        "holds when r = erank(C_K)/erank(C_1) (Roy–Vetterli, results.models[0].depths[k].cumulative.effective_rank.roy_vetterli; K "
-       "the last depth) is below 1; statistic: r" + learned,
-       initialisations("jacobian"), -1},
+       "the last depth) is below 1; statistic: r" + learned + "; and beyond the model's own mean Jacobians with Haar-rotated bases "
+       "(results.models[0].haar_null)",
+       initialisations("jacobian") + "; the structure-preserving null: each J̄_k replaced by Q_k J̄_k Q_kᵀ, Q_k Haar-random per depth",
+       -1, 0, {}, "/results/models/0/haar_null"},
       {"normality", "Early layers are non-normal, late layers more nearly symmetric.",
        "holds when, over the first third of the depths versus the last third, the mean normalised Henrici departure "
        "(mean.henrici_departure.schur_normalized) is larger early and the mean symmetry index ‖J − Jᵀ‖/‖J‖ (mean.symmetry_index) "
@@ -801,6 +819,7 @@ PaperSummary particles_summary(const ReportPart* part) {
 }  // namespace
 
 const char* control_kind_text(const std::string& kind) {
+  if (kind == "haar") return "the model's mean Jacobians with Haar-rotated bases";
   return kind == "scaled" ? "initialisations at the model's weight scale" : "the family's initialisation";
 }
 

@@ -23,7 +23,9 @@ namespace tdyn {
 enum class Verdict { kPass, kArchitectural, kDiffers, kInconclusive, kInfo, kNotComputed };
 
 // A claim's statistic on the random initialisations of one kind, each on the model's tokens: "init", the family's
-// published rule (the paper's step 0); "scaled", that rule at the model's own weight scale (what scale alone gives).
+// published rule (the paper's step 0); "scaled", that rule at the model's own weight scale (what scale alone gives);
+// or on the draws of a structure-preserving null of the model itself: "haar", its mean Jacobians with Haar-rotated
+// bases (spectra kept).
 struct ControlValues {
   std::string kind;
   std::vector<int64_t> seeds;
@@ -32,7 +34,7 @@ struct ControlValues {
   double p = NAN;              // that the model's statistic lies beyond their distribution, in the claim's direction
 };
 
-// "the family's initialisation" / "initialisations at the model's weight scale".
+// "the family's initialisation", "initialisations at the model's weight scale", ...
 const char* control_kind_text(const std::string& kind);
 
 // The numbers behind a verdict.

@@ -68,6 +68,11 @@ std::function<int()> setup_jacobian(CLI::App& app) {
       ->capture_default_str()->delimiter(',')->allow_extra_args(false)->check(finite_number);
   cmd->add_option("--surgery-seed", a->options.surgery_options.seed, "Seed of the control's random N (sublayer k uses seed + k)")
       ->capture_default_str();
+  cmd->add_option("--haar-null", a->options.haar_null_draws,
+                  "Draws of the bottleneck's structure-preserving null: the cumulative products with every mean Jacobian's "
+                  "bases Haar-rotated (Q J Q^T, a new Q per depth), spectra and scale kept (0: none)")
+      ->capture_default_str()->check(non_negative_number);
+  cmd->add_option("--haar-null-seed", a->options.haar_null_seed, "Seed of the Haar null's rotations")->capture_default_str();
   cmd->add_option("--surgery-control-draws", a->options.surgery_options.control_draws,
                   "Independent random-N controls at alpha = 1: the distribution the surgery verdict judges the model's "
                   "full-depth effective rank against (each costs one more complex product per depth)")

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <random>
+
+#include <Eigen/QR>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -80,8 +83,27 @@ std::function<linalg::Matrix(int64_t)> compute_means(CheckpointJacobians& r, con
   return [means](int64_t k) { return means->mean[k]; };
 }
 
-// One depth at a time: J̄_k, the running C_k = J̄_k C_{k−1}, their metrics, and the surgery's running products,
-// so that memory does not grow with depth (unless keep_matrices).
+// A Haar-random d × d orthogonal matrix: the Q of a Gaussian matrix's QR, its columns' signs fixed by R's diagonal
+// (without that fix Q is not Haar-distributed).
+linalg::Matrix haar_orthogonal(linalg::Index d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  linalg::Matrix g(d, d);
+  for (linalg::Index i = 0; i < g.size(); ++i) g.data()[i] = normal(rng);
+  const Eigen::HouseholderQR<linalg::Matrix> qr(g);
+  linalg::Matrix q = qr.householderQ();
+  const auto& r = qr.matrixQR();
+  for (linalg::Index j = 0; j < d; ++j)
+    if (r(j, j) < 0) q.col(j) *= -1;
+  return q;
+}
+
+uint64_t haar_seed(uint64_t seed, int64_t draw, int64_t depth) {
+  return seed ^ (static_cast<uint64_t>(draw) << 40) ^ (static_cast<uint64_t>(depth) * 0x9e3779b97f4a7c15ULL);
+}
+
+// One depth at a time: J̄_k, the running C_k = J̄_k C_{k−1}, their metrics, the surgery's running products and the
+// Haar null's, so that memory does not grow with depth (unless keep_matrices).
 void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(int64_t)>& mean_at, int64_t K,
                    const JacobianOptions& options, const OperatorMetricsOptions& metric_opts, bool parallel_residual,
                    const std::string& label, ProgressSink& progress, JacobianArrays* arrays) {
@@ -90,10 +112,19 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
   r.mean_metrics.resize(K);
   r.cumulative_metrics.resize(K);
   DepthChain<linalg::Matrix> chain(parallel_residual);
+  std::vector<DepthChain<linalg::Matrix>> null_chains(static_cast<size_t>(options.haar_null_draws), DepthChain<linalg::Matrix>(parallel_residual));
+  r.haar_null.assign(null_chains.size(), {});
   ProgressLoop loop(progress, label + "metrics", K, "depths");
   for (int64_t k = 0; k < K; ++k) {
     const linalg::Matrix mean = mean_at(k);
     const linalg::Matrix& cumulative = chain.add(mean);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t j = 0; j < null_chains.size(); ++j) {
+      const linalg::Matrix q = haar_orthogonal(mean.rows(), haar_seed(options.haar_null_seed, static_cast<int64_t>(j), k));
+      const linalg::Matrix& c = null_chains[j].add(q * mean * q.transpose());
+      if (k == 0) r.haar_null[j].first = effective_ranks(linalg::singular_values(c));
+      if (k == K - 1) r.haar_null[j].second = effective_ranks(linalg::singular_values(c));
+    }
     r.mean_metrics[k] = operator_metrics(mean, metric_opts);  // LAPACK's own threads do the work at large d
     r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
     if (sweep) sweep->add(mean);
@@ -168,6 +199,8 @@ nlohmann::json options_json(const JacobianResult& result, const JacobianOptions&
                       {"complex_tolerance", options.metrics.complex_tolerance},
                       {"energy_fraction", 0.9},
                       {"surgery", options.surgery}};
+  o["haar_null_draws"] = options.haar_null_draws;
+  if (options.haar_null_draws > 0) o["haar_null_seed"] = options.haar_null_seed;
   if (options.surgery) {
     o["alphas"] = options.surgery_options.alphas;
     o["surgery_seed"] = options.surgery_options.seed;
@@ -196,6 +229,15 @@ nlohmann::json checkpoint_json(const CheckpointJacobians& r) {
     mj["depths"].push_back(row);
   }
   for (const auto& p : r.surgery) mj["surgery"].push_back(p.to_json());
+  // Each draw as the first and last depths of a "depths" list, so that a reader of the model's depths reads it alike.
+  for (size_t j = 0; j < r.haar_null.size(); ++j) {
+    const int64_t K = static_cast<int64_t>(r.mean_metrics.size());
+    auto depth = [](int64_t k, const EffectiveRanks& e) {
+      return nlohmann::json{{"depth", k}, {"cumulative", {{"effective_rank", {{"roy_vetterli", e.roy_vetterli}, {"stable_rank", e.stable_rank},
+                                                                                {"participation_ratio", e.participation_ratio}}}}}};
+    };
+    mj["haar_null"].push_back({{"draw", j}, {"depths", {depth(1, r.haar_null[j].first), depth(K, r.haar_null[j].second)}}});
+  }
   return mj;
 }
 

@@ -31,6 +31,13 @@ struct JacobianOptions {
   SurgeryOptions surgery_options;
   std::vector<int64_t> eig_depths;  // 1-based depths whose eigenvalues are plotted; empty: first, middle, last
   bool keep_matrices = false;       // the result keeps every J̄_k and C_k (2 K d² doubles; else only streamed)
+  // The structure-preserving null of the bottleneck: this many draws of the cumulative products with every J̄_k
+  // replaced by Q_k J̄_k Q_kᵀ, Q_k Haar-random orthogonal and new at every depth (seeded by haar_null_seed, the
+  // draw and k). Each J̄_k keeps its eigenvalues, singular values and normality; only how the depths' bases line
+  // up is lost, so a collapse that the spectra and scale alone make is reproduced by the null. Each draw costs
+  // about 7 d³ flops per depth (a QR and three products).
+  int64_t haar_null_draws = 0;
+  uint64_t haar_null_seed = 0;
 
   // The structured mean is a sum over samples: the shared pass computes it, with checkpoints and MPI. The other
   // modes keep per-sample Jacobians and run in one process.
@@ -51,6 +58,8 @@ struct CheckpointJacobians {
   std::vector<linalg::Matrix> mean, cumulative;  // J̄_k and C_k, with keep_matrices
   std::vector<linalg::Matrix> mean_of_products;  // with mean_of_products
   std::vector<SurgeryPoint> surgery;             // per alpha, with surgery
+  // Per draw of the Haar null (JacobianOptions::haar_null_draws): the effective ranks of its C_1 and C_K.
+  std::vector<std::pair<EffectiveRanks, EffectiveRanks>> haar_null;
 };
 
 struct JacobianResult {
