@@ -145,6 +145,38 @@ TEST(Analyze, BottleneckVerdictAgainstRandomInit) {
   EXPECT_EQ(verdict_of(none, "003", "bottleneck"), "architectural");
 }
 
+// The HF fixtures of every family hold random weights (std 0.2, never trained): whatever their own statistics show,
+// no claim about training may pass on them, against both kinds of initialisation and the Haar null.
+TEST(Analyze, NoClaimAboutTrainingPassesOnRandomWeights) {
+  TDYN_REQUIRE_SHARED("fixtures/llama/config.json");
+  const fs::path dir = test::scratch_dir("analyze_random_families");
+  std::string ids;
+  for (int s = 0; s < 24; ++s) {
+    for (int i = 0; i < 16; ++i) ids += fmt::format("{} ", 3 + (31 * s + 7 * i + i * i) % 56);  // in every fixture's vocabulary
+    ids += "\n";
+  }
+  write_file_atomic(dir / "samples.ids", ids);
+  const std::set<std::string> about_training = {"gamma",     "rho",     "alignment_local", "gamma_gap",    "bottleneck",
+                                                "normality", "surgery", "coupling",        "coupling_sign"};
+  for (const char* family : {"albert", "bert", "gpt2", "gpt_neo", "llama", "olmo3", "gemma4"}) {
+    const fs::path fixture = test::shared_dir() / "fixtures" / family, out = dir / family;
+    std::string err;
+    ASSERT_EQ(test::run_cli(fmt::format("--threads 1 --quiet analyze {} --data {} --samples 24 --max-len 16 --skip particles --out {}",
+                                        fixture.string(), (dir / "samples.ids").string(), out.string()),
+                            nullptr, &err),
+              0)
+        << family << ": " << err;
+    const json results = json::parse(read_file(out / "results.json"));
+    int judged = 0;
+    for (const json& v : results["results"]["verdicts"]) {
+      if (!about_training.count(v["claim"].get<std::string>())) continue;
+      EXPECT_NE(v["verdict"], "pass") << family << ": " << v.dump(1);
+      judged += v["verdict"] != "not computed";
+    }
+    EXPECT_GE(judged, 6) << family << ": the claims about training were judged, not skipped";
+  }
+}
+
 // --tokenizer reaches the shared pass and every part that tokenizes text: the model's own tokenizer named explicitly
 // runs, each part's command line carries it, and GPT-2's tokenizer (ids up to 50256) is refused by the pass for
 // stories260K's vocabulary of 512, before any part runs.

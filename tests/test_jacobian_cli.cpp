@@ -5,6 +5,7 @@
 
 #include "analysis/jacobian/means.h"
 #include "model/loader.h"
+#include "pipeline/parts.h"
 #include "test_util.h"
 
 namespace tdyn {
@@ -71,6 +72,28 @@ TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrum) {
     lasts.insert(null_last);
   }
   EXPECT_EQ(lasts.size(), 3u) << "each draw rotates with its own Q";
+}
+
+// tdyn init --match-scales: every kind of tensor of the initialisation has the source's mean and spread (up to the
+// sampling error of its count), here the GPT-2 fixture's, whose norm scales are N(1, 0.1) and whose c_proj is as
+// large as every other matrix, unlike the family's rule.
+TEST(InitCli, MatchScalesDrawsEachKindAtTheSourcesMoments) {
+  TDYN_REQUIRE_SHARED("fixtures/gpt2/config.json");
+  const fs::path source = test::shared_dir() / "fixtures/gpt2", dir = test::scratch_dir("init_match_scales");
+  std::string err;
+  ASSERT_EQ(test::run_cli(fmt::format("init {} --seed 4 --match-scales --out {}", source.string(), dir.string()), nullptr, &err), 0) << err;
+  const TensorMoments want = tensor_moments(*load_model(source)), got = tensor_moments(*load_model(dir));
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [key, m] : want) {
+    ASSERT_TRUE(got.count(key)) << static_cast<int>(key.first);
+    const Moments& g = got.at(key);
+    EXPECT_NEAR(g.std, m.std, 0.15 * m.std + 1e-12) << "role " << static_cast<int>(key.first) << (key.second == Part::Bias ? " bias" : "");
+    EXPECT_NEAR(g.mean, m.mean, 0.3 * m.std + 1e-12) << "role " << static_cast<int>(key.first);
+  }
+  const nlohmann::json provenance = nlohmann::json::parse(read_file(dir / "tdyn_init.json"));
+  EXPECT_EQ(provenance["matched_moments"].size(), want.size());
+  EXPECT_EQ(test::run_cli(fmt::format("init {} --match-scales --initializer-range 0.1 --out {}", source.string(), dir.string()), nullptr, &err), 2)
+      << "the two ways to set the scale exclude each other";
 }
 
 TEST(JacobianCli, Stories260KWithInitCompareSurgeryAndPerSample) {

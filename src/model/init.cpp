@@ -58,12 +58,13 @@ double init_scale(const ModelConfig& c, const std::string& tensor) {
 
 }  // namespace
 
-void write_random_init(const nlohmann::json& hf_config, const fs::path& dir, uint64_t seed) {
+void write_random_init(const nlohmann::json& hf_config, const fs::path& dir, uint64_t seed, const TensorMoments* moments) {
   ModelConfig reparsed = parse_hf_config(hf_config, "generated config.json");
   const double initializer_range = hf_config.value("initializer_range", 0.02);
   const FamilyTable& table = family_table(reparsed.family, "hf");
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, static_cast<float>(initializer_range));
+  std::normal_distribution<double> unit;
   std::map<std::string, TensorToWrite> tensors;
   for (const auto& spec : table.tensors) {
     // Ignored tensors are not written; a fused tensor (GPT-2 c_attn) is written once, by its first slice.
@@ -76,7 +77,11 @@ void write_random_init(const nlohmann::json& hf_config, const fs::path& dir, uin
       if (size_t p = name.find("{p}"); p != std::string::npos) name.replace(p, 3, table.prefixes.front());
       Shape shape = spec.shape(reparsed, l);
       std::vector<float> values(numel(shape));
-      if (spec.layout != Layout::Vector) {
+      const auto matched = moments ? moments->find({spec.role, spec.part}) : TensorMoments::const_iterator{};
+      if (moments && matched != moments->end()) {
+        const Moments& m = matched->second;
+        for (float& v : values) v = static_cast<float>(m.mean + m.std * unit(rng));
+      } else if (spec.layout != Layout::Vector) {
         const float scale = static_cast<float>(init_scale(reparsed, name));
         for (float& v : values) v = scale * normal(rng);
       } else if (spec.part == Part::Weight) {

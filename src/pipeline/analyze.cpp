@@ -68,12 +68,12 @@ std::vector<std::string> AnalyzeOptions::command_line(const fs::path& out_dir) c
 namespace {
 
 // One random initialisation of the control: its directory (DIR/init/seed-S for the family's rule, DIR/init/scaled-S
-// for that rule at the model's own weight scale), its model, samples and pass.
+// for random weights at the model's own scales, tensor kind by tensor kind), its model, samples and pass.
 fs::path subset_dir(const fs::path& dir, size_t g) { return dir / "subsets" / fmt::format("subset-{}", g); }
 
 struct InitSeed {
   uint64_t seed = 0;
-  double scale = 0;  // the initializer_range it was drawn with; 0: the family's own
+  bool scaled = false;  // every kind of tensor at the model's own mean and spread (write_init_checkpoint match_scales)
   fs::path dir;
   AnalysisInputs in;
   std::string error;  // why its model or pass could not be prepared; the init part reports it
@@ -234,9 +234,8 @@ bool Analysis::init_passes() {
       error = e.what();
     }
   }
-  const double scale = model_weight_scale(*in_.model);
-  for (uint64_t seed : init_seed_list()) init_.push_back({seed, 0, dir / fmt::format("seed-{}", seed), {}, error});
-  for (uint64_t seed : init_seed_list()) init_.push_back({seed, scale, dir / fmt::format("scaled-{}", seed), {}, error});
+  for (uint64_t seed : init_seed_list()) init_.push_back({seed, false, dir / fmt::format("seed-{}", seed), {}, error});
+  for (uint64_t seed : init_seed_list()) init_.push_back({seed, true, dir / fmt::format("scaled-{}", seed), {}, error});
   bool root = true;
   for (InitSeed& seed : init_) root = init_pass(seed) && root;
   return root;
@@ -250,7 +249,7 @@ bool Analysis::init_pass(InitSeed& seed) {
   const fs::path checkpoint = seed.dir / "model", ids = dir_ / "init" / "samples.ids";
   if (ranks().root() && seed.error.empty()) {
     try {
-      write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, seed.scale);
+      write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, 0, seed.scaled);
     } catch (const std::exception& e) {
       seed.error = e.what();
     }
@@ -402,7 +401,7 @@ void Analysis::run_init(nlohmann::json& record) {
   std::vector<std::string> errors;
   for (InitSeed& seed : init_) {
     nlohmann::json seed_record = {{"seed", seed.seed}, {"dir", fs::relative(seed.dir, dir_).generic_string()},
-                                  {"initializer_range", seed.scale > 0 ? nlohmann::json(seed.scale) : nlohmann::json("the family's")}};
+                                  {"weights", seed.scaled ? "each kind of tensor at the model's own mean and spread" : "the family's rule"}};
     try {
       run_init_seed(seed, seed_record);
       seed_record["status"] = "ok";
@@ -426,7 +425,7 @@ void Analysis::run_init(nlohmann::json& record) {
 void Analysis::run_init_seed(InitSeed& seed, nlohmann::json& record) {
   const fs::path checkpoint = seed.dir / "model", ids = dir_ / "init" / "samples.ids";
   std::vector<std::string> init_argv = {o_.program, "init", o_.model_path, "--seed", std::to_string(seed.seed), "--out", checkpoint.string()};
-  if (seed.scale > 0) append(init_argv, {"--initializer-range", fmt::format("{}", seed.scale)});
+  if (seed.scaled) init_argv.push_back("--match-scales");
   append(init_argv, loading_flags(o_.load));
   record["init_argv"] = init_argv;
   if (!seed.error.empty()) throw Error(seed.error);

@@ -187,14 +187,15 @@ particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path
 }
 
 nlohmann::json write_init_checkpoint(const Model& source, const std::string& source_path, const fs::path& dir, uint64_t seed,
-                                     double initializer_range) {
+                                     double initializer_range, bool match_scales) {
   const ModelConfig& c = source.config;
   nlohmann::json hf_config = hf_config_of(source, source_path);
   if (initializer_range > 0) {
     if (hf_config.contains("text_config")) hf_config["text_config"]["initializer_range"] = initializer_range;
     hf_config["initializer_range"] = initializer_range;
   }
-  write_random_init(hf_config, dir, seed);
+  const TensorMoments moments = match_scales ? tensor_moments(source) : TensorMoments{};
+  write_random_init(hf_config, dir, seed, match_scales ? &moments : nullptr);
   // Tokenizer files of a Hugging Face source travel with the init so that it runs on text as the source does.
   std::vector<std::string> copied;
   if (c.format == "hf") {
@@ -207,36 +208,83 @@ nlohmann::json write_init_checkpoint(const Model& source, const std::string& sou
       }
     }
   }
-  const nlohmann::json provenance = {{"source_model", source_path},
-                                     {"source_format", c.format},
-                                     {"family", c.family},
-                                     {"seed", seed},
-                                     {"initializer_range", hf_config.value("initializer_range", 0.02)},
-                                     {"rule", "Hugging Face _init_weights: matrices and embeddings ~ N(0, initializer_range), "
-                                              "biases 0, norm scales 1 (see src/model/init.h)"},
-                                     {"tokenizer_files_copied", copied}};
+  nlohmann::json provenance = {{"source_model", source_path},
+                               {"source_format", c.format},
+                               {"family", c.family},
+                               {"seed", seed},
+                               {"initializer_range", hf_config.value("initializer_range", 0.02)},
+                               {"rule", "Hugging Face _init_weights: matrices and embeddings ~ N(0, initializer_range), "
+                                        "biases 0, norm scales 1 (see src/model/init.h)"},
+                               {"tokenizer_files_copied", copied}};
+  if (match_scales) {
+    provenance["rule"] = "the source's scales: every tensor of a kind (role and part) listed in matched_moments ~ N(mean, std) of "
+                         "the source's tensors of that kind, the others by Hugging Face _init_weights (see src/model/init.h)";
+    nlohmann::json listed = nlohmann::json::array();
+    for (const auto& [key, m] : moments)
+      listed.push_back({{"role", static_cast<int>(key.first)}, {"bias", key.second == Part::Bias}, {"mean", m.mean}, {"std", m.std}});
+    provenance["matched_moments"] = listed;
+  }
   write_file_atomic(dir / "tdyn_init.json", provenance.dump(2) + "\n");
   return provenance;
 }
 
-double model_weight_scale(const Model& model) {
-  double sum = 0;
-  int64_t count = 0;
+TensorMoments tensor_moments(const Model& model) {
+  struct Sums {
+    double sum = 0, squares = 0;
+    int64_t count = 0;
+    void add(double v) { sum += v, squares += v * v, ++count; }
+  };
+  std::map<std::pair<Role, Part>, Sums> sums;
   std::vector<float> row;
-  for (const LayerWeights& w : model.weights.layers) {  // a shared layer repeated changes no mean square
-    for (const Linear* linear : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
-      const StoredMatrix& m = linear->w;
-      if (!m) continue;
-      row.resize(static_cast<size_t>(m.cols));
-      for (int64_t r = 0; r < m.rows; ++r) {
-        m.row_floats(r, 0, m.cols, row.data());
-        for (float v : row) sum += static_cast<double>(v) * v;
-      }
-      count += m.rows * m.cols;
+  auto matrix = [&](Role role, const StoredMatrix& m) {
+    if (!m) return;
+    row.resize(static_cast<size_t>(m.cols));
+    Sums& s = sums[{role, Part::Weight}];
+    for (int64_t r = 0; r < m.rows; ++r) {
+      m.row_floats(r, 0, m.cols, row.data());
+      for (float v : row) s.add(v);
     }
+  };
+  auto vector = [&](Role role, Part part, const float* v, int64_t n) {
+    if (!v) return;
+    Sums& s = sums[{role, part}];
+    for (int64_t i = 0; i < n; ++i) s.add(v[i]);
+  };
+  auto linear = [&](Role role, const Linear& l) {
+    matrix(role, l.w);
+    vector(role, Part::Bias, l.b, l.out);
+  };
+  auto norm = [&](Role role, const Norm& n, int64_t d) {
+    vector(role, Part::Weight, n.w, d);
+    vector(role, Part::Bias, n.b, d);
+  };
+  const ModelConfig& c = model.config;
+  const ModelWeights& w = model.weights;
+  const int64_t d = c.d_model, d_embed = c.d_embed > 0 ? c.d_embed : c.d_model;
+  matrix(Role::Embed, w.embed);
+  vector(Role::PosEmbed, Part::Weight, w.pos_embed, c.learned_positions ? c.n_ctx * d_embed : 0);
+  vector(Role::TokenTypeEmbed, Part::Weight, w.token_type_embed, c.n_token_types * d_embed);
+  norm(Role::EmbedNorm, w.embed_norm, d_embed);
+  linear(Role::EmbedMap, w.embed_map);
+  norm(Role::FinalNorm, w.final_norm, d);
+  linear(Role::HeadDense, w.head_dense);
+  norm(Role::HeadNorm, w.head_norm, d_embed);
+  for (const LayerWeights& l : w.layers) {  // a shared layer repeated changes no mean or spread
+    norm(Role::AttnNorm, l.attn_norm, d);
+    linear(Role::AttnQ, l.q), linear(Role::AttnK, l.k), linear(Role::AttnV, l.v), linear(Role::AttnO, l.o);
+    norm(Role::AttnPostNorm, l.attn_post_norm, d);
+    norm(Role::MlpNorm, l.mlp_norm, d);
+    linear(Role::MlpGate, l.gate), linear(Role::MlpUp, l.up), linear(Role::MlpDown, l.down);
+    norm(Role::MlpPostNorm, l.mlp_post_norm, d);
   }
-  if (count == 0) fail("the model has no layer matrices to take a weight scale from");
-  return std::sqrt(sum / static_cast<double>(count));
+  TensorMoments out;
+  for (const auto& [key, s] : sums) {
+    if (s.count == 0) continue;
+    const double mean = s.sum / static_cast<double>(s.count);
+    out[key] = {mean, std::sqrt(std::max(0.0, s.squares / static_cast<double>(s.count) - mean * mean))};
+  }
+  if (out.empty()) fail("the model has no weights to take scales from");
+  return out;
 }
 
 }  // namespace tdyn

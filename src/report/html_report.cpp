@@ -170,7 +170,7 @@ std::string part_title(const ReportPart& p) {
   if (command == "power") return "Power method (the power-method paper)";
   if (p.is_control())
     return fmt::format("Initialisation control ({}, seed {}): {} (not the model)",
-                       p.control_kind == "scaled" ? "at the model's weight scale" : "the family's rule", p.init_seed,
+                       p.control_kind == "scaled" ? "at the model's scales" : "the family's rule", p.init_seed,
                        command.empty() ? p.name : command);
   if (command == "jacobian") return "Residual-stream Jacobians (the residual-stream paper)";
   if (command == "topology") return "Activation-graph topology (the residual-stream paper)";
@@ -216,7 +216,8 @@ void summary_tables(std::string& h, const std::vector<PaperSummary>& papers) {
   h += "<p class=\"sub\">Each verdict follows from numbers in the parts' results.json by the rule shown beside it, and "
        "compares this model with controls: what a model without the claimed property would show, and, for the claims "
        "about training, the same statistic on random initialisations of the architecture on the same tokens, of two "
-       "kinds: the family's published rule (init) and that rule at the model's own weight scale (results.json's "
+       "kinds: the family's published rule (init) and random weights at the model's own scales, tensor kind by tensor "
+       "kind (results.json's "
        "verdicts list every value). <b>pass</b>: the claim holds, "
        "beyond every control, with a p-value below 0.05 after the Holm adjustment over every verdict of the run; "
        "<b>architectural</b>: it holds, but as much at initialisation; <b>differs</b>: it does not hold; "

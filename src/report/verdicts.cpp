@@ -820,7 +820,7 @@ PaperSummary particles_summary(const ReportPart* part) {
 
 const char* control_kind_text(const std::string& kind) {
   if (kind == "haar") return "the model's mean Jacobians with Haar-rotated bases";
-  return kind == "scaled" ? "initialisations at the model's weight scale" : "the family's initialisation";
+  return kind == "scaled" ? "initialisations at the model's own scales" : "the family's initialisation";
 }
 
 const char* verdict_text(Verdict v) {

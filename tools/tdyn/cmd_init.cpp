@@ -17,11 +17,12 @@ struct InitArgs {
   std::string out;
   uint64_t seed = 0;
   double initializer_range = 0;  // 0: the source config's value (HF default 0.02)
+  bool match_scales = false;
 };
 
 int run(const InitArgs& a) {
   auto model = a.model.load();
-  const nlohmann::json provenance = write_init_checkpoint(*model, a.model.path, a.out, a.seed, a.initializer_range);
+  const nlohmann::json provenance = write_init_checkpoint(*model, a.model.path, a.out, a.seed, a.initializer_range, a.match_scales);
   std::cerr << fmt::format("tdyn: wrote a random {} initialisation (seed {}) to {}{}\n", model->config.family, a.seed, a.out,
                            provenance["tokenizer_files_copied"].empty() ? "; no tokenizer copied (pass --tokenizer to analyses)" : "");
   return 0;
@@ -36,6 +37,11 @@ std::function<int()> setup_init(CLI::App& app) {
   cmd->add_option("--initializer-range", a->initializer_range,
                   "Standard deviation of the weights (default: the source config's initializer_range, else 0.02)")
       ->check(positive_number);
+  cmd->add_flag("--match-scales", a->match_scales,
+                "Draw every kind of tensor (each role's matrices, biases, norm scales, embeddings) from a normal distribution "
+                "with MODEL's own mean and spread of that kind instead: random weights at the model's scales, the null "
+                "that analyze judges claims about training against")
+      ->excludes("--initializer-range");
   return [a] { return run(*a); };
 }
 
