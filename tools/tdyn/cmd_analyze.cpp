@@ -64,8 +64,9 @@ std::function<int()> setup_analyze(CLI::App& app) {
   cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,jacobian,topology,particles")
       ->delimiter(',')->check(CLI::IsMember(skippable_parts()));
   cmd->add_option("--init-seeds", o.init_seeds,
-                  "K: random initialisations (tdyn init, seeds 0 .. K-1) run through power, jacobian and topology on the same "
-                  "samples; their values are the distribution each claim about training is judged against (5: the fewest that "
+                  "K: random initialisations of each of two kinds, the family's rule (tdyn init --seed S, S < K) and random "
+                  "weights at the model's own scales (tdyn init --match-scales), each run through power, jacobian and topology "
+                  "on the same samples; their values are the distribution each claim about training is judged against (5: the fewest that "
                   "give a claim beyond all of them a p-value that can survive the correction over every verdict)")
       ->capture_default_str()->check(positive_number);
   cmd->add_option("--interval-subsets", o.interval_subsets,
