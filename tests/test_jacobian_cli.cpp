@@ -45,12 +45,14 @@ TEST(JacobianSurgery, DepartureScalesWithAlphaOnARealMeanJacobian) {
 }
 
 // The bottleneck's Haar null: Q J̄ Qᵀ has J̄'s singular values, so every draw's C_1 has the model's effective ranks
-// exactly (up to round-off), while at the last depth the draws differ from the model and from each other.
-TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrum) {
+// exactly (up to round-off), while at the last depth the draws differ from the model and from each other. And the
+// surgery's random-N draws at α = 1: the first is the control itself, the others new.
+TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrumAndSurgeryDrawsTheirOwnN) {
   TDYN_REQUIRE_SHARED(kStories);
   const fs::path dir = test::scratch_dir("jacobian_haar");
   std::string err;
-  ASSERT_EQ(test::run_cli(fmt::format("--quiet jacobian {} --samples 4 --max-len 16 --haar-null 3 --out {}",
+  ASSERT_EQ(test::run_cli(fmt::format("--quiet jacobian {} --samples 4 --max-len 16 --haar-null 3 --surgery --alphas 0,1 "
+                                      "--surgery-control-draws 3 --out {}",
                                       (test::shared_dir() / kStories).string(), dir.string()),
                           nullptr, &err),
             0)
@@ -72,6 +74,15 @@ TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrum) {
     lasts.insert(null_last);
   }
   EXPECT_EQ(lasts.size(), 3u) << "each draw rotates with its own Q";
+
+  const nlohmann::json& at1 = m["surgery"][1];
+  ASSERT_EQ(at1["alpha"], 1.0);
+  const nlohmann::json& controls = at1["full_depth_control_draws"];
+  ASSERT_EQ(controls.size(), 3u);
+  EXPECT_EQ(controls[0]["roy_vetterli"], at1["full_depth_control"]["roy_vetterli"]);
+  EXPECT_NE(controls[1]["roy_vetterli"], controls[0]["roy_vetterli"]);
+  EXPECT_NE(controls[2]["roy_vetterli"], controls[1]["roy_vetterli"]);
+  EXPECT_FALSE(m["surgery"][0].contains("full_depth_control_draws")) << "only at alpha = 1";
 }
 
 // tdyn init --match-scales: every kind of tensor of the initialisation has the source's mean and spread (up to the

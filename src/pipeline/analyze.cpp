@@ -67,13 +67,22 @@ std::vector<std::string> AnalyzeOptions::command_line(const fs::path& out_dir) c
 
 namespace {
 
-// One random initialisation of the control: its directory (DIR/init/seed-S for the family's rule, DIR/init/scaled-S
-// for random weights at the model's own scales, tensor kind by tensor kind), its model, samples and pass.
 fs::path subset_dir(const fs::path& dir, size_t g) { return dir / "subsets" / fmt::format("subset-{}", g); }
 
+// The samples' token ids, one sample a line: what a part reads with --data when it must see exactly these tokens (an
+// initialisation without a tokenizer of its own, a subset of the samples).
+void write_token_ids(const fs::path& file, const std::vector<Sample>& samples) {
+  std::string text;
+  for (const Sample& s : samples) text += fmt::format("{}\n", fmt::join(s.ids, " "));
+  fs::create_directories(file.parent_path());
+  write_file_atomic(file, text);
+}
+
+// One random initialisation of the control: its directory (DIR/init/seed-S for the family's rule, DIR/init/scaled-S
+// for random weights at the model's own scales, tensor kind by tensor kind), its model, samples and pass.
 struct InitSeed {
   uint64_t seed = 0;
-  bool scaled = false;  // every kind of tensor at the model's own mean and spread (write_init_checkpoint match_scales)
+  bool scaled = false;  // every kind of tensor at the model's own mean and spread (Analysis::moments_)
   fs::path dir;
   AnalysisInputs in;
   std::string error;  // why its model or pass could not be prepared; the init part reports it
@@ -114,6 +123,7 @@ class Analysis {
   ResultsDir out_;
   AnalysisInputs in_;
   std::vector<InitSeed> init_;  // the random initialisations, one per seed (init_passes)
+  TensorMoments moments_;       // the model's, for its scale-matched initialisations (read once: a pass over the weights)
   // Disjoint subsets of the samples (sample i in subset i mod G), each through jacobian: the spread of a
   // statistic of mean Jacobians over them is its interval (subset_passes).
   std::vector<AnalysisInputs> subsets_;
@@ -226,10 +236,14 @@ bool Analysis::init_passes() {
     try {
       // A directory of the earlier layout (one seed: DIR/init/results.json, DIR/init/topology) would read as this run's.
       for (const char* stale : {"results.json", "topology", "model", "pass.tdynpass"}) fs::remove_all(dir / stale);
-      fs::create_directories(dir);
-      std::string text;
-      for (const Sample& s : in_.samples) text += fmt::format("{}\n", fmt::join(s.ids, " "));
-      write_file_atomic(ids, text);
+      write_token_ids(ids, in_.samples);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (ranks().root() && error.empty()) {
+    try {
+      moments_ = tensor_moments(*in_.model);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -249,7 +263,7 @@ bool Analysis::init_pass(InitSeed& seed) {
   const fs::path checkpoint = seed.dir / "model", ids = dir_ / "init" / "samples.ids";
   if (ranks().root() && seed.error.empty()) {
     try {
-      write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, 0, seed.scaled);
+      write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, 0, seed.scaled ? &moments_ : nullptr);
     } catch (const std::exception& e) {
       seed.error = e.what();
     }
@@ -311,12 +325,7 @@ bool Analysis::subset_passes() {
   std::vector<std::vector<Sample>> samples(G);
   for (size_t i = 0; i < in_.samples.size(); ++i) samples[i % G].push_back(in_.samples[i]);
   if (ranks().root())
-    for (size_t g = 0; g < G; ++g) {
-      std::string text;
-      for (const Sample& s : samples[g]) text += fmt::format("{}\n", fmt::join(s.ids, " "));
-      fs::create_directories(subset_dir(dir_, g));
-      write_file_atomic(subset_dir(dir_, g) / "samples.ids", text);
-    }
+    for (size_t g = 0; g < G; ++g) write_token_ids(subset_dir(dir_, g) / "samples.ids", samples[g]);
   broadcast_from_root(1.0);  // the barrier after which the files are there
   auto transformer = std::make_shared<const Transformer>(in_.model);
   const JacobianModel jacobians(transformer);

@@ -187,15 +187,14 @@ particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path
 }
 
 nlohmann::json write_init_checkpoint(const Model& source, const std::string& source_path, const fs::path& dir, uint64_t seed,
-                                     double initializer_range, bool match_scales) {
+                                     double initializer_range, const TensorMoments* moments) {
   const ModelConfig& c = source.config;
   nlohmann::json hf_config = hf_config_of(source, source_path);
   if (initializer_range > 0) {
     if (hf_config.contains("text_config")) hf_config["text_config"]["initializer_range"] = initializer_range;
     hf_config["initializer_range"] = initializer_range;
   }
-  const TensorMoments moments = match_scales ? tensor_moments(source) : TensorMoments{};
-  write_random_init(hf_config, dir, seed, match_scales ? &moments : nullptr);
+  write_random_init(hf_config, dir, seed, moments);
   // Tokenizer files of a Hugging Face source travel with the init so that it runs on text as the source does.
   std::vector<std::string> copied;
   if (c.format == "hf") {
@@ -216,11 +215,11 @@ nlohmann::json write_init_checkpoint(const Model& source, const std::string& sou
                                {"rule", "Hugging Face _init_weights: matrices and embeddings ~ N(0, initializer_range), "
                                         "biases 0, norm scales 1 (see src/model/init.h)"},
                                {"tokenizer_files_copied", copied}};
-  if (match_scales) {
+  if (moments) {
     provenance["rule"] = "the source's scales: every tensor of a kind (role and part) listed in matched_moments ~ N(mean, std) of "
                          "the source's tensors of that kind, the others by Hugging Face _init_weights (see src/model/init.h)";
     nlohmann::json listed = nlohmann::json::array();
-    for (const auto& [key, m] : moments)
+    for (const auto& [key, m] : *moments)
       listed.push_back({{"role", static_cast<int>(key.first)}, {"bias", key.second == Part::Bias}, {"mean", m.mean}, {"std", m.std}});
     provenance["matched_moments"] = listed;
   }

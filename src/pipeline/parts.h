@@ -56,11 +56,11 @@ particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path
 
 // A random initialisation of `source`'s architecture with the family's published rule (model/init.h), written to
 // `dir` as a Hugging Face checkpoint with the source's tokenizer files and tdyn_init.json (which this returns).
-// initializer_range 0: the source config's (else 0.02). match_scales: every kind of tensor at the source's own mean
-// and spread instead (tensor_moments), the scale-matched initialisation that analyze judges claims about training
-// against, so that what the weights' scales alone give does not pass.
+// initializer_range 0: the source config's (else 0.02). moments (tensor_moments of the source): every kind of tensor
+// at the source's own mean and spread instead, the scale-matched initialisation that analyze judges claims about
+// training against, so that what the weights' scales alone give does not pass.
 nlohmann::json write_init_checkpoint(const Model& source, const std::string& source_path, const fs::path& dir, uint64_t seed,
-                                     double initializer_range = 0, bool match_scales = false);
+                                     double initializer_range = 0, const TensorMoments* moments = nullptr);
 
 // The mean and standard deviation of each kind of tensor of `model` (role and part: the attention and MLP matrices
 // and biases, the norms' scales and biases, the embeddings), over all its layers, from the stored values.

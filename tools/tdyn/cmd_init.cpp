@@ -22,7 +22,9 @@ struct InitArgs {
 
 int run(const InitArgs& a) {
   auto model = a.model.load();
-  const nlohmann::json provenance = write_init_checkpoint(*model, a.model.path, a.out, a.seed, a.initializer_range, a.match_scales);
+  const TensorMoments moments = a.match_scales ? tensor_moments(*model) : TensorMoments{};
+  const nlohmann::json provenance =
+      write_init_checkpoint(*model, a.model.path, a.out, a.seed, a.initializer_range, a.match_scales ? &moments : nullptr);
   std::cerr << fmt::format("tdyn: wrote a random {} initialisation (seed {}) to {}{}\n", model->config.family, a.seed, a.out,
                            provenance["tokenizer_files_copied"].empty() ? "; no tokenizer copied (pass --tokenizer to analyses)" : "");
   return 0;

@@ -159,9 +159,9 @@ nlohmann::json SurgeryPoint::to_json() const {
   return out;
 }
 
-// The seed of the random N of draw `draw` ≥ 1 at depth k: streams apart from the first draw's seed + k.
-static uint64_t control_draw_seed(uint64_t seed, int64_t depth, int64_t draw) {
-  return seed + static_cast<uint64_t>(depth) + (static_cast<uint64_t>(draw) << 32);
+// The seed of the random N of draw `draw` ≥ 1 at a depth whose first draw has `seed`: streams apart from it.
+static uint64_t control_draw_seed(uint64_t seed, int64_t draw) {
+  return seed + (static_cast<uint64_t>(draw) << 32);
 }
 
 SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool parallel_residual) : options_(options) {
@@ -191,7 +191,7 @@ void SurgerySweep::add(const Matrix& mean) {
   }
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t j = 0; j < draws_.size(); ++j)
-    draws_[j].add(schur_surgery_control(schur, 1.0, control_draw_seed(seed, 0, static_cast<int64_t>(j) + 1)));
+    draws_[j].add(schur_surgery_control(schur, 1.0, control_draw_seed(seed, static_cast<int64_t>(j) + 1)));
   ++depth_;
 }
 
