@@ -42,6 +42,22 @@ TEST(JacobianSurgery, DepartureScalesWithAlphaOnARealMeanJacobian) {
   ASSERT_EQ(sweep.size(), 3u);
   for (const auto& p : sweep)
     for (double r : p.departure_ratio) EXPECT_NEAR(r, p.alpha, 1e-5);
+  // At α = 1 the surgery's product is the cumulative product C_K itself; at α = 0 the control drops its N as the
+  // surgery drops N, so the two agree.
+  const linalg::Vector sigma = linalg::singular_values(cumulative_products(mj.mean).back());
+  EXPECT_NEAR(sweep[2].surgery.back().roy_vetterli, effective_ranks(sigma).roy_vetterli, 1e-9 * effective_ranks(sigma).roy_vetterli);
+  EXPECT_EQ(sweep[0].control.back().roy_vetterli, sweep[0].surgery.back().roy_vetterli);
+  // Ranked at the full depth only (what the verdict reads), the full-depth ranks are the same and the others NaN.
+  SurgeryOptions full_depth{{0, 0.5, 1}, 1};
+  full_depth.full_depth_only = true;
+  const std::vector<SurgeryPoint> last_only = schur_surgery_sweep(mj.mean, full_depth);
+  for (size_t a = 0; a < sweep.size(); ++a) {
+    ASSERT_EQ(last_only[a].surgery.size(), sweep[a].surgery.size());
+    EXPECT_EQ(last_only[a].surgery.back().roy_vetterli, sweep[a].surgery.back().roy_vetterli) << "alpha " << sweep[a].alpha;
+    EXPECT_EQ(last_only[a].control.back().stable_rank, sweep[a].control.back().stable_rank) << "alpha " << sweep[a].alpha;
+    EXPECT_TRUE(std::isnan(last_only[a].surgery.front().roy_vetterli));
+    EXPECT_EQ(last_only[a].to_json(), sweep[a].to_json());
+  }
 }
 
 // The bottleneck's Haar null: Q J̄ Qᵀ has J̄'s singular values, so every draw's C_1 has the model's effective ranks
@@ -83,6 +99,20 @@ TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrumAndSurgeryDrawsTheirOwnN) {
   EXPECT_NE(controls[1]["roy_vetterli"], controls[0]["roy_vetterli"]);
   EXPECT_NE(controls[2]["roy_vetterli"], controls[1]["roy_vetterli"]);
   EXPECT_FALSE(m["surgery"][0].contains("full_depth_control_draws")) << "only at alpha = 1";
+
+  // --surgery-full-depth-only: the same full-depth numbers, and NaN ranks at the other depths of surgery.csv.
+  const fs::path full_depth = test::scratch_dir("jacobian_surgery_full_depth");
+  ASSERT_EQ(test::run_cli(fmt::format("--quiet jacobian {} --samples 4 --max-len 16 --surgery --alphas 0,1 --surgery-control-draws 3 "
+                                      "--surgery-full-depth-only --out {}",
+                                      (test::shared_dir() / kStories).string(), full_depth.string()),
+                          nullptr, &err),
+            0)
+      << err;
+  const nlohmann::json f = nlohmann::json::parse(read_file(full_depth / "results.json"));
+  EXPECT_EQ(f["options"]["surgery_full_depth_only"], true);
+  EXPECT_EQ(f["results"]["models"][0]["surgery"], m["surgery"]);
+  const std::string csv = read_file(full_depth / "surgery.csv");
+  EXPECT_NE(csv.find("nan"), std::string::npos) << csv.substr(0, 400);
 }
 
 // tdyn init --match-scales: every kind of tensor of the initialisation has the source's mean and spread (up to the

@@ -228,6 +228,7 @@ nlohmann::json DominantSpectrum::to_json() const {
 // ---- Schur surgery --------------------------------------------------------------------------------------
 
 ComplexMatrix schur_surgery(const linalg::ComplexSchur& schur, double alpha) {
+  if (alpha == 0) return (schur.q * schur.t.diagonal().asDiagonal()) * schur.q.adjoint();  // QΛQ*: one product
   ComplexMatrix t = schur.strictly_upper() * alpha;
   t.diagonal() = schur.t.diagonal();
   return schur.q * t * schur.q.adjoint();

@@ -61,9 +61,11 @@ std::vector<double> metric_row(int64_t model, int64_t k, const OperatorMetrics& 
 void append_surgery_rows(std::vector<std::vector<double>>& rows, size_t model, const SurgeryPoint& p) {
   for (size_t k = 0; k < p.surgery.size(); ++k) {
     const EffectiveRanks &s = p.surgery[k], &ctl = p.control[k];
+    // A depth not ranked (SurgeryOptions::full_depth_only) has NaN ranks, its energy rank too.
+    auto energy = [](const EffectiveRanks& r) { return std::isfinite(r.roy_vetterli) ? static_cast<double>(r.energy_rank) : NAN; };
     rows.push_back({static_cast<double>(model), p.alpha, static_cast<double>(k + 1), s.roy_vetterli, s.participation_ratio,
-                    s.stable_rank, static_cast<double>(s.energy_rank), ctl.roy_vetterli, ctl.participation_ratio,
-                    ctl.stable_rank, static_cast<double>(ctl.energy_rank), p.departure_ratio[k]});
+                    s.stable_rank, energy(s), ctl.roy_vetterli, ctl.participation_ratio, ctl.stable_rank, energy(ctl),
+                    p.departure_ratio[k]});
   }
 }
 

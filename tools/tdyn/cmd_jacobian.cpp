@@ -77,6 +77,9 @@ std::function<int()> setup_jacobian(CLI::App& app) {
                   "Independent random-N controls at alpha = 1: the distribution the surgery verdict judges the model's "
                   "full-depth effective rank against (each costs one more complex product per depth)")
       ->capture_default_str()->check(positive_number);
+  cmd->add_flag("--surgery-full-depth-only", a->options.surgery_options.full_depth_only,
+                "Surgery's effective ranks at the full depth only, what its verdict reads (surgery.csv's other depths NaN): "
+                "two complex SVDs per alpha and depth fewer");
   cmd->add_option("--eig-depths", a->options.eig_depths,
                   "Depths (1-based, comma-separated) whose eigenvalues are plotted (default first, middle, last)")
       ->delimiter(',')->allow_extra_args(false);

@@ -182,12 +182,17 @@ void SurgerySweep::add(const Matrix& mean) {
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t a = 0; a < points_.size(); ++a) {
     SurgeryPoint& p = points_[a];
-    const ComplexMatrix modified = schur_surgery(schur, p.alpha), control = schur_surgery_control(schur, p.alpha, seed);
+    // J_1 = J: the mean itself, not its reconstruction from the Schur form.
+    const ComplexMatrix modified = static_cast<int64_t>(a) == unit_alpha_ ? ComplexMatrix(mean.cast<Complex>()) : schur_surgery(schur, p.alpha);
     p.departure_ratio.push_back(departure > 0 ? henrici_departure(modified, schur.eigenvalues()) / departure : 0.0);
     p.max_imaginary_fraction = std::max(p.max_imaginary_fraction, imaginary_fraction(modified));
     auto& [product, control_product] = products_[a];
-    p.surgery.push_back(effective_ranks(linalg::singular_values(product.add(modified))));
-    p.control.push_back(effective_ranks(linalg::singular_values(control_product.add(control))));
+    const ComplexMatrix& c = product.add(modified);
+    // At α = 0 the control drops its random N as the surgery drops N: the same matrices, so the same ranks (points()).
+    const ComplexMatrix* c_control = p.alpha == 0 ? nullptr : &control_product.add(schur_surgery_control(schur, p.alpha, seed));
+    if (options_.full_depth_only) continue;  // points() ranks the last products
+    p.surgery.push_back(effective_ranks(linalg::singular_values(c)));
+    p.control.push_back(c_control ? effective_ranks(linalg::singular_values(*c_control)) : p.surgery.back());
   }
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t j = 0; j < draws_.size(); ++j)
@@ -197,6 +202,16 @@ void SurgerySweep::add(const Matrix& mean) {
 
 std::vector<SurgeryPoint> SurgerySweep::points() const {
   std::vector<SurgeryPoint> out = points_;
+  if (options_.full_depth_only && depth_ > 0) {
+    const EffectiveRanks not_computed{NAN, NAN, NAN, 0, 0.9};
+    for (size_t a = 0; a < out.size(); ++a) {
+      out[a].surgery.assign(static_cast<size_t>(depth_ - 1), not_computed);
+      out[a].control = out[a].surgery;
+      out[a].surgery.push_back(effective_ranks(linalg::singular_values(products_[a].first.product())));
+      out[a].control.push_back(out[a].alpha == 0 ? out[a].surgery.back()
+                                                 : effective_ranks(linalg::singular_values(products_[a].second.product())));
+    }
+  }
   if (unit_alpha_ >= 0 && depth_ > 0) {
     SurgeryPoint& p = out[static_cast<size_t>(unit_alpha_)];
     p.control_draws = {p.control.back()};

@@ -95,11 +95,15 @@ struct SurgeryOptions {
   // full-depth effective ranks are the distribution the model's is judged against. Each further draw costs one more
   // complex d × d product per depth.
   int64_t control_draws = 5;
+  // The effective ranks at the full depth only, the verdict's numbers: each depth then costs the complex Schur form
+  // and the products, without the two complex SVDs per α that rank every depth. The other depths' ranks are NaN.
+  bool full_depth_only = false;
 };
 
 struct SurgeryPoint {
   double alpha = 0;
-  // Effective ranks of the cumulative products of J_α (and of the control) at every depth k.
+  // Effective ranks of the cumulative products of J_α (and of the control) at every depth k (NaN but the last with
+  // SurgeryOptions::full_depth_only).
   std::vector<EffectiveRanks> surgery, control;
   // dep(J_α,k)/dep(J̄_k) per sublayer (identity form on the complex J_α); equals |α| up to round-off.
   std::vector<double> departure_ratio;

@@ -205,6 +205,7 @@ nlohmann::json options_json(const JacobianResult& result, const JacobianOptions&
     o["alphas"] = options.surgery_options.alphas;
     o["surgery_seed"] = options.surgery_options.seed;
     o["surgery_control_draws"] = options.surgery_options.control_draws;
+    o["surgery_full_depth_only"] = options.surgery_options.full_depth_only;
   }
   o["jacobian_convention"] =
       "J[i, j] = d out_i / d in_j (rows = outputs); sublayer k = 2l: resid_pre -> resid_mid, k = 2l+1: resid_mid -> "
