@@ -262,12 +262,21 @@ TEST(Analyze, Stories260KEndToEnd) {
       for (const char* part : {"power", "jacobian", "topology"})
         EXPECT_EQ(json::parse(read_file(control / part / "results.json"))["command"], part) << control;
     }
+  // The controls ran on the first of the five sample subsets, as did the model's parts they are compared with.
   const json init = json::parse(read_file(dir / "init/seed-0/jacobian/results.json"));
-  EXPECT_EQ(init["results"]["samples_used"], 200);
+  EXPECT_EQ(init["results"]["samples_used"], 40);
+  for (const char* part : {"power", "jacobian", "topology"}) {
+    const json matched = json::parse(read_file(dir / "subsets/subset-0" / part / "results.json"));
+    EXPECT_EQ(matched["options"]["samples"]["data"], init["options"]["samples"]["data"]) << part;
+    EXPECT_EQ(matched["options"]["samples"]["samples"], 40) << part;
+  }
+  EXPECT_FALSE(fs::exists(dir / "init/scaled-1/jacobian/surgery.gp")) << "only the first initialisation draws figures";
+  EXPECT_TRUE(fs::exists(dir / "init/seed-0/jacobian/surgery.gp"));
   bool judged = false;
   for (const json& v : results["results"]["verdicts"])
     if (v["paper"] == "003" && v["claim"] == "bottleneck")
-      judged = v["verdict"] != "not computed" && v["verdict"] != "inconclusive" && v["evidence"]["controls"].size() == 3;
+      judged = v["verdict"] != "not computed" && v["verdict"] != "inconclusive" && v["evidence"]["controls"].size() == 3 &&
+               v["evidence"]["at_control_samples"]["samples"] == 40;
   EXPECT_TRUE(judged) << results["results"]["verdicts"].dump(1);
 }
 

@@ -262,6 +262,26 @@ TEST(Report, VerdictsAgainstTheirControls) {
     EXPECT_LT(b.evidence.lo, 5.0 / 60);
     EXPECT_GT(b.evidence.hi, 5.0 / 60);
   }
+  // analyze runs the initialisations on its first subset's samples, and compares them with the model on those
+  // (subsets/subset-0/jacobian, the same --data): a model whose r is 5/60 on all samples but 33/60 on the controls'
+  // is as low as an initialisation at its scale there. Architectural; and a pass when it is 6/60 there too.
+  for (auto [matched, verdict] : {std::pair{33.0, Verdict::kArchitectural}, {6.0, Verdict::kPass}}) {
+    fs::remove_all(dir);
+    const json on_ids = {{"samples", {{"data", "subsets/subset-0/samples.ids"}}}};
+    write_part(dir / "jacobian", "jacobian", jacobian_results({60, 30, 12, 5}), json::object(), {});
+    for (const char* kind : {"seed", "scaled"})
+      for (int s = 0; s < 5; ++s)
+        write_part(dir / "init" / fmt::format("{}-{}", kind, s) / "jacobian", "jacobian", jacobian_control(kind, s), on_ids, {});
+    for (int g = 0; g < 5; ++g)
+      write_part(dir / "subsets" / fmt::format("subset-{}", g) / "jacobian", "jacobian",
+                 jacobian_results({60, 30, 12, g == 0 ? matched : 5.0 + 0.1 * g}), g == 0 ? on_ids : json::object(), {});
+    write_analyze_top(dir, {"jacobian", "init"});
+    const ClaimCheck b = check(summarize_claims(load_report_parts(dir)), "003", "bottleneck");
+    EXPECT_EQ(b.verdict, verdict) << "on the controls' samples r = " << matched << "/60: " << b.observed;
+    EXPECT_NEAR(b.value, 5.0 / 60, 1e-15);
+    EXPECT_NEAR(b.evidence.at_control_samples, matched / 60, 1e-15);
+    EXPECT_EQ(b.evidence.control_samples, 20);
+  }
   // The model's own mean Jacobians with Haar-rotated bases collapse as much (r = 4/60 to 6/60): the spectra alone
   // make the bottleneck, whatever the initialisations do. Architectural.
   {

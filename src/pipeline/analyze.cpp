@@ -69,6 +69,25 @@ namespace {
 
 fs::path subset_dir(const fs::path& dir, size_t g) { return dir / "subsets" / fmt::format("subset-{}", g); }
 
+// The options of a control's parts (and of the model's parts on the controls' samples, which they are compared
+// with): power without steering or iteration, jacobian with surgery at α = 0 and 1 and one random-N draw.
+PowerOptions control_power_options() {
+  PowerOptions options;
+  options.steer = false, options.iterate = false;  // the control's claims are the token dynamics'
+  return options;
+}
+JacobianOptions control_jacobian_options(bool keep_matrices) {
+  JacobianOptions options;
+  options.keep_matrices = keep_matrices;
+  options.surgery = true;
+  options.surgery_options.alphas = {0, 1};
+  options.surgery_options.control_draws = 1;
+  options.surgery_options.full_depth_only = true;
+  return options;
+}
+const std::vector<std::string> kControlPowerFlags = {"--no-steer", "--no-iterate"};
+const std::vector<std::string> kControlJacobianFlags = {"--surgery", "--alphas", "0,1", "--surgery-control-draws", "1", "--surgery-full-depth-only"};
+
 // The samples' token ids, one sample a line: what a part reads with --data when it must see exactly these tokens (an
 // initialisation without a tokenizer of its own, a subset of the samples).
 void write_token_ids(const fs::path& file, const std::vector<Sample>& samples) {
@@ -108,13 +127,17 @@ class Analysis {
   bool subset_passes();
   void run_subsets(nlohmann::json& record);
   bool init_pass(InitSeed& seed);
+  // The controls' samples and their token ids: the first subset's when the subsets run, else all samples.
+  const std::vector<Sample>& control_samples() const { return controls_on_subset_ ? control_subset_ : in_.samples; }
+  fs::path control_ids() const { return controls_on_subset_ ? subset_dir(dir_, 0) / "samples.ids" : dir_ / "init" / "samples.ids"; }
+  void run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in,
+                            const std::vector<std::string>& names, bool figures, nlohmann::json& record, bool first);
   nlohmann::json options_json() const;
   std::vector<uint64_t> init_seed_list() const;
   std::vector<std::string> command(const std::string& name) const;
   std::vector<std::string> part_command(const std::string& name) const;
   void run_part(const std::string& name);
   void run_init(nlohmann::json& record);
-  void run_init_seed(InitSeed& seed, nlohmann::json& record);
   void finish();
 
   AnalyzeOptions o_;
@@ -125,8 +148,12 @@ class Analysis {
   std::vector<InitSeed> init_;  // the random initialisations, one per seed (init_passes)
   TensorMoments moments_;       // the model's, for its scale-matched initialisations (read once: a pass over the weights)
   // Disjoint subsets of the samples (sample i in subset i mod G), each through jacobian: the spread of a
-  // statistic of mean Jacobians over them is its interval (subset_passes).
+  // statistic of mean Jacobians over them is its interval (subset_passes). The first is also the controls'
+  // samples, and runs power and topology as well, so that each claim compares the model with its controls on the
+  // same tokens in the same number (a statistic of mean Jacobians depends on how many samples are averaged).
   std::vector<AnalysisInputs> subsets_;
+  bool controls_on_subset_ = false;
+  std::vector<Sample> control_subset_;  // the first subset's samples, when the controls run on them
   AnalyzeResult result_;
 };
 
@@ -157,7 +184,8 @@ nlohmann::json Analysis::options_json() const {
                                                              {"power", "the power command's defaults, no steering and no iteration, in "
                                                                        "DIR/init/seed-S/power"},
                                                              {"jacobian", "the jacobian command's defaults with --surgery --alphas 0,1 "
-                                                                          "--surgery-control-draws 1, in DIR/init/seed-S/jacobian"},
+                                                                          "--surgery-control-draws 1 --surgery-full-depth-only, in "
+                                                                          "DIR/init/seed-S/jacobian"},
                                                              {"topology", "the topology command's defaults, in DIR/init/seed-S/topology"}}},
           {"topology", "the topology command's defaults (coupling on)"},
           {"particles", {{"layer", o_.particles_layer}, {"head", o_.particles_head}, {"tokens", o_.particles_tokens},
@@ -225,18 +253,18 @@ bool Analysis::draw_samples_and_pass() {
   return true;
 }
 
-// The random initialisations of the control: the shared samples' token ids in DIR/init/samples.ids (an
+// The random initialisations of the control: the token ids of the controls' samples (control_ids: an
 // initialisation, which has no tokenizer of its own when the source is not a Hugging Face checkpoint, runs on
 // exactly the trained model's tokens), then for every seed its model and pass (init_pass). Returns false on an MPI
 // worker rank.
 bool Analysis::init_passes() {
-  const fs::path dir = dir_ / "init", ids = dir / "samples.ids";
+  const fs::path dir = dir_ / "init";
   std::string error;
   if (ranks().root()) {
     try {
       // A directory of the earlier layout (one seed: DIR/init/results.json, DIR/init/topology) would read as this run's.
-      for (const char* stale : {"results.json", "topology", "model", "pass.tdynpass"}) fs::remove_all(dir / stale);
-      write_token_ids(ids, in_.samples);
+      for (const char* stale : {"results.json", "topology", "model", "pass.tdynpass", "samples.ids"}) fs::remove_all(dir / stale);
+      if (!controls_on_subset_) write_token_ids(control_ids(), in_.samples);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -260,7 +288,7 @@ bool Analysis::init_passes() {
 // model's. Rank 0 writes the files; the other ranks read them once it has. Returns false on an MPI worker rank; on
 // rank 0 a failure to prepare the initialisation goes to seed.error, and the init part reports it.
 bool Analysis::init_pass(InitSeed& seed) {
-  const fs::path checkpoint = seed.dir / "model", ids = dir_ / "init" / "samples.ids";
+  const fs::path checkpoint = seed.dir / "model", ids = control_ids();
   if (ranks().root() && seed.error.empty()) {
     try {
       write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, 0, seed.scaled ? &moments_ : nullptr);
@@ -272,7 +300,7 @@ bool Analysis::init_pass(InitSeed& seed) {
   if (broadcast_from_root(seed.error.empty() ? 1.0 : 0.0) != 1.0) return ranks().root();
   SampleOptions samples;
   samples.data = ids.string();
-  samples.samples = static_cast<int64_t>(in_.samples.size());
+  samples.samples = static_cast<int64_t>(control_samples().size());
   samples.max_len = o_.max_len;
   samples.min_len = 1;
   try {
@@ -307,7 +335,8 @@ bool Analysis::init_pass(InitSeed& seed) {
 
 // The samples split into --interval-subsets G disjoint subsets, sample i into subset i mod G (each spans the corpus
 // as the whole does), each with its token ids in DIR/subsets/subset-g/samples.ids and its own pass of the Jacobian
-// sums, split across MPI ranks like the others. Returns false on an MPI worker rank.
+// sums, split across MPI ranks like the others. With the init control, the first subset is the controls' samples:
+// its pass also sums what power and topology read. Returns false on an MPI worker rank.
 bool Analysis::subset_passes() {
   const size_t G = static_cast<size_t>(o_.interval_subsets);
   const bool runs = G > 0 && !skipped("jacobian") && in_.samples.size() >= 2 * G;
@@ -324,15 +353,19 @@ bool Analysis::subset_passes() {
   if (!runs) return true;
   std::vector<std::vector<Sample>> samples(G);
   for (size_t i = 0; i < in_.samples.size(); ++i) samples[i % G].push_back(in_.samples[i]);
+  controls_on_subset_ = runs_init();
+  if (controls_on_subset_) control_subset_ = samples[0];
   if (ranks().root())
     for (size_t g = 0; g < G; ++g) write_token_ids(subset_dir(dir_, g) / "samples.ids", samples[g]);
   broadcast_from_root(1.0);  // the barrier after which the files are there
   auto transformer = std::make_shared<const Transformer>(in_.model);
   const JacobianModel jacobians(transformer);
-  PassSpec spec = pass_spec(*in_.model);
-  spec.correlations = false, spec.probes.clear();
+  const PassSpec full = pass_spec(*in_.model);
+  PassSpec jacobians_only = full;
+  jacobians_only.correlations = false, jacobians_only.probes.clear();
   bool root = true;
   for (size_t g = 0; g < G; ++g) {
+    const PassSpec& spec = g == 0 && controls_on_subset_ ? full : jacobians_only;
     AnalysisInputs sub;
     sub.model_path = o_.model_path, sub.load = o_.load, sub.model = in_.model;
     sub.sample_options.data = (subset_dir(dir_, g) / "samples.ids").string();
@@ -348,30 +381,24 @@ bool Analysis::subset_passes() {
       continue;
     }
     out_.record_file(fs::relative(file, dir_).generic_string(),
-                     fmt::format("the Jacobian sums of sample subset {} (tdyn pass file), read by its jacobian", g));
+                     g == 0 && controls_on_subset_
+                         ? "the sums of sample subset 0 (tdyn pass file), the controls' samples: read by its power, jacobian and topology"
+                         : fmt::format("the Jacobian sums of sample subset {} (tdyn pass file), read by its jacobian", g));
     sub.pass.from_pass = file.string();
     subsets_.push_back(std::move(sub));
   }
   return root;
 }
 
-// The jacobian of every sample subset (no surgery), into DIR/subsets/subset-g: the verdicts' intervals of the
-// statistics of mean Jacobians. Recorded in the jacobian part's record.
+// The jacobian of every sample subset, with the controls' options, into DIR/subsets/subset-g/jacobian: the verdicts'
+// intervals of the statistics of mean Jacobians and of the surgery. Recorded in the jacobian part's record.
 void Analysis::run_subsets(nlohmann::json& record) {
   record["subsets"] = nlohmann::json::array();
   for (size_t g = 0; g < subsets_.size(); ++g) {
-    const AnalysisInputs& sub = subsets_[g];
-    const fs::path dir = subset_dir(dir_, g);
-    std::vector<std::string> argv = command("jacobian");
-    append(argv, {o_.model_path, "--data", sub.sample_options.data, "--samples", std::to_string(sub.samples.size()), "--max-len",
-                  std::to_string(o_.max_len), "--min-len", "1"});
-    append(argv, loading_flags(o_.load));
-    append(argv, {"--from-pass", sub.pass.from_pass, "--out", dir.string()});
-    ResultsDir out(dir, "jacobian", argv);
-    jacobian_to(out, sub, {}, JacobianOptions{}, progress_);
-    record["subsets"].push_back({{"dir", fs::relative(dir, dir_).generic_string()}, {"samples", sub.samples.size()}, {"argv", argv}});
+    nlohmann::json subset = {{"dir", fs::relative(subset_dir(dir_, g), dir_).generic_string()}, {"samples", subsets_[g].samples.size()}};
+    run_controlled_parts(o_.model_path, subset_dir(dir_, g), subsets_[g], {"jacobian"}, false, subset, false);
+    record["subsets"].push_back(subset);
   }
-  subsets_.clear();
 }
 
 // A part's command line: this program with the run's thread count and quietness.
@@ -402,17 +429,68 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
   return argv;
 }
 
-// Every seed of the random-initialisation control through the parts the model runs (power without steering or
-// iteration, jacobian with surgery at α = 0 and 1 only, topology), each on its own pass. A seed that fails is recorded and the
-// others still run; the part fails when any seed did.
+// The parts `names` as a control runs them (power without steering or iteration, jacobian with surgery at α = 0
+// and 1 and one random-N draw, topology), each part not skipped, for `checkpoint` on the inputs `in` (its samples'
+// token ids and its pass) into dir/PART; their command lines go to record["argv"]. With `first`, their results are
+// also AnalyzeResult's init_*.
+void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in,
+                                    const std::vector<std::string>& names, bool figures, nlohmann::json& record, bool first) {
+  TDYN_CHECK(in.model && !in.pass.from_pass.empty());
+  for (const std::string& part : names) {
+    if (skipped(part)) continue;
+    std::vector<std::string> argv = command(part);
+    append(argv, {checkpoint, "--data", in.sample_options.data, "--samples", std::to_string(in.samples.size()), "--max-len",
+                  std::to_string(o_.max_len), "--min-len", "1"});
+    append(argv, loading_flags(o_.load));
+    if (part == "power") append(argv, kControlPowerFlags);
+    if (part == "jacobian") append(argv, kControlJacobianFlags);
+    append(argv, {"--from-pass", in.pass.from_pass, "--out", (dir / part).string()});
+    record["argv"][part] = argv;
+    ResultsDir out(dir / part, part, argv);
+    // Only the verdicts read these parts' numbers, and the report draws only the first initialisation's.
+    if (!figures) out.without_figures("the report shows none of this run's figures; its command line draws them");
+    if (part == "power") {
+      PowerResult r = power_to(out, in, control_power_options(), progress_);
+      if (first) result_.init_power = std::move(r), result_.init_power_options = control_power_options();
+    } else if (part == "jacobian") {
+      const JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
+      JacobianResult r = jacobian_to(out, in, {}, options, progress_);
+      if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
+    } else if (part == "topology") {
+      TopologyResult r = topology_to(out, in, {}, TopologyOptions{}, progress_);
+      if (first) result_.init_topology = std::move(r), result_.init_topology_options = TopologyOptions{};
+    }
+  }
+}
+
+// The init control: the model's own power and topology on the controls' samples (when they are the first subset:
+// its jacobian ran with the subsets), then every seed of the random initialisations through power, jacobian and
+// topology (run_controlled_parts), each on its own pass. A seed that fails is recorded and the others still run;
+// the part fails when any seed did.
 void Analysis::run_init(nlohmann::json& record) {
+  if (controls_on_subset_ && !subsets_.empty()) {
+    nlohmann::json model = {{"dir", fs::relative(subset_dir(dir_, 0), dir_).generic_string()},
+                            {"samples", subsets_.front().samples.size()},
+                            {"what", "the model on the controls' samples with their options: what each claim compares them with"}};
+    run_controlled_parts(o_.model_path, subset_dir(dir_, 0), subsets_.front(), {"power", "topology"}, false, model, false);
+    record["model"] = model;
+  }
+  subsets_.clear();  // their models and samples are no longer needed
+  record["samples"] = control_samples().size();
   record["seeds"] = nlohmann::json::array();
   std::vector<std::string> errors;
   for (InitSeed& seed : init_) {
+    const bool first = &seed == &init_.front();  // the report shows its parts; its results are also AnalyzeResult's init_*
     nlohmann::json seed_record = {{"seed", seed.seed}, {"dir", fs::relative(seed.dir, dir_).generic_string()},
                                   {"weights", seed.scaled ? "each kind of tensor at the model's own mean and spread" : "the family's rule"}};
+    const fs::path checkpoint = seed.dir / "model";
+    std::vector<std::string> init_argv = {o_.program, "init", o_.model_path, "--seed", std::to_string(seed.seed), "--out", checkpoint.string()};
+    if (seed.scaled) init_argv.push_back("--match-scales");
+    append(init_argv, loading_flags(o_.load));
+    seed_record["init_argv"] = init_argv;
     try {
-      run_init_seed(seed, seed_record);
+      if (!seed.error.empty()) throw Error(seed.error);
+      run_controlled_parts(checkpoint.string(), seed.dir, seed.in, {"power", "jacobian", "topology"}, first, seed_record, first);
       seed_record["status"] = "ok";
     } catch (const std::exception& e) {
       seed_record["status"] = "failed";
@@ -420,61 +498,14 @@ void Analysis::run_init(nlohmann::json& record) {
       errors.push_back(fmt::format("seed {}: {}", seed.seed, e.what()));
     }
     seed.in = {};  // its model and samples are no longer needed
-    // A checkpoint is as large as the model: only the first initialisation's stays (the report shows its parts);
-    // init_argv reproduces any other exactly.
-    if (&seed != &init_.front()) {
-      fs::remove_all(seed.dir / "model");
+    // A checkpoint is as large as the model: only the first initialisation's stays; init_argv reproduces any other exactly.
+    if (!first) {
+      fs::remove_all(checkpoint);
       seed_record["model"] = "removed after its parts ran; init_argv writes it again";
     }
     record["seeds"].push_back(seed_record);
   }
   if (!errors.empty()) throw Error(fmt::format("{}", fmt::join(errors, "; ")));
-}
-
-void Analysis::run_init_seed(InitSeed& seed, nlohmann::json& record) {
-  const fs::path checkpoint = seed.dir / "model", ids = dir_ / "init" / "samples.ids";
-  std::vector<std::string> init_argv = {o_.program, "init", o_.model_path, "--seed", std::to_string(seed.seed), "--out", checkpoint.string()};
-  if (seed.scaled) init_argv.push_back("--match-scales");
-  append(init_argv, loading_flags(o_.load));
-  record["init_argv"] = init_argv;
-  if (!seed.error.empty()) throw Error(seed.error);
-  TDYN_CHECK(seed.in.model && !seed.in.pass.from_pass.empty());
-  const bool first = &seed == &init_.front();  // its results are also AnalyzeResult's init_*
-  auto part_argv = [&](const std::string& part) {
-    std::vector<std::string> argv = command(part);
-    append(argv, {checkpoint.string(), "--data", ids.string(), "--samples", std::to_string(seed.in.samples.size()), "--max-len",
-                  std::to_string(o_.max_len), "--min-len", "1"});
-    append(argv, loading_flags(o_.load));
-    if (part == "power") append(argv, {"--no-steer", "--no-iterate"});
-    if (part == "jacobian") append(argv, {"--surgery", "--alphas", "0,1", "--surgery-control-draws", "1"});
-    append(argv, {"--from-pass", seed.in.pass.from_pass, "--out", (seed.dir / part).string()});
-    record["argv"][part] = argv;
-    return argv;
-  };
-  if (!skipped("power")) {
-    ResultsDir out(seed.dir / "power", "power", part_argv("power"));
-    PowerOptions options;
-    options.steer = false, options.iterate = false;  // the control's claims are the token dynamics'
-    PowerResult r = power_to(out, seed.in, options, progress_);
-    if (first) result_.init_power = std::move(r), result_.init_power_options = options;
-  }
-  if (!skipped("jacobian")) {
-    ResultsDir out(seed.dir / "jacobian", "jacobian", part_argv("jacobian"));
-    JacobianOptions options;
-    options.keep_matrices = o_.keep_matrices;
-    // The surgery verdict's statistic on the initialisation: the unmodified rank over one random-N draw's.
-    options.surgery = true;
-    options.surgery_options.alphas = {0, 1};
-    options.surgery_options.control_draws = 1;
-    JacobianResult r = jacobian_to(out, seed.in, {}, options, progress_);
-    if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
-  }
-  if (!skipped("topology")) {
-    ResultsDir out(seed.dir / "topology", "topology", part_argv("topology"));
-    TopologyOptions options;
-    TopologyResult r = topology_to(out, seed.in, {}, options, progress_);
-    if (first) result_.init_topology = std::move(r), result_.init_topology_options = options;
-  }
 }
 
 // Runs one part and records how it went; a part's error is recorded, and the analysis goes on.
@@ -577,6 +608,10 @@ AnalyzeResult Analysis::run() {
       root = init_passes() && root;
     }
     if (!root) throw WorkerShareDone{};
+    if (runs_init())
+      out_.options()["init_control"]["samples"] = controls_on_subset_ ? "the first sample subset's (DIR/subsets/subset-0), compared "
+                                                                        "with the model's parts there"
+                                                                      : "all of them (DIR/init/samples.ids)";
   }
   out_.model() = {{"path", o_.model_path}, {"family", in_.model->config.family}, {"d_model", in_.model->config.d_model},
                   {"n_layers", in_.model->config.n_layers}};

@@ -200,6 +200,8 @@ std::string evidence_text(const ClaimCheck& c) {
   if (std::isfinite(e.lo)) parts.push_back(fmt::format("95 % interval [{}, {}]", num(e.lo), num(e.hi)));
   if (!e.stable) parts.push_back(fmt::format("unstable: {} at S/4, {} at S/2", num(e.at_quarter), num(e.at_half)));
   if (std::isfinite(e.p_claim)) parts.push_back("p (claim) " + num(e.p_claim));
+  if (std::isfinite(e.at_control_samples))
+    parts.push_back(fmt::format("{} on the inits' {} samples", num(e.at_control_samples), e.control_samples));
   for (const ControlValues& k : e.controls) {
     if (k.values.empty()) continue;
     const auto [lo, hi] = std::minmax_element(k.values.begin(), k.values.end());

@@ -146,12 +146,17 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
     else if (p.error.empty()) p.error = "no results.json";
     parts.push_back(std::move(p));
   }
-  for (int64_t g = 0; fs::exists(dir / "subsets" / fmt::format("subset-{}", g) / "results.json"); ++g) {
-    const std::string rel = fmt::format("subsets/subset-{}", g);
-    ReportPart p{rel, rel, nullptr, ""};
-    p.subset = g;
-    p.json = read_json(dir / rel / "results.json", &p.error);
-    parts.push_back(std::move(p));
+  // The sample subsets: DIR/subsets/subset-g/PART (the first may also have power and topology, on the controls'
+  // samples), or in the earlier layout DIR/subsets/subset-g/results.json, a jacobian.
+  for (int64_t g = 0; fs::is_directory(dir / "subsets" / fmt::format("subset-{}", g)); ++g) {
+    const std::string subset = fmt::format("subsets/subset-{}", g);
+    for (const std::string& rel : {subset + "/power", subset + "/jacobian", subset + "/topology", subset}) {
+      if (!fs::exists(dir / rel / "results.json")) continue;
+      ReportPart p{rel, rel, nullptr, ""};
+      p.subset = g;
+      p.json = read_json(dir / rel / "results.json", &p.error);
+      parts.push_back(std::move(p));
+    }
   }
   for (ReportPart& p : parts) p.dir = dir / p.rel_dir;
   if (parts.empty())

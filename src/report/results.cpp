@@ -74,9 +74,15 @@ void ResultsDir::csv(const std::string& name, const std::vector<std::string>& he
 }
 
 std::string ResultsDir::figure(const Figure& fig, const std::string& what) {
+  if (!figures_) return "";
   const FigureFiles files = write_figure(dir_, fig);
   for (const auto& f : files.written) record_file(f, what);
   return files.note;
+}
+
+void ResultsDir::without_figures(const std::string& why) {
+  figures_ = false;
+  json_["figures"] = "not drawn: " + why;
 }
 
 void ResultsDir::record_file(const std::string& name, const std::string& what) { json_["files"][name] = what; }

@@ -62,6 +62,9 @@ class ResultsDir {
   // A figure (report/figure.h) written into the directory, its files recorded; returns why it was not rendered
   // (gnuplot missing or failing), or "" when it was.
   std::string figure(const Figure& fig, const std::string& what);
+  // From here on figure() draws nothing, and results.json says why under "figures" (a run whose numbers only
+  // other results read, such as analyze's controls beyond the first).
+  void without_figures(const std::string& why);
   // Records a file written by someone else (figures, per-sample arrays) in results.json's file list.
   void record_file(const std::string& name, const std::string& what);
 
@@ -80,6 +83,7 @@ class ResultsDir {
   std::chrono::steady_clock::time_point start_;
   bool created_ = false;  // this run made the directory
   bool written_ = false;  // results.json was written
+  bool figures_ = true;
   // The files an earlier run's results.json lists, each with its identity on disk then (a rewritten file differs).
   std::vector<std::pair<std::string, FileIdentity>> earlier_files_;
 };

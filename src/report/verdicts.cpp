@@ -149,9 +149,11 @@ std::string list(const std::vector<double>& values) {
 // The verdict of a claim from its measure on the model and on each initialisation (docs/report.md, "Outcomes").
 // A pass here is provisional: summarize_claims turns it into inconclusive when its p-value does not survive the
 // Holm adjustment over every verdict of the run.
+// `at_control_samples` is the measure of the model's part on the initialisations' samples, when they ran on a
+// subset of the model's.
 ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Interval>& interval,
                  const std::vector<std::pair<const ReportPart*, Measured>>& inits, const std::vector<Measured>& null_draws,
-                 bool init_ran) {
+                 bool init_ran, const std::optional<Measured>& at_control_samples) {
   if (model.missing) {
     ClaimCheck out = c.missing(*model.missing);
     out.value = model.statistic;
@@ -173,19 +175,28 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
                                   num(e.at_half), num(model.statistic), num(r));
   }
   if (model.shown) return out;
+  // The initialisations are compared with the model on their own samples: a statistic of mean Jacobians depends on
+  // how many samples are averaged.
+  double compared = model.statistic;
+  if (const Measured* m = at_control_samples ? &*at_control_samples : nullptr; m && !m->missing && !m->shown && std::isfinite(m->statistic))
+    compared = e.at_control_samples = m->statistic, e.control_samples = m->samples;
+  const bool matched = std::isfinite(e.at_control_samples);
   // Each kind of initialisation is a distribution the model's statistic must lie beyond.
   for (const char* kind : {"init", "scaled"}) {
-    ControlValues k{kind};
+    ControlValues k{kind, {}, {}};
     for (const auto& [part, m] : inits) {
       if (part->control_kind != kind || m.missing || m.shown || !std::isfinite(m.statistic)) continue;
       k.seeds.push_back(part->init_seed), k.values.push_back(m.statistic);
       k.holds += m.holds;
     }
     if (k.values.empty() || c.direction == 0) continue;
-    k.p = prediction_p_value(model.statistic, k.values, c.direction, c.resolution);
+    k.p = prediction_p_value(compared, k.values, c.direction, c.resolution);
     e.controls.push_back(std::move(k));
   }
-  ControlValues haar{"haar"};
+  if (at_control_samples && !matched && !e.controls.empty())
+    out.observed += "; the model's part on the initialisations' samples gave no statistic: they are compared with the "
+                    "statistic on all samples";
+  ControlValues haar{"haar", {}, {}};
   for (size_t j = 0; j < null_draws.size(); ++j)
     if (!null_draws[j].missing && std::isfinite(null_draws[j].statistic))
       haar.seeds.push_back(static_cast<int64_t>(j)), haar.values.push_back(null_draws[j].statistic), haar.holds += null_draws[j].holds;
@@ -222,11 +233,14 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
                                   static_cast<int64_t>(std::ceil(static_cast<double>(e.samples) * (half / margin) * (half / margin))));
   } else {
     bool beyond_all = true, interval_beyond = true;
-    for (const ControlValues& k : e.controls)
+    for (const ControlValues& k : e.controls) {
+      // The interval is the statistic's on all samples: it is set against the controls drawn on all of them.
+      const bool own_samples = k.kind == "haar" || !matched;
       for (double v : k.values) {
-        beyond_all = beyond_all && c.direction * (model.statistic - v) > 0;
-        if (std::isfinite(e.lo)) interval_beyond = interval_beyond && (c.direction > 0 ? e.lo > v : e.hi < v);
+        beyond_all = beyond_all && c.direction * ((own_samples ? model.statistic : compared) - v) > 0;
+        if (std::isfinite(e.lo) && own_samples) interval_beyond = interval_beyond && (c.direction > 0 ? e.lo > v : e.hi < v);
       }
+    }
     out.verdict = beyond_all && interval_beyond ? Verdict::kPass : beyond_all ? Verdict::kInconclusive : Verdict::kArchitectural;
     if (!beyond_all) out.observed += "; as strong on an initialisation as in the model: architectural";
     else if (!interval_beyond) out.observed += "; inconclusive: the 95 % interval reaches an initialisation's value";
@@ -243,6 +257,14 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
   m.samples = samples_of(model->json);
   std::vector<std::pair<const ReportPart*, Measured>> controls;
   for (const ReportPart* p : inits) controls.emplace_back(p, measure(p->json));
+  // The subset the initialisations ran on (analyze: the first), if any: the same --data.
+  std::optional<Measured> at_control_samples;
+  const std::string control_data = inits.empty() ? "" : text_at(inits.front()->json, "/options/samples/data");
+  for (const ReportPart* p : subsets)
+    if (!control_data.empty() && text_at(p->json, "/options/samples/data") == control_data) {
+      at_control_samples = measure(p->json);
+      at_control_samples->samples = samples_of(p->json);
+    }
   std::vector<Measured> null_draws;
   if (c.null_draws)
     for (const json& draw : array_at(model->json, c.null_draws))
@@ -264,7 +286,7 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
                                         values.size())};
     }
   }
-  return judge(c, m, interval, controls, null_draws, init_ran);
+  return judge(c, m, interval, controls, null_draws, init_ran, at_control_samples);
 }
 
 // Why a test over the layers was not judged: too few layers, or one shared F for all of them.
@@ -575,7 +597,7 @@ PaperSummary power_summary(const std::vector<ReportPart>& parts) {
   const ReportPart* model = part_for(parts, "power");
   const std::vector<const ReportPart*> inits = controls_for(parts, "power");
   for (size_t i = 0; i < std::size(claims); ++i)
-    s.checks.push_back(model ? judge_parts(claims[i], model, inits, {}, has_init_control(parts), measures[i])
+    s.checks.push_back(model ? judge_parts(claims[i], model, inits, subsets_for(parts, "power"), has_init_control(parts), measures[i])
                              : claims[i].missing("power did not run"));
   return s;
 }
@@ -764,7 +786,8 @@ PaperSummary residual_summary(const std::vector<ReportPart>& parts) {
   const ReportPart* topology = part_for(parts, "topology");
   const std::vector<const ReportPart*> topology_inits = controls_for(parts, "topology");
   for (size_t i = 0; i < std::size(topology_claims); ++i)
-    s.checks.push_back(topology ? judge_parts(topology_claims[i], topology, topology_inits, {}, init_ran, topology_measures[i])
+    s.checks.push_back(topology ? judge_parts(topology_claims[i], topology, topology_inits, subsets_for(parts, "topology"), init_ran,
+                                              topology_measures[i])
                                 : topology_claims[i].missing("topology did not run"));
   return s;
 }
@@ -890,6 +913,9 @@ json verdicts_json(const std::vector<PaperSummary>& papers) {
                                                               : json(nullptr)},
                        {"direction", e.direction > 0 ? "above" : e.direction < 0 ? "below" : "none"},
                        {"controls", controls},
+                       {"at_control_samples", std::isfinite(e.at_control_samples)
+                                                  ? json{{"value", e.at_control_samples}, {"samples", e.control_samples}}
+                                                  : json(nullptr)},
                        {"p_claim", finite_or_null(e.p_claim)},
                        {"p", finite_or_null(e.p)},
                        {"p_holm", finite_or_null(e.p_holm)}}},

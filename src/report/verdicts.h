@@ -48,6 +48,11 @@ struct Evidence {
   bool stable = true;
   int direction = 0;    // +1 / −1: the claim says the model's statistic is above / below the initialisations'; 0: no such claim
   std::vector<ControlValues> controls;
+  // The model's statistic on the initialisations' own samples (analyze's first subset: the same tokens, as many),
+  // which their p-values compare; NaN when they ran on all the samples, and the statistic itself is compared. The
+  // Haar null, drawn from the model's own mean Jacobians, is always compared with the statistic.
+  double at_control_samples = NAN;
+  int64_t control_samples = 0;
   double p_claim = NAN;  // the claim's own test on the model (permutation, sign test, ...)
   double p = NAN;        // the verdict's: the largest of p_claim and the controls' p (the claim needs all of them)
   double p_holm = NAN;   // p Holm-adjusted over every verdict of the run
