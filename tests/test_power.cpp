@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -511,6 +512,20 @@ void expect_strong_steering(const std::shared_ptr<const Model>& model, const std
   EXPECT_GE(r.points[1].eigenvector_alignment, 0.99);
   EXPECT_GT(r.points[1].spectrum.gap, 0.5 * std::abs(r.points[1].spectrum.lambda1));  // a large spectral gap
   EXPECT_GT(r.points[1].mean_kl, 0.0);
+  // The controls: as large a perturbation along random directions orthogonal to u aligns the tokens with its own
+  // direction, not with u.
+  ASSERT_EQ(r.controls.size(), 5u);
+  std::set<uint64_t> seeds;
+  for (const SteeringControl& k : r.controls) {
+    seeds.insert(k.seed);
+    EXPECT_LT(k.mean_alignment_with_u, 0.1) << "seed " << k.seed;
+    EXPECT_GE(k.mean_alignment_with_own, 0.99) << "seed " << k.seed;
+    Vector v = random_direction(model->config.d_model, k.seed);
+    v = (v - v.dot(r.steering.u) * r.steering.u).normalized();
+    const RankOneSteering other = rank_one_steering(*model, model->config.n_layers - 1, v);
+    EXPECT_NEAR(k.c * other.w.norm(), r.points[1].c * r.steering.w.norm(), 1e-9 * k.c * other.w.norm()) << "the same Frobenius norm";
+  }
+  EXPECT_EQ(seeds.size(), 5u);
 }
 
 TEST(PowerSteering, LargeScaleAlignsEveryTokenOnStories260K) {

@@ -379,6 +379,36 @@ TEST(Report, SurgeryVerdictOnConstructedLayers) {
   EXPECT_LT(learned.value, 1 / 1.5) << learned.observed;  // 1.84 against 3.37
 }
 
+// Steering: the final tokens' alignment with u at the largest scale against perturbations as large along random
+// directions ⊥ u. It passes when they align near-perfectly and the controls do not; a control that aligns the
+// tokens with u as well means the size of the perturbation did it: differs.
+TEST(Report, SteeringVerdictAgainstRandomDirections) {
+  const fs::path dir = test::scratch_dir("report_steering");
+  auto verdict = [&](double aligned, std::vector<double> controls) {
+    json results = power_results();
+    results["steering"]["points"] = json::array({{{"scale", 0}, {"final_layer_mean_alignment", 0.2}},
+                                                 {{"scale", 1e5}, {"final_layer_mean_alignment", aligned}, {"final_layer_min_alignment", 0.6}}});
+    for (double v : controls) results["steering"]["controls"].push_back({{"final_layer_mean_alignment", v}});
+    fs::remove_all(dir);
+    write_part(dir / "power", "power", results, json::object(), {});
+    write_analyze_top(dir, {"power"});
+    return check(summarize_claims(load_report_parts(dir)), "000", "steering");
+  };
+  const ClaimCheck pass = verdict(0.999, {0.01, 0.02, 0.015, 0.03, 0.012});
+  EXPECT_EQ(pass.verdict, Verdict::kPass) << pass.observed;
+  ASSERT_EQ(pass.evidence.controls.size(), 1u);
+  EXPECT_EQ(pass.evidence.controls[0].kind, "direction");
+  EXPECT_EQ(pass.evidence.controls[0].values.size(), 5u);
+  const ClaimCheck matched = verdict(0.999, {0.01, 0.999, 0.015, 0.03, 0.012});
+  EXPECT_EQ(matched.verdict, Verdict::kDiffers) << matched.observed;
+  EXPECT_EQ(verdict(0.5, {0.01, 0.02, 0.015, 0.03, 0.012}).verdict, Verdict::kDiffers) << "not aligned enough";
+  EXPECT_EQ(verdict(0.999, {}).verdict, Verdict::kInconclusive) << "no control";
+  fs::remove_all(dir);
+  write_part(dir / "power", "power", power_results(), json::object(), {});
+  write_analyze_top(dir, {"power"});
+  EXPECT_EQ(check(summarize_claims(load_report_parts(dir)), "000", "steering").verdict, Verdict::kNotComputed);
+}
+
 // γ_t against the same tokens before the layer and against directions drawn from them, ρ_t over new states tested
 // over samples, each then against the initialisations.
 TEST(Report, PowerVerdictsAgainstTheirControls) {

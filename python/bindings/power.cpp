@@ -44,7 +44,7 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
                    uint64_t sample_seed, const std::optional<std::string>& tokenizer, const std::string& mode, bool residual,
                    std::optional<int64_t> iterate_layer, bool iterate, int64_t iterate_sample, int64_t iterations,
                    bool steer, const std::string& steer_direction, uint64_t steer_seed, const std::vector<double>& steer_scales,
-                   int64_t steer_samples, bool save_matrices, const std::optional<py::function>& progress,
+                   int64_t steer_samples, int64_t steer_control_draws, bool save_matrices, const std::optional<py::function>& progress,
                    const std::optional<std::string>& out) {
   // results.json's model path: as given, as the CLI records it, or the loaded model's.
   const bool loaded = py::isinstance<PyModel>(model);
@@ -58,8 +58,10 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
   options.iterate = iterate, options.iterate_sample = iterate_sample, options.iteration.steps = iterations;
   options.steer = steer, options.steer_direction = steer_direction, options.steer_seed = steer_seed;
   options.steering.scales = steer_scales, options.steer_samples = steer_samples;
+  options.steering.control_draws = steer_control_draws;
   options.save_matrices = save_matrices;
   if (iterations < 1 || steer_samples < 1) fail("iterations and steer_samples must be >= 1");
+  if (steer_control_draws < 0) fail("steer_control_draws must be >= 0 (got {})", steer_control_draws);
 
   CallbackProgress sink(progress);
   PowerResult r;
@@ -96,7 +98,8 @@ void bind_power(py::module_& m) {
         py::arg("iterate_layer") = py::none(), py::arg("iterate") = true, py::arg("iterate_sample") = 0,
         py::arg("iterations") = IterationOptions{}.steps, py::arg("steer") = true, py::arg("steer_direction") = "random",
         py::arg("steer_seed") = 0, py::arg("steer_scales") = steering.scales, py::arg("steer_samples") = 8,
-        py::arg("save_matrices") = false, py::arg("progress") = py::none(), py::arg("out") = py::none(),
+        py::arg("steer_control_draws") = steering.control_draws, py::arg("save_matrices") = false, py::arg("progress") = py::none(),
+        py::arg("out") = py::none(),
         R"doc(Runs what `tdyn power` runs and returns what it writes.
 
 model: a tdyn.Model or a checkpoint path. The samples, as tdyn.jacobian and tdyn.topology take them: ids (a
@@ -107,7 +110,8 @@ min_len, sample_seed; tokenizer: a tokenizer file (default the model's). mode 'f
 shared-weight model, else none; iterate=False skips it) for `iterations` steps on sample iterate_sample. The
 steering sweep (steer=False skips it) along steer_direction ('random' seeded by steer_seed, 'token:ID',
 'token:TEXT' or a .npy path) at steer_scales times |lambda1| of the last layer, on the first steer_samples
-samples. progress: None (silent) or a callable that gets each progress line. out: also write the CLI's results
+samples; steer_control_draws: the verdict's control, as many perturbations of the same norm along random
+directions orthogonal to u at the largest scale. progress: None (silent) or a callable that gets each progress line. out: also write the CLI's results
 directory there.
 
 Returns a dict: results, options and model (results.json's sections), and the arrays of the .npy files:

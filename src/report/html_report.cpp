@@ -205,7 +205,10 @@ std::string evidence_text(const ClaimCheck& c) {
   for (const ControlValues& k : e.controls) {
     if (k.values.empty()) continue;
     const auto [lo, hi] = std::minmax_element(k.values.begin(), k.values.end());
-    const char* label = k.kind == "scaled" ? "init at the model's scale" : k.kind == "haar" ? "Haar-rotated" : "init";
+    const char* label = k.kind == "scaled"      ? "init at the model's scale"
+                        : k.kind == "haar"      ? "Haar-rotated"
+                        : k.kind == "direction" ? "random directions"
+                                                : "init";
     parts.push_back(fmt::format("{} ×{}: {} to {}{}", label, k.values.size(), num(*lo),
                                 num(*hi), std::isfinite(k.p) ? ", p " + num(k.p) : ""));
   }

@@ -24,6 +24,7 @@ std::string num(double v) { return fmt::format("{:.3g}", v); }
 
 constexpr double kClaimLevel = 0.05;  // the level of each claim's own test on the model (before the adjustment)
 constexpr double kRotationTolerance = 0.1;  // the measured rotation per step within 10 % of arg λ₁
+constexpr double kSteeredAlignment = 0.9;   // "almost perfect" alignment of the steered tokens with u
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -129,9 +130,12 @@ struct Claim {
   double resolution = 0;
   // The 95 % interval of the model's statistic over samples, where the part's files allow one.
   std::function<std::optional<Interval>(const ReportPart&)> interval = {};
-  // A structure-preserving null written in the model's own results.json: the array at this pointer, each element
-  // measured like a run's results (the bottleneck's Haar-rotated draws, results.models[0].haar_null).
+  // A null written in the model's own results.json: the array at this pointer, each element measured by
+  // `null_measure`, or else like a run's results (the bottleneck's Haar-rotated draws, results.models[0].haar_null).
+  // `null_kind` names it in the evidence: "haar", or "direction" (the steering's random directions).
   const char* null_draws = nullptr;
+  const char* null_kind = "haar";
+  Measured (*null_measure)(const json& draw) = nullptr;
 
   ClaimCheck missing(const std::string& why) const {
     ClaimCheck c = not_computed(claim, rule, why);
@@ -196,13 +200,13 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
   if (at_control_samples && !matched && !e.controls.empty())
     out.observed += "; the model's part on the initialisations' samples gave no statistic: they are compared with the "
                     "statistic on all samples";
-  ControlValues haar{"haar", {}, {}};
+  ControlValues null{c.null_kind, {}, {}};
   for (size_t j = 0; j < null_draws.size(); ++j)
     if (!null_draws[j].missing && std::isfinite(null_draws[j].statistic))
-      haar.seeds.push_back(static_cast<int64_t>(j)), haar.values.push_back(null_draws[j].statistic), haar.holds += null_draws[j].holds;
-  if (!haar.values.empty() && c.direction != 0) {
-    haar.p = prediction_p_value(model.statistic, haar.values, c.direction, c.resolution);
-    e.controls.push_back(std::move(haar));
+      null.seeds.push_back(static_cast<int64_t>(j)), null.values.push_back(null_draws[j].statistic), null.holds += null_draws[j].holds;
+  if (!null.values.empty() && c.direction != 0) {
+    null.p = prediction_p_value(model.statistic, null.values, c.direction, c.resolution);
+    e.controls.push_back(std::move(null));
   }
   e.p = e.p_claim;
   for (const ControlValues& k : e.controls) e.p = std::isfinite(e.p) ? std::max(e.p, k.p) : k.p;
@@ -217,7 +221,8 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
   } else if (e.controls.empty() || std::any_of(e.controls.begin(), e.controls.end(),
                                                 [](const ControlValues& k) { return k.values.size() < 2; })) {
     out.verdict = Verdict::kInconclusive;
-    out.observed += e.controls.empty() ? (init_ran ? "; inconclusive: the initialisations did not give this statistic"
+    out.observed += e.controls.empty() && c.null_measure ? fmt::format("; inconclusive: no draws of its control ({}) in results.json", c.control)
+                    : e.controls.empty() ? (init_ran ? "; inconclusive: the initialisations did not give this statistic"
                                                    : "; inconclusive: no initialisation control (analyze runs it unless "
                                                      "--no-init-control) to tell it from the architecture")
                                        : "; inconclusive: one initialisation is no distribution (analyze --init-seeds 5)";
@@ -232,17 +237,25 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
       out.observed += fmt::format(" (about {} samples would narrow it enough)",
                                   static_cast<int64_t>(std::ceil(static_cast<double>(e.samples) * (half / margin) * (half / margin))));
   } else {
-    bool beyond_all = true, interval_beyond = true;
+    bool beyond_all = true, interval_beyond = true, reached_by_architecture = false;
     for (const ControlValues& k : e.controls) {
       // The interval is the statistic's on all samples: it is set against the controls drawn on all of them.
-      const bool own_samples = k.kind == "haar" || !matched;
+      const bool initialisation = k.kind == "init" || k.kind == "scaled", own_samples = !initialisation || !matched;
       for (double v : k.values) {
-        beyond_all = beyond_all && c.direction * ((own_samples ? model.statistic : compared) - v) > 0;
+        const bool beyond = c.direction * ((own_samples ? model.statistic : compared) - v) > 0;
+        beyond_all = beyond_all && beyond;
+        reached_by_architecture = reached_by_architecture || (!beyond && k.kind != std::string("direction"));
         if (std::isfinite(e.lo) && own_samples) interval_beyond = interval_beyond && (c.direction > 0 ? e.lo > v : e.hi < v);
       }
     }
-    out.verdict = beyond_all && interval_beyond ? Verdict::kPass : beyond_all ? Verdict::kInconclusive : Verdict::kArchitectural;
-    if (!beyond_all) out.observed += "; as strong on an initialisation as in the model: architectural";
+    // A model an initialisation or the Haar null matches shows architecture; one a control of another kind
+    // matches (a random steering direction) shows that what the claim credits does not make the difference.
+    out.verdict = beyond_all && interval_beyond ? Verdict::kPass
+                  : beyond_all                  ? Verdict::kInconclusive
+                  : reached_by_architecture     ? Verdict::kArchitectural
+                                                : Verdict::kDiffers;
+    if (out.verdict == Verdict::kArchitectural) out.observed += "; as strong on an initialisation or the null as in the model: architectural";
+    if (out.verdict == Verdict::kDiffers) out.observed += "; as strong under a control as in the model";
     else if (!interval_beyond) out.observed += "; inconclusive: the 95 % interval reaches an initialisation's value";
   }
   return out;
@@ -268,7 +281,7 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
   std::vector<Measured> null_draws;
   if (c.null_draws)
     for (const json& draw : array_at(model->json, c.null_draws))
-      null_draws.push_back(measure(json{{"results", {{"models", json::array({draw})}}}}));
+      null_draws.push_back(c.null_measure ? c.null_measure(draw) : measure(json{{"results", {{"models", json::array({draw})}}}}));
   std::optional<Interval> interval;
   if (!m.missing && !m.shown) {
     if (c.interval) interval = c.interval(*model);
@@ -408,6 +421,27 @@ Measured measure_rotation(const json& power) {
                         *measured_angle, *expected, std::abs(*measured_angle - *expected) <= kRotationTolerance * std::abs(*expected));
   m.exact = true;
   return m;
+}
+
+// Rank-1 steering of the last layer at the sweep's largest scale: the final tokens' mean alignment with u.
+Measured measure_steering(const json& power) {
+  const json& points = array_at(power, "/results/steering/points");
+  if (points.empty()) return missing("no steering sweep (power --no-steer)");
+  auto a = number(points.back(), "/final_layer_mean_alignment"), low = number(points.back(), "/final_layer_min_alignment");
+  if (!a) return missing("no final-layer alignment in the steering sweep");
+  std::vector<double> controls;
+  for (const json& k : array_at(power, "/results/steering/controls"))
+    if (auto v = number(k, "/final_layer_mean_alignment")) controls.push_back(*v);
+  return measured(fmt::format("at c = {}·|λ₁| the final tokens' mean alignment with u is {} (least {}); along random directions ⊥ u "
+                              "with a perturbation as large: {}",
+                              text_at(points.back(), "/scale"), num(*a), num_or_missing(low), controls.empty() ? kNotComputed : list(controls)),
+                  *a, kSteeredAlignment, *a >= kSteeredAlignment);
+}
+
+Measured measure_steering_control(const json& draw) {
+  auto a = number(draw, "/final_layer_mean_alignment");
+  if (!a) return missing("");
+  return measured("", *a, kSteeredAlignment, *a >= kSteeredAlignment);
 }
 
 // The bipartite instability test of the iteration: a state split in two along v_k, run as it is and slightly perturbed.
@@ -591,9 +625,21 @@ PaperSummary power_summary(const std::vector<ReportPart>& parts) {
        "pass when the split state stays split run as it is (results.iteration.bipartite_test.left_unperturbed false) and "
        "leaves its split when perturbed (left_perturbed true); shown when it does not even stay unperturbed",
        "the same state unperturbed (a deterministic comparison: no p-value)"},
+      {"steering",
+       "A large enough rank-1 perturbation of the last layer's output matrix makes u its dominant eigenvector, and every token "
+       "aligns with u, whatever the architecture.",
+       fmt::format("holds when at the sweep's largest scale the final tokens' mean alignment with u "
+                   "(results.steering.points[-1].final_layer_mean_alignment) is at least {}; pass when it is also above that of "
+                   "every perturbation of the same Frobenius norm along a random direction orthogonal to u "
+                   "(results.steering.controls), with the test that it is one more of them, Holm-adjusted p < 0.05",
+                   kSteeredAlignment),
+       "rank-1 perturbations as large along random directions orthogonal to u (power --steer-control-draws, default 5): their "
+       "tokens' alignment with u",
+       +1, 0, {}, "/results/steering/controls", "direction", measure_steering_control},
   };
   Measured (*const measures[])(const json&) = {measure_gamma,           measure_rho,       measure_dominant, measure_regime,
-                                               measure_alignment_local, measure_gamma_gap, measure_rotation, measure_bipartite};
+                                               measure_alignment_local, measure_gamma_gap, measure_rotation, measure_bipartite,
+                                               measure_steering};
   const ReportPart* model = part_for(parts, "power");
   const std::vector<const ReportPart*> inits = controls_for(parts, "power");
   for (size_t i = 0; i < std::size(claims); ++i)
@@ -846,6 +892,7 @@ PaperSummary particles_summary(const ReportPart* part) {
 
 const char* control_kind_text(const std::string& kind) {
   if (kind == "haar") return "the model's mean Jacobians with Haar-rotated bases";
+  if (kind == "direction") return "perturbations as large along random directions";
   return kind == "scaled" ? "initialisations at the model's own scales" : "the family's initialisation";
 }
 

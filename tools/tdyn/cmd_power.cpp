@@ -66,6 +66,10 @@ void add_steering_options(CLI::App* cmd, PowerArgs& a) {
   cmd->add_option("--steer-scales", o.steering.scales, "Scales c/|lambda1(F_L)| of the steering sweep (comma-separated)")
       ->delimiter(',')->default_str("0,1,10,100,1000,10000,100000");
   cmd->add_option("--steer-samples", o.steer_samples, "Samples run through each steered model")->capture_default_str()->check(positive_number);
+  cmd->add_option("--steer-control-draws", o.steering.control_draws,
+                  "The steering verdict's control: rank-1 perturbations at the largest scale along random directions "
+                  "orthogonal to u, each as large (Frobenius norm) as u's; 0: none")
+      ->capture_default_str()->check(non_negative_number);
   cmd->add_option("--top-k", o.steering.top_k, "Tokens listed per output distribution")->capture_default_str()->check(positive_number);
   cmd->add_flag("--no-steer", a.no_steer, "Skip the steering sweep");
 }

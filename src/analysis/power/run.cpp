@@ -160,7 +160,7 @@ nlohmann::json options_json(const PowerResult& r, const PowerOptions& options) {
   if (r.steering)
     o["steering"] = {{"direction", options.steer_direction}, {"seed", options.steer_seed},
                      {"scales_relative_to_lambda1", options.steering.scales}, {"samples", r.steering_samples},
-                     {"top_k", options.steering.top_k}, {"layer", r.steering->steering.layer},
+                     {"top_k", options.steering.top_k}, {"control_draws", options.steering.control_draws}, {"layer", r.steering->steering.layer},
                      {"kl", "KL(p_unsteered || p_steered) per position"}};
   o["mode"] = to_string(options.dynamics.mode);
   o["attention_input"] = attention_input(options.dynamics.mode);

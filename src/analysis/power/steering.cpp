@@ -105,6 +105,14 @@ nlohmann::json SteeringPoint::to_json() const {
           {"top_tokens", top}};
 }
 
+nlohmann::json SteeringControl::to_json() const {
+  return {{"seed", seed},
+          {"c", c},
+          {"final_layer_mean_alignment", mean_alignment_with_u},
+          {"final_layer_mean_alignment_with_own_direction", mean_alignment_with_own},
+          {"mean_probability_of_token_closest_to_u", probability_of_argmax_u}};
+}
+
 nlohmann::json SteeringResult::to_json() const {
   nlohmann::json out = {{"layer", steering.layer},
                         {"reachable_fraction", steering.reachable},
@@ -116,6 +124,12 @@ nlohmann::json SteeringResult::to_json() const {
   for (const auto& t : unsteered_top_tokens) top.push_back({{"token", t.token}, {"probability", t.probability}});
   out["unsteered_top_tokens"] = top;
   for (const auto& p : points) out["points"].push_back(p.to_json());
+  out["controls"] = nlohmann::json::array();
+  for (const auto& c : controls) out["controls"].push_back(c.to_json());
+  if (!points.empty())
+    out["control"] = fmt::format("{} rank-1 perturbations at scale {} along random directions orthogonal to u, each of the "
+                                 "same Frobenius norm as c u w^T",
+                                 controls.size(), points.back().scale);
   return out;
 }
 
@@ -162,6 +176,23 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
     Tensor logits = base.unembed(x);
     result.token_closest_to_u = static_cast<int32_t>(std::max_element(logits.data.begin(), logits.data.end()) - logits.data.begin());
   }
+
+  // The controls, at the largest scale: random directions orthogonal to u, each perturbation as large as u's.
+  std::vector<Transformer> controls;
+  std::vector<Vector> control_directions;
+  if (!options.scales.empty() && c.d_model > 1)  // with d = 1 every direction is ±u
+    for (uint64_t seed = options.control_seed; static_cast<int64_t>(result.controls.size()) < options.control_draws; ++seed) {
+      Vector v = random_direction(c.d_model, seed);
+      v -= v.dot(u) * u;
+      if (v.norm() < 1e-6) continue;  // the draw is u (a seed of u's)
+      v.normalize();
+      const RankOneSteering other = rank_one_steering(*model, last, v);
+      const double c_max = options.scales.back() * result.lambda1_modulus;
+      const double c_other = other.w.norm() > 0 ? c_max * result.steering.w.norm() / other.w.norm() : 0.0;
+      result.controls.push_back({seed, c_other, 0, 0, 0});
+      controls.emplace_back(steered_model(model, other, c_other));
+      control_directions.push_back(other.u);
+    }
 
   std::vector<Transformer> steered;
   for (double scale : options.scales) {
@@ -213,6 +244,18 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
         p.probability_of_argmax_u += std::exp(log_q[result.token_closest_to_u]);
       }
     }
+    for (size_t j = 0; j < controls.size(); ++j) {
+      SteeringControl& k = result.controls[j];
+      ActivationCache cache(final_hook);
+      const Tensor logits = controls[j].forward(ids, &cache);
+      const Tensor& final_states = cache.at(final_hook);
+      const Matrix basis = u, own = control_directions[j];
+      for (int64_t i = 0; i < n; ++i) {
+        k.mean_alignment_with_u += alignment(token_state(final_states, i), basis);
+        k.mean_alignment_with_own += alignment(token_state(final_states, i), own);
+        k.probability_of_argmax_u += std::exp(log_softmax(logits.row(i), vocab)[result.token_closest_to_u]);
+      }
+    }
     positions += n;
     loop.advance();
   }
@@ -226,6 +269,11 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
     for (double& v : mean_probability[pi]) v /= positions;
     p.top_tokens = top_tokens(mean_probability[pi], options.top_k);
   }
+  for (SteeringControl& k : result.controls)
+    if (positions > 0) {
+      k.mean_alignment_with_u /= positions, k.mean_alignment_with_own /= positions;
+      k.probability_of_argmax_u /= positions;
+    }
   if (positions > 0) {
     for (double& v : unsteered_probability) v /= positions;
     result.unsteered_top_tokens = top_tokens(unsteered_probability, options.top_k);

@@ -39,6 +39,13 @@ Vector token_direction(const Model& model, int32_t token);
 struct SteeringOptions {
   std::vector<double> scales = {0, 1, 10, 100, 1e3, 1e4, 1e5};  // c / |λ1(F_L)|
   int64_t top_k = 10;                                                     // tokens of the output distribution
+  // The control of the steering verdict: at the largest scale, this many rank-1 perturbations of the same
+  // Frobenius norm ‖c u wᵀ‖ along random directions orthogonal to u (seeded by control_seed and the draw). If
+  // the tokens align with u as much under them, a perturbation that large does it, not its direction. The seeds
+  // are control_seed + j, apart from those of a random u (power --steer-seed); one whose direction is u itself is
+  // passed over.
+  int64_t control_draws = 5;
+  uint64_t control_seed = uint64_t{1} << 40;
 };
 
 struct TokenProbability {
@@ -58,12 +65,23 @@ struct SteeringPoint {
   nlohmann::json to_json() const;
 };
 
+// One control draw: the last layer steered along a random direction u' ⊥ u with the perturbation's norm.
+struct SteeringControl {
+  uint64_t seed = 0;
+  double c = 0;                      // c' = c ‖w‖/‖w'‖, so that ‖c' u' w'ᵀ‖_F = ‖c u wᵀ‖_F
+  double mean_alignment_with_u = 0;  // final-layer a(x_i^L; u), as SteeringPoint::mean_alignment
+  double mean_alignment_with_own = 0;  // a(x_i^L; u'): the control's own steering
+  double probability_of_argmax_u = 0;
+  nlohmann::json to_json() const;
+};
+
 struct SteeringResult {
   RankOneSteering steering;
   double lambda1_modulus = 0;    // |λ1(F_L)| of the unsteered last layer
   int32_t token_closest_to_u = 0;  // argmax of the unembedding applied to u
   std::vector<TokenProbability> unsteered_top_tokens;
   std::vector<SteeringPoint> points;
+  std::vector<SteeringControl> controls;  // at the largest scale
   int64_t tokens = 0;
   nlohmann::json to_json() const;
 };
