@@ -13,6 +13,7 @@
 #include "analysis/particles/dynamics.h"
 #include "analysis/particles/diagnostics.h"
 #include "analysis/particles/presets.h"
+#include "analysis/particles/run.h"
 #include "core/npy.h"
 #include "test_util.h"
 
@@ -598,6 +599,35 @@ TEST(ParticlesVerdicts, BooleanLeadersAndRankCanFail) {
   EXPECT_EQ(verdict_of(plane, 5, "rank").verdict, "shown");
 }
 
+// Where the clusters end depends on where the tokens start (the polytope's vertices are initial tokens' own
+// directions: they move with them), but not under V = −I, whose tokens all contract toward 0 whatever their start;
+// and a run whose tokens did not cluster has no locations to follow.
+TEST(ParticlesVerdicts, ClusterLocationsMoveWithPerturbedInitialTokens) {
+  auto locations = [](ExperimentSpec spec, double t_end, StateVariable on) {
+    spec.t_end = t_end;
+    ParticlesOptions options;
+    options.diagnostics.cluster_on = on;
+    const ParticlesResult r = run_particles(spec, options);
+    EXPECT_EQ(r.perturbed.size(), 3u);
+    for (const ClaimVerdict& v : r.diagnostics.verdicts)
+      if (v.claim == "locations") return v;
+    ADD_FAILURE() << "no verdict on locations";
+    return ClaimVerdict{};
+  };
+  const ClaimVerdict polytope = locations(preset("polytope"), 5, StateVariable::z);
+  EXPECT_EQ(polytope.verdict, "pass") << describe(polytope);
+  EXPECT_GT(polytope.value, 0.5) << "the vertices move about as much as the tokens";
+  const ClaimVerdict collapse = locations(preset("collapse"), 30, StateVariable::x);
+  EXPECT_EQ(collapse.verdict, "differs") << describe(collapse);
+  const ClaimVerdict unclustered = locations(preset("polytope"), 0.1, StateVariable::z);
+  EXPECT_EQ(unclustered.verdict, "shown") << describe(unclustered);
+  ParticlesOptions none;
+  none.perturbed_runs = 0;
+  const ParticlesResult r = run_particles(preset("polytope"), none);
+  EXPECT_TRUE(r.perturbed.empty());
+  for (const ClaimVerdict& v : r.diagnostics.verdicts) EXPECT_NE(v.claim, "locations");
+}
+
 // ---- The CLI: reference implementation, outputs, user errors ------------------------------------------------
 
 fs::path python3() { return "/usr/bin/python3"; }
@@ -652,7 +682,9 @@ TEST(ParticlesCli, WritesResultsArraysAndFigures) {
   EXPECT_TRUE(j["results"]["final"].contains("polytope"));
   EXPECT_EQ(j["results"]["final"]["polytope"]["tokens_elsewhere"], 0);
   const auto& verdicts = j["results"]["verdicts"];
-  ASSERT_EQ(verdicts.size(), 4u);
+  ASSERT_EQ(verdicts.size(), 5u);
+  EXPECT_EQ(verdicts[4]["claim"], "locations");
+  EXPECT_EQ(j["results"]["perturbed_runs"].size(), 3u);
   EXPECT_EQ(verdicts[0]["paper"], "004");
   EXPECT_EQ(verdicts[0]["claim"], "clusters");
   EXPECT_EQ(verdicts[0]["theorem"], "polytope");

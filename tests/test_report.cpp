@@ -776,7 +776,7 @@ TEST(Report, ParticlesVerdictsAreShownAsWritten) {
   auto papers = summarize_claims(load_report_parts(dir));
   ASSERT_EQ(papers.size(), 1u) << "a particles directory is judged on the clustering paper only";
   const auto& checks = papers[0].checks;
-  ASSERT_EQ(checks.size(), 4u);
+  ASSERT_EQ(checks.size(), 5u);
   EXPECT_EQ(checks[0].verdict, Verdict::kPass);
   EXPECT_EQ(checks[0].claim, "statement of clusters");
   EXPECT_EQ(checks[0].rule, "rule of clusters");
@@ -784,6 +784,8 @@ TEST(Report, ParticlesVerdictsAreShownAsWritten) {
   EXPECT_EQ(checks[1].verdict, Verdict::kDiffers);
   EXPECT_EQ(checks[2].verdict, Verdict::kInfo);
   EXPECT_EQ(checks[3].verdict, Verdict::kNotComputed);  // no "rank" verdict written
+  EXPECT_EQ(checks[4].id, "locations");
+  EXPECT_EQ(checks[4].verdict, Verdict::kNotComputed);
 
   write_part(dir, "particles", json{{"final", {{"time", 5}, {"clusters", {{"count", 3}}}}}}, json{{"n", 20}}, {});
   papers = summarize_claims(load_report_parts(dir));

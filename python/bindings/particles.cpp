@@ -124,8 +124,8 @@ py::dict simulate_particles(const std::optional<std::string>& preset_name, const
 py::dict particles_run(const std::optional<std::string>& preset_name, const py::object& model, int64_t layer,
                        std::optional<int64_t> head, const std::optional<std::vector<int32_t>>& ids, const std::string& integrator,
                        const std::string& variable, int save_every, int diagnose_every, const std::optional<std::string>& cluster_on,
-                       const std::vector<double>& attention_times, const std::optional<std::string>& out,
-                       const py::kwargs& spec_overrides) {
+                       const std::vector<double>& attention_times, int64_t perturbed_runs, double perturbation,
+                       const std::optional<std::string>& out, const py::kwargs& spec_overrides) {
   const bool from_model = !model.is_none();
   if (from_model && preset_name) fail("give a preset or a model, not both");
   ExperimentSpec spec = from_model ? model_layer_defaults() : preset(preset_name.value_or("polytope"));
@@ -153,7 +153,9 @@ py::dict particles_run(const std::optional<std::string>& preset_name, const py::
   options.diagnostics.every = diagnose_every;
   options.diagnostics.cluster_on = parse_state_variable(cluster_on.value_or(spec.sphere ? "x" : "z"));
   options.attention_times = attention_times;
+  options.perturbed_runs = perturbed_runs, options.perturbation = perturbation;
   if (save_every < 1 || diagnose_every < 1) fail("save_every and diagnose_every must be >= 1");
+  if (perturbed_runs < 0 || !(perturbation > 0)) fail("perturbed_runs must be >= 0 and perturbation > 0");
 
   ParticlesResult r;
   std::shared_ptr<const Model> loaded;
@@ -203,7 +205,8 @@ void bind_particles(py::module_& m) {
       py::arg("preset") = py::none(), py::kw_only(), py::arg("model") = py::none(), py::arg("layer") = 0,
       py::arg("head") = py::none(), py::arg("ids") = py::none(), py::arg("integrator") = "euler", py::arg("variable") = "x",
       py::arg("save_every") = 1, py::arg("diagnose_every") = 1, py::arg("cluster_on") = py::none(),
-      py::arg("attention_times") = std::vector<double>{}, py::arg("out") = py::none(),
+      py::arg("attention_times") = std::vector<double>{}, py::arg("perturbed_runs") = ParticlesOptions{}.perturbed_runs,
+      py::arg("perturbation") = ParticlesOptions{}.perturbation, py::arg("out") = py::none(),
       R"doc(Runs what `tdyn particles` runs and returns what it writes.
 
 preset: one of tdyn.particle_presets() (default 'polytope'), or model: a tdyn.Model or a checkpoint path,
@@ -211,7 +214,8 @@ whose layer `layer` (head `head`, default the whole layer) is simulated from the
 (or from tokens made by init=). Keyword overrides as the CLI's flags: n, d, d_head, T, dt, seed, init,
 query, key, value, output (generator specs or .npy paths), ffn, sphere. integrator 'euler', 'rk4' or
 'dopri5'; variable 'x' or 'z'; cluster_on 'x' or 'z' (default x on the sphere, else z); attention_times
-(default 0, T/2, T). out: also write the CLI's results directory there.
+(default 0, T/2, T); perturbed_runs runs from initial tokens moved by perturbation x max |x_i(0)| for the
+'locations' verdict. out: also write the CLI's results directory there.
 
 Returns a dict: results, options and model (results.json's sections), and the arrays of the .npy files:
 x0, Q, K, V (the value map W = O V used), t, x, z [saves, n, d], P [times, n, n], P_times.)doc");

@@ -852,9 +852,13 @@ PaperSummary particles_summary(const ReportPart* part) {
   const std::string r3 = "the rule written by the particles analysis (results.verdicts, claim leaders)";
   const std::string c4 = "The attention matrix P(t) tends to low rank (at most 3 for d = 1).";
   const std::string r4 = "the rule written by the particles analysis (results.verdicts, claim rank)";
+  const std::string c5 = "Where the tokens cluster depends on where they start: initial tokens moved a little end in clusters "
+                         "moved with them.";
+  const std::string r5 = "the rule written by the particles analysis (results.verdicts, claim locations; results.perturbed_runs)";
   const std::string control = "the same measure at t = 0, before the dynamics";
   const Claim claims[] = {{"clusters", c1, r1, control}, {"boolean", c2, r2, control}, {"leaders", c3, r3, control},
-                          {"rank", c4, r4, control}};
+                          {"rank", c4, r4, control},
+                          {"locations", c5, r5, "the move itself (1 at t = 0); a fixed attractor of the weights forgets it"}};
   if (!part) {
     for (const Claim& claim : claims) s.checks.push_back(claim.missing("particles did not run"));
     return s;

@@ -23,6 +23,7 @@ struct ParticlesArgs {
   DiagnosticOptions diag;
   std::string integrator = "euler", variable = "x", cluster_on = "z";
   std::vector<double> attention_times;
+  ParticlesOptions perturbed;  // its perturbed_runs, perturbation and perturbation_seed
   std::map<std::string, CLI::Option*> given;
   // --from-model: the checkpoint, the layer and head, and where the tokens come from.
   std::string from_model;
@@ -65,7 +66,8 @@ ExperimentSpec resolved_spec(const ParticlesArgs& a) {
 }
 
 ParticlesOptions resolved_options(const ParticlesArgs& a, const ExperimentSpec& spec) {
-  ParticlesOptions options{a.sim, a.diag, a.attention_times};
+  ParticlesOptions options = a.perturbed;
+  options.simulation = a.sim, options.diagnostics = a.diag, options.attention_times = a.attention_times;
   options.simulation.integrator = parse_integrator(a.integrator);
   options.simulation.variable = parse_state_variable(a.variable);
   // On the sphere the tokens themselves cluster; z = e^{-tW} x rescales the unnormalised system only (on the
@@ -178,6 +180,14 @@ void add_integration_options(CLI::App* cmd, ParticlesArgs& a) {
   cmd->add_option("--rank-tol", a.diag.rank_tol, "Numerical rank of P: singular values above rank_tol * sigma_max")->capture_default_str();
   cmd->add_option("--attention-times", a.attention_times, "Times at which to save P and draw heatmaps (nearest saved time); default 0, T/2, T")
       ->delimiter(',');
+  cmd->add_option("--perturbed-runs", a.perturbed.perturbed_runs,
+                  "The 'locations' verdict: runs from the initial tokens each moved by --perturbation x max_i |x_i(0)| in a "
+                  "random direction, whose clusters at T are compared with this run's (0: none)")
+      ->capture_default_str()->check(non_negative_number);
+  cmd->add_option("--perturbation", a.perturbed.perturbation, "Size of those moves, relative to max_i |x_i(0)|")
+      ->capture_default_str()->check(positive_number);
+  cmd->add_option("--perturbation-seed", a.perturbed.perturbation_seed, "Seed of the first perturbed run (run j: seed + j)")
+      ->capture_default_str();
 
 }
 

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <random>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/phase_times.h"
@@ -23,6 +26,64 @@ std::vector<size_t> attention_indices(const std::vector<double>& saved, const st
   return indices;
 }
 
+// The median of the perturbed runs' displacements at which the clusters count as moving with the tokens: a tenth
+// of the perturbation survives to T.
+constexpr double kMovedDisplacement = 0.1;
+
+// Repeats the run from perturbed initial tokens (ParticlesOptions::perturbed_runs) and judges "locations": the
+// clusters' places depend on where the tokens start, as the paper's limits do (the vertices of Theorem 2.1 are
+// initial tokens' own directions), unlike a fixed attractor of the weights.
+void perturbed_runs(ParticlesResult& r, const ParticlesOptions& options, const SimulationOptions& simulation) {
+  const DiagnosticOptions& o = options.diagnostics;
+  const double scale = r.diagnostics.final.scale, step = options.perturbation * scale;
+  const Matrix& centres = r.diagnostics.final.clusters.centres;
+  const Matrix& x0 = r.experiment.x0;
+  for (int64_t j = 0; j < options.perturbed_runs && step > 0; ++j) {
+    PerturbedRun run;
+    run.seed = options.perturbation_seed + static_cast<uint64_t>(j);
+    std::mt19937_64 rng(run.seed);
+    std::normal_distribution<double> normal;
+    Matrix start = x0;
+    for (Index i = 0; i < start.rows(); ++i) {
+      Vector g(start.cols());
+      for (Index k = 0; k < g.size(); ++k) g[k] = normal(rng);
+      start.row(i) += step * g.normalized().transpose();
+      if (r.experiment.system.project_to_sphere) start.row(i).normalize();
+    }
+    const Trajectory t = simulate(r.experiment.system, start, simulation);
+    const Clusters c = find_clusters(o.cluster_on == StateVariable::z ? t.z.back() : t.x.back(), o.cluster_tol * scale);
+    run.clusters = c.count();
+    double total = 0;
+    for (Index a = 0; a < centres.rows(); ++a) total += (c.centres.rowwise() - centres.row(a)).rowwise().norm().minCoeff();
+    run.displacement = centres.rows() > 0 ? total / static_cast<double>(centres.rows()) / step : 0.0;
+    r.perturbed.push_back(run);
+  }
+  if (r.perturbed.empty()) return;
+  std::vector<double> moved;
+  for (const PerturbedRun& p : r.perturbed) moved.push_back(p.displacement);
+  std::sort(moved.begin(), moved.end());
+  ClaimVerdict v;
+  v.claim = "locations";
+  v.theorem = "initial-tokens";
+  v.statement = "Where the tokens cluster depends on where they start: initial tokens moved a little end in clusters moved with them.";
+  v.measure = fmt::format("the median over {} runs from initial tokens moved by {} × max‖x_i(0)‖ of the mean distance of each "
+                          "cluster centre at T to the nearest of that run's, in units of the move",
+                          r.perturbed.size(), options.perturbation);
+  v.value = moved[moved.size() / 2];
+  v.control = 1;  // at t = 0 every token has moved by exactly one unit
+  v.rule = fmt::format("pass when the median displacement is at least {} (a tenth of the move survives to T); differs when "
+                       "the clusters return to the same places (a fixed attractor of the weights); shown when the tokens did "
+                       "not cluster ({} clusters of {} tokens)",
+                       kMovedDisplacement, r.diagnostics.final.clusters.count(), x0.rows());
+  if (r.diagnostics.final.clusters.count() >= x0.rows()) {
+    v.verdict = "shown";
+    v.note = "the tokens did not cluster by T, so there are no cluster locations to follow";
+  } else {
+    v.verdict = v.value >= kMovedDisplacement ? "pass" : "differs";
+  }
+  r.diagnostics.verdicts.push_back(std::move(v));
+}
+
 // Simulates and diagnoses the experiment already in `r`.
 void simulate_and_diagnose(ParticlesResult& r, const ParticlesOptions& options) {
   for (double t : options.attention_times)
@@ -34,6 +95,7 @@ void simulate_and_diagnose(ParticlesResult& r, const ParticlesOptions& options) 
   r.diagnostics = timed(r.timings, "diagnose", [&] { return diagnose(r.experiment.system, r.trajectory, options.diagnostics); });
   r.attention_indices = attention_indices(r.trajectory.times, options.attention_times, r.spec.t_end);
   for (size_t k : r.attention_indices) r.attention.push_back(attention_matrix(r.experiment.system.head, r.trajectory.x[k]));
+  timed(r.timings, "perturbed_runs", [&] { perturbed_runs(r, options, simulation); });
 }
 
 nlohmann::json head_json(int64_t head) { return head < 0 ? nlohmann::json("all") : nlohmann::json(head); }
@@ -132,6 +194,9 @@ nlohmann::json options_json(const ParticlesResult& r, const ParticlesOptions& op
                       {"level_tol", diag.level_tol},
                       {"hull_tol", diag.hull_tol},
                       {"rank_tol", diag.rank_tol},
+                      {"perturbed_runs", options.perturbed_runs},
+                      {"perturbation", options.perturbation},
+                      {"perturbation_seed", options.perturbation_seed},
                       {"softmax", "log-sum-exp"},
                       {"precision", "float64"}};
   if (r.model.value("source", "") == "model") {
@@ -152,6 +217,9 @@ nlohmann::json results_json(const ParticlesResult& r) {
   results["integration"] = {{"steps", r.trajectory.steps},
                             {"velocity_evaluations", r.trajectory.velocity_evaluations},
                             {"rescaling_z_from_x", r.trajectory.rescaling()}};
+  results["perturbed_runs"] = nlohmann::json::array();
+  for (const PerturbedRun& p : r.perturbed)
+    results["perturbed_runs"].push_back({{"seed", p.seed}, {"clusters", p.clusters}, {"displacement", p.displacement}});
   return results;
 }
 

@@ -22,6 +22,21 @@ struct ParticlesOptions {
   SimulationOptions simulation;  // its t_end and dt are the spec's
   DiagnosticOptions diagnostics;
   std::vector<double> attention_times;  // P is kept at the saved times nearest these; empty: 0, T/2 and T
+  // The "locations" verdict: the run repeated from initial tokens each moved by `perturbation` × max_i ‖x_i(0)‖
+  // in a random direction (back onto the sphere there), seeded by perturbation_seed + j; 0 runs: none.
+  int64_t perturbed_runs = 3;
+  double perturbation = 0.05;
+  uint64_t perturbation_seed = 0;
+};
+
+// One run from perturbed initial tokens: where its clusters ended against the unperturbed run's.
+struct PerturbedRun {
+  uint64_t seed = 0;
+  int clusters = 0;  // at T, of the clustered variable
+  // Mean over the unperturbed run's cluster centres of the distance to the nearest centre of this run, in units of
+  // the perturbation (perturbation × max_i ‖x_i(0)‖): about 1 when the clusters move with the tokens, → 0 when the
+  // dynamics forget where they started.
+  double displacement = 0;
 };
 
 // What was simulated, and everything measured on it.
@@ -34,6 +49,7 @@ struct ParticlesResult {
   ParticleDiagnostics diagnostics;
   std::vector<size_t> attention_indices;  // indices into trajectory.times at which P is kept
   std::vector<Matrix> attention;          // P (n × n) at those times
+  std::vector<PerturbedRun> perturbed;    // ParticlesOptions::perturbed_runs
   PhaseTimes timings;
 };
 
