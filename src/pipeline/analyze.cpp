@@ -330,6 +330,12 @@ bool Analysis::init_pass(InitSeed& seed) {
                                "(tdyn pass file)",
                                seed.seed));
   seed.in.pass.from_pass = file.string();
+  // Every rank has read the checkpoint (the pass ran on all of them), so only one initialisation need be on disk at a
+  // time beside the first: run_init writes the others again when their parts run.
+  if (&seed != &init_.front()) {
+    seed.in.model = nullptr;
+    if (ranks().root()) fs::remove_all(checkpoint);
+  }
   return true;
 }
 
@@ -490,6 +496,10 @@ void Analysis::run_init(nlohmann::json& record) {
     seed_record["init_argv"] = init_argv;
     try {
       if (!seed.error.empty()) throw Error(seed.error);
+      if (!seed.in.model) {  // its checkpoint was removed after its pass (init_pass): the same draw again
+        write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, 0, seed.scaled ? &moments_ : nullptr);
+        seed.in.model = load_model(checkpoint.string(), o_.load);
+      }
       run_controlled_parts(checkpoint.string(), seed.dir, seed.in, {"power", "jacobian", "topology"}, first, seed_record, first);
       seed_record["status"] = "ok";
     } catch (const std::exception& e) {
