@@ -707,6 +707,35 @@ TEST(Report, CouplingJudgedAgainstTheInitialisation) {
   EXPECT_NE(v["coupling"].observed.find("3 of 6 maps coupled"), std::string::npos) << v["coupling"].observed;
 }
 
+// Emergence over a checkpoint series (topology --compare, in order): the maps coupled at the last checkpoint but not
+// the first, against the reverse, by a sign test over the maps; the count must also trend up along the series.
+TEST(Report, EmergenceOverACheckpointSeries) {
+  const fs::path dir = test::scratch_dir("report_emergence");
+  // One checkpoint per list of coupled flags over 8 maps.
+  auto emergence = [&](const std::vector<std::vector<int>>& series) {
+    json checkpoints = json::array();
+    for (const auto& flags : series) {
+      json coupled = json::array();
+      for (int f : flags) coupled.push_back(f != 0);
+      checkpoints.push_back({{"label", "step"}, {"coupling", {{"coupled_layers", std::count(flags.begin(), flags.end(), 1)}, {"coupled", coupled}}}});
+    }
+    fs::remove_all(dir);
+    write_part(dir, "topology", {{"checkpoints", checkpoints}}, json::object(), {});
+    return check(summarize_claims(load_report_parts(dir)), "003", "emergence");
+  };
+  const std::vector<int> none(8, 0), half = {1, 1, 1, 1, 0, 0, 0, 0}, all(8, 1);
+  const ClaimCheck grows = emergence({none, half, all});  // 0 → 4 → 8: eight maps gained, p = 2⁻⁸
+  EXPECT_EQ(grows.verdict, Verdict::kPass) << grows.observed;
+  EXPECT_EQ(grows.value, 8);
+  EXPECT_NEAR(grows.evidence.p_claim, 1.0 / 256, 1e-15);
+  EXPECT_NE(grows.observed.find("0 → 4 → 8"), std::string::npos) << grows.observed;
+  EXPECT_EQ(emergence({all, half, none}).verdict, Verdict::kDiffers) << "lost with training";
+  // Two maps gained, none lost: a sign test over two maps cannot reach 0.05.
+  const ClaimCheck few = emergence({none, {1, 1, 0, 0, 0, 0, 0, 0}});
+  EXPECT_EQ(few.verdict, Verdict::kInconclusive) << few.observed;
+  EXPECT_EQ(emergence({half}).verdict, Verdict::kNotComputed);
+}
+
 // The statistics behind the verdicts, against values computed independently (Student's t survival function by
 // numerical integration of its density, Holm and the binomial tail by hand).
 TEST(VerdictStatistics, PredictionHolmAndSignTest) {

@@ -279,6 +279,11 @@ TEST(TopologyCli, Stories260KWithRandomInit) {
   EXPECT_EQ(r["checkpoints"][0]["label"], "stories260K");
   EXPECT_EQ(r["checkpoints"][1]["label"], "random_init");
   EXPECT_TRUE(r["checkpoints"][1]["coupling"]["significant_layers"].is_number_integer());
+  // Each map's coupled flag, for the emergence verdict over the series.
+  for (const auto& c : r["checkpoints"]) {
+    ASSERT_EQ(c["coupling"]["coupled"].size(), static_cast<size_t>(2 * n_layers));
+    EXPECT_EQ(std::count(c["coupling"]["coupled"].begin(), c["coupling"]["coupled"].end(), true), c["coupling"]["coupled_layers"]);
+  }
 
   for (const char* f : {"boundaries.csv", "coupling.csv", "gamma_scan.csv", "graph_layout.csv", "checkpoints.csv",
                         "graph_blocks.0.hook_resid_pre.csv", "communities_vs_depth.gp", "participation_vs_depth.gp",

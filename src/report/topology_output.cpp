@@ -261,7 +261,7 @@ TopologyCheckpoint checkpoint_summary(const TopologyResult& r, const fs::path& r
   }
   const nlohmann::json coupling = !r.has_coupling ? nlohmann::json(nullptr) : nlohmann::json{
       {"significant_layers", r.coupling.n_significant_column}, {"significant_layers_row_gain", r.coupling.n_significant_row},
-      {"coupled_layers", r.coupling.n_coupled_column}, {"rho", s.coupling_rho}};
+      {"coupled_layers", r.coupling.n_coupled_column}, {"rho", s.coupling_rho}, {"coupled", s.coupling_coupled}};
   s.json = {{"label", r.label}, {"path", r.path}, {"results_dir", results_dir.string()}, {"communities", s.n_communities},
             {"coupling", coupling}};
   return s;

@@ -741,6 +741,39 @@ Measured measure_coupling_sign(const json& topology) {
                   *rho, 0, *rho < 0 && *p < kClaimLevel, *p);
 }
 
+// The coupling over a series of checkpoints (topology --compare, in the order given: the steps of a training run):
+// the maps coupled at the last checkpoint and not at the first against the reverse, a sign test with the maps as
+// units, and the trend of the count over the series (Kendall's τ with the checkpoint order).
+Measured measure_emergence(const json& topology) {
+  const json& checkpoints = array_at(topology, "/results/checkpoints");
+  if (checkpoints.size() < 2)
+    return missing("one checkpoint: run topology with --compare and the training run's checkpoints in order (CACHE@step...)");
+  std::vector<double> counts;
+  for (const json& c : checkpoints) {
+    auto n = number(c, "/coupling/coupled_layers");
+    if (!n) return missing("a checkpoint without coupling (topology --no-coupling?)");
+    counts.push_back(*n);
+  }
+  const json &first = array_at(checkpoints.front(), "/coupling/coupled"), &last = array_at(checkpoints.back(), "/coupling/coupled");
+  if (first.empty() || first.size() != last.size()) return missing("no per-map coupling flags in results.checkpoints (rerun topology)");
+  long gained = 0, lost = 0;
+  for (size_t k = 0; k < first.size(); ++k) {
+    const bool a = first[k].is_boolean() && first[k].get<bool>(), b = last[k].is_boolean() && last[k].get<bool>();
+    gained += b && !a, lost += a && !b;
+  }
+  long concordant = 0, discordant = 0;
+  for (size_t i = 0; i < counts.size(); ++i)
+    for (size_t j = i + 1; j < counts.size(); ++j) concordant += counts[j] > counts[i], discordant += counts[j] < counts[i];
+  const size_t pairs = counts.size() * (counts.size() - 1) / 2;
+  const double tau = static_cast<double>(concordant - discordant) / static_cast<double>(pairs);
+  std::vector<std::string> texts;
+  for (double n : counts) texts.push_back(num(n));
+  return measured(fmt::format("coupled maps over {} checkpoints: {}; from the first to the last {} maps became coupled and {} "
+                              "ceased; Kendall τ of the count with the order {}",
+                              counts.size(), fmt::join(texts, " → "), gained, lost, num(tau)),
+                  counts.back() - counts.front(), 0, gained > lost && tau > 0, sign_test_p_value(gained, gained + lost));
+}
+
 Measured measure_communities(const json& topology) {
   std::vector<double> communities;
   for (const json& b : array_at(topology, "/results/boundaries"))
@@ -818,10 +851,19 @@ PaperSummary residual_summary(const std::vector<ReportPart>& parts) {
                    "draw (independent_draw: its units are not the model's, so the NMI is at chance by construction)",
                    kClaimLevel, kVerdictLevel),
        "the initialisation's communities with its units shuffled (same community sizes)"},
+      {"emergence",
+       "The coupling emerges with training: the significantly coupled layers grow over the checkpoints of a training run "
+       "(OLMo 3: 0 / 14 / 24).",
+       fmt::format("holds when over topology --compare's checkpoints, in the order given (results.checkpoints[i].coupling), more "
+                   "maps are coupled at the last checkpoint and not the first than the reverse, and Kendall's τ of the count with "
+                   "the order is positive; the sign test over the changed maps gives p; pass at Holm-adjusted p < {}; statistic: the "
+                   "maps gained, last minus first",
+                   kVerdictLevel),
+       "the same maps at the first checkpoint (the maps are the units of the sign test)"},
   };
   Measured (*const jacobian_measures[])(const json&) = {measure_bottleneck, measure_normality, measure_surgery};
   Measured (*const topology_measures[])(const json&) = {measure_coupling, measure_coupling_sign, measure_communities,
-                                                        measure_communities_architectural};
+                                                        measure_communities_architectural, measure_emergence};
   const bool init_ran = has_init_control(parts);
   const ReportPart* jacobian = part_for(parts, "jacobian");
   const std::vector<const ReportPart*> jacobian_inits = controls_for(parts, "jacobian");
