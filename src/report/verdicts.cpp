@@ -215,6 +215,12 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
   } else if (!model.untested.empty()) {
     out.verdict = Verdict::kInconclusive;
     out.observed += "; inconclusive: " + model.untested;
+  } else if (matched && !at_control_samples->holds && !e.controls.empty()) {
+    // On the initialisations' fewer samples the model itself does not show it: comparing them says nothing.
+    out.verdict = Verdict::kInconclusive;
+    out.observed += fmt::format("; inconclusive: on the initialisations' {} samples the claim does not hold on the model either "
+                                "({}); larger subsets (a smaller --interval-subsets) would say",
+                                e.control_samples, num(e.at_control_samples));
   } else if (c.direction == 0) {
     out.verdict = std::isfinite(e.p) || model.exact ? Verdict::kPass : Verdict::kInconclusive;
     if (out.verdict == Verdict::kInconclusive) out.observed += "; inconclusive: the rule has no test of its control here";
