@@ -200,7 +200,7 @@ TEST(Analyze, TokenizerGoesToThePassAndEveryPart) {
   const json results = json::parse(read_file(dir / "own/results.json"));
   const std::string absolute = fs::absolute(tokenizer).lexically_normal().string();
   EXPECT_EQ(results["options"]["tokenizer"], absolute);
-  for (const char* part : {"power", "jacobian", "init", "topology", "particles"}) {
+  for (const char* part : {"power", "power-l2", "jacobian", "init", "topology", "particles"}) {
     const json& record = results["results"]["parts"][part];
     EXPECT_EQ(record["status"], "ok") << part << ": " << record.dump();
     if (std::string(part) == "init") {
@@ -241,14 +241,15 @@ TEST(Analyze, Stories260KEndToEnd) {
   for (const auto& e : errors) ADD_FAILURE() << e;
 
   EXPECT_EQ(results["results"]["pass"]["samples"], 200);
-  for (const char* part : {"power", "jacobian", "init", "topology", "particles"}) {
+  for (const char* part : {"power", "power-l2", "jacobian", "init", "topology", "particles"}) {
     EXPECT_EQ(results["results"]["parts"][part]["status"], "ok") << part << ": " << results["results"]["parts"][part].dump();
     if (std::string(part) != "init") EXPECT_TRUE(fs::exists(dir / part / "results.json")) << part;
   }
   const std::string html = read_file(dir / "index.html");
   for (const char* s : {"id=\"summary\"", "<h3>Transformer layers and the power method", "<h3>Residual-stream Jacobians and network topology",
                         "<h3>Clusters in self-attention dynamics", "id=\"part-power\"", "id=\"part-jacobian\"",
-                        "id=\"part-topology\"", "id=\"part-particles\"", "<img src=\"power/eigenvalues.svg\"",
+                        "id=\"part-topology\"", "id=\"part-particles\"", "id=\"part-power-l2\"",
+                        "idealisation (attention only, L2-normalised)", "<img src=\"power/eigenvalues.svg\"",
                         "<img src=\"jacobian/cumulative_effective_rank.svg\"", "<img src=\"topology/coupling_vs_depth.svg\"",
                         "<img src=\"particles/trajectories.svg\""})
     EXPECT_NE(html.find(s), std::string::npos) << "missing " << s;
@@ -272,6 +273,12 @@ TEST(Analyze, Stories260KEndToEnd) {
   }
   EXPECT_FALSE(fs::exists(dir / "init/scaled-1/jacobian/surgery.gp")) << "only the first initialisation draws figures";
   EXPECT_TRUE(fs::exists(dir / "init/seed-0/jacobian/surgery.gp"));
+  // The paper's idealisation is judged on its own, against the initialisations run the same way.
+  bool idealised = false;
+  for (const json& v : results["results"]["verdicts"])
+    if (v["claim"] == "rho_l2") idealised = v["verdict"] != "not computed" && v["evidence"]["controls"].size() == 2;
+  EXPECT_TRUE(idealised) << results["results"]["verdicts"].dump(1);
+  EXPECT_EQ(json::parse(read_file(dir / "init/scaled-2/power-l2/results.json"))["options"]["mode"], "attn-only-l2");
   bool judged = false;
   for (const json& v : results["results"]["verdicts"])
     if (v["paper"] == "003" && v["claim"] == "bottleneck")

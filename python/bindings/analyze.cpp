@@ -47,6 +47,7 @@ py::dict analyze_run(const std::string& model, const std::string& out, const std
   result["results"] = to_python(r.results);
   result["dir"] = fs::absolute(out).lexically_normal().string();
   result["power"] = r.power ? py::object(power_dict(*r.power, r.power_options)) : py::none();
+  result["power_l2"] = r.power_l2 ? py::object(power_dict(*r.power_l2, r.power_l2_options)) : py::none();
   result["init_power"] = r.init_power ? py::object(power_dict(*r.init_power, r.init_power_options)) : py::none();
   result["jacobian"] = r.jacobian ? py::object(jacobian_dict(*r.jacobian, r.jacobian_options)) : py::none();
   result["init_jacobian"] = r.init_jacobian ? py::object(jacobian_dict(*r.init_jacobian, r.init_jacobian_options)) : py::none();
@@ -72,7 +73,7 @@ void bind_analyze(py::module_& m) {
 
 model: a checkpoint path. data: a text file of passages or token ids (default the WikiText-2 test split);
 tokenizer: a tokenizer file (default the model's); samples, max_len: the shared samples. skip: parts to leave
-out, of 'power', 'jacobian', 'topology', 'particles'. init_control: run random initialisations of the
+out, of 'power', 'power-l2' (power in the paper's idealisation), 'jacobian', 'topology', 'particles'. init_control: run random initialisations of the
 architecture through power, jacobian and topology as the controls of the claims about training; init_seeds: how
 many (seeds 0 .. init_seeds - 1). interval_subsets: the disjoint sample subsets behind the intervals of the
 Jacobian statistics (0: none). particles_layer, particles_head, particles_tokens,
@@ -80,7 +81,7 @@ particles_T: the head simulated as particles. progress: None (silent) or a calla
 line.
 
 The dict: 'results' is out/results.json (parts, their status and command lines, the verdicts), 'dir' the
-directory, and 'power', 'jacobian', 'topology', 'particles' and, of the control's first seed, 'init_power',
+directory, and 'power', 'power_l2', 'jacobian', 'topology', 'particles' and, of the control's first seed, 'init_power',
 'init_jacobian' and 'init_topology' what
 tdyn.power, tdyn.jacobian, tdyn.topology and tdyn.particles return for that part (None when it was skipped or
 failed; results.parts.PART.error says why). A failed part does not raise: check results['parts'].)doc");

@@ -13,7 +13,7 @@ from support import cli, have_shared, json_numbers, missing_shared, shared
 
 STORIES = "models/stories260K/stories260K.bin"
 CORPUS = "data/wikitext-2/wiki.test.raw"
-PARTS = ["power", "jacobian", "init", "topology", "particles"]
+PARTS = ["power", "power-l2", "jacobian", "init", "topology", "particles"]
 
 
 def without_dir(path, root):
@@ -50,7 +50,7 @@ class AnalyzeLikeTheCliTest(unittest.TestCase):
         self.assertEqual(run["dir"], str(py_dir))
         for part in PARTS:
             self.assertEqual(run["results"]["results"]["parts"][part]["status"], "ok", part)
-        self.assertIn("part 1 of 5: power", lines)
+        self.assertIn("part 1 of 6: power", lines)
 
         cli_files = sorted(p.relative_to(cli_dir) for p in cli_dir.rglob("*") if p.is_file())
         py_files = sorted(p.relative_to(py_dir) for p in py_dir.rglob("*") if p.is_file())
@@ -65,7 +65,7 @@ class AnalyzeLikeTheCliTest(unittest.TestCase):
         self.assertGreater(compared, 50)
 
         # Each part's dict holds the arrays its directory holds.
-        for key, part_dir in [("power", "power"), ("jacobian", "jacobian"), ("topology", "topology"),
+        for key, part_dir in [("power", "power"), ("power_l2", "power-l2"), ("jacobian", "jacobian"), ("topology", "topology"),
                               ("init_power", "init/seed-0/power"), ("init_jacobian", "init/seed-0/jacobian"),
                               ("init_topology", "init/seed-0/topology")]:
             arrays = [k for k, v in run[key].items() if isinstance(v, np.ndarray) and (cli_dir / part_dir / f"{k}.npy").exists()]
@@ -84,10 +84,11 @@ class AnalyzeLikeTheCliTest(unittest.TestCase):
 
     def test_skips_and_errors(self):
         run = tdyn.analyze(self.model, out=str(self.tmp / "some"), data=self.corpus, samples=3, max_len=12,
-                           skip=["power", "topology", "particles"], init_control=False)
+                           skip=["power", "power-l2", "topology", "particles"], init_control=False)
         parts = run["results"]["results"]["parts"]
-        self.assertEqual([parts[p]["status"] for p in PARTS], ["skipped", "ok", "skipped", "skipped", "skipped"])
+        self.assertEqual([parts[p]["status"] for p in PARTS], ["skipped", "skipped", "ok", "skipped", "skipped", "skipped"])
         self.assertIsNone(run["power"])
+        self.assertIsNone(run["power_l2"])
         self.assertIsNotNone(run["jacobian"])
         # The top-level record carries the equivalent command line.
         argv = run["results"]["argv"]

@@ -16,12 +16,12 @@
 namespace tdyn {
 
 const std::vector<std::string>& analyze_parts() {
-  static const std::vector<std::string> parts = {"power", "jacobian", "init", "topology", "particles"};
+  static const std::vector<std::string> parts = {"power", "power-l2", "jacobian", "init", "topology", "particles"};
   return parts;
 }
 
 const std::vector<std::string>& skippable_parts() {
-  static const std::vector<std::string> parts = {"power", "jacobian", "topology", "particles"};  // init: init_control
+  static const std::vector<std::string> parts = {"power", "power-l2", "jacobian", "topology", "particles"};  // init: init_control
   return parts;
 }
 
@@ -70,12 +70,15 @@ namespace {
 fs::path subset_dir(const fs::path& dir, size_t g) { return dir / "subsets" / fmt::format("subset-{}", g); }
 
 // The options of a control's parts (and of the model's parts on the controls' samples, which they are compared
-// with): power without steering or iteration, jacobian with surgery at α = 0 and 1 and one random-N draw.
-PowerOptions control_power_options() {
+// with): power without steering or iteration (power-l2 likewise, in the paper's idealisation), jacobian with
+// surgery at α = 0 and 1 and one random-N draw.
+PowerOptions control_power_options(DynamicsMode mode = DynamicsMode::Full) {
   PowerOptions options;
   options.steer = false, options.iterate = false;  // the control's claims are the token dynamics'
+  options.dynamics.mode = mode;
   return options;
 }
+
 JacobianOptions control_jacobian_options(bool keep_matrices) {
   JacobianOptions options;
   options.keep_matrices = keep_matrices;
@@ -87,6 +90,17 @@ JacobianOptions control_jacobian_options(bool keep_matrices) {
 }
 const std::vector<std::string> kControlPowerFlags = {"--no-steer", "--no-iterate"};
 const std::vector<std::string> kControlJacobianFlags = {"--surgery", "--alphas", "0,1", "--surgery-control-draws", "1", "--surgery-full-depth-only"};
+
+// power-l2: power in the paper's idealisation, every sample moved through the attention sublayers alone with L2
+// normalisation (docs/power.md), so the analogy is judged where the paper's theory lives. Its tokens are not the
+// shared pass's, so it reads the samples themselves.
+const std::vector<std::string> kIdealisedFlags = {"--mode", "attn-only-l2"};
+bool idealised(const std::string& part) { return part == "power-l2"; }
+std::string command_of(const std::string& part) { return idealised(part) ? "power" : part; }
+AnalysisInputs without_pass(AnalysisInputs in) {
+  in.pass = {};
+  return in;
+}
 
 // The samples' token ids, one sample a line: what a part reads with --data when it must see exactly these tokens (an
 // initialisation without a tokenizer of its own, a subset of the samples).
@@ -119,8 +133,10 @@ class Analysis {
 
  private:
   bool skipped(const std::string& part) const { return o_.skip.count(part) > 0; }
-  // The init control is judged against power, jacobian and topology; with all three skipped it controls nothing.
-  bool runs_init() const { return o_.init_control && (!skipped("power") || !skipped("jacobian") || !skipped("topology")); }
+  // The init control is judged against power, power-l2, jacobian and topology; with all skipped it controls nothing.
+  bool runs_init() const {
+    return o_.init_control && (!skipped("power") || !skipped("power-l2") || !skipped("jacobian") || !skipped("topology"));
+  }
   PassSpec pass_spec(const Model& model) const;
   bool draw_samples_and_pass();
   bool init_passes();
@@ -186,7 +202,11 @@ nlohmann::json Analysis::options_json() const {
                                                              {"jacobian", "the jacobian command's defaults with --surgery --alphas 0,1 "
                                                                           "--surgery-control-draws 1 --surgery-full-depth-only, in "
                                                                           "DIR/init/seed-S/jacobian"},
+                                                             {"power-l2", "power --mode attn-only-l2 without steering or iteration, in "
+                                                                          "DIR/init/seed-S/power-l2"},
                                                              {"topology", "the topology command's defaults, in DIR/init/seed-S/topology"}}},
+          {"power-l2", "power --mode attn-only-l2 --no-steer --no-iterate on the same samples (the paper's idealisation: "
+                       "attention sublayers only, L2 normalisation); it runs the samples itself, not from the shared pass"},
           {"topology", "the topology command's defaults (coupling on)"},
           {"particles", {{"layer", o_.particles_layer}, {"head", o_.particles_head}, {"tokens", o_.particles_tokens},
                          {"T", o_.particles_t}, {"sphere", true}, {"cluster_on", "x"}}},
@@ -416,7 +436,7 @@ std::vector<std::string> Analysis::command(const std::string& name) const {
 
 // The command line that reproduces part `name` (not init) alone, given the pass file.
 std::vector<std::string> Analysis::part_command(const std::string& name) const {
-  std::vector<std::string> argv = command(name);
+  std::vector<std::string> argv = command(command_of(name));
   const std::vector<std::string> tokenizer = o_.tokenizer.empty() ? std::vector<std::string>{}
                                                                   : std::vector<std::string>{"--tokenizer", o_.tokenizer};
   if (name == "particles") {
@@ -428,6 +448,11 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
   append(argv, loading_flags(o_.load));
   append(argv, tokenizer);
   if (name == "particles") return argv;
+  if (idealised(name)) {
+    append(argv, kControlPowerFlags);
+    append(argv, kIdealisedFlags);
+    return argv;
+  }
   if (name == "jacobian") append(argv, {"--surgery", "--haar-null", std::to_string(kHaarNullDraws)});
   if (name == "topology" && result_.init_topology)
     append(argv, {"--communities-control", (init_.front().dir / "topology").string(), "--communities-control-independent"});
@@ -444,20 +469,24 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
   TDYN_CHECK(in.model && !in.pass.from_pass.empty());
   for (const std::string& part : names) {
     if (skipped(part)) continue;
-    std::vector<std::string> argv = command(part);
+    std::vector<std::string> argv = command(command_of(part));
     append(argv, {checkpoint, "--data", in.sample_options.data, "--samples", std::to_string(in.samples.size()), "--max-len",
                   std::to_string(o_.max_len), "--min-len", "1"});
     append(argv, loading_flags(o_.load));
-    if (part == "power") append(argv, kControlPowerFlags);
+    if (part == "power" || idealised(part)) append(argv, kControlPowerFlags);
+    if (idealised(part)) append(argv, kIdealisedFlags);
     if (part == "jacobian") append(argv, kControlJacobianFlags);
-    append(argv, {"--from-pass", in.pass.from_pass, "--out", (dir / part).string()});
+    if (!idealised(part)) append(argv, {"--from-pass", in.pass.from_pass});
+    append(argv, {"--out", (dir / part).string()});
     record["argv"][part] = argv;
-    ResultsDir out(dir / part, part, argv);
+    ResultsDir out(dir / part, command_of(part), argv);
     // Only the verdicts read these parts' numbers, and the report draws only the first initialisation's.
     if (!figures) out.without_figures("the report shows none of this run's figures; its command line draws them");
     if (part == "power") {
       PowerResult r = power_to(out, in, control_power_options(), progress_);
       if (first) result_.init_power = std::move(r), result_.init_power_options = control_power_options();
+    } else if (idealised(part)) {
+      power_to(out, without_pass(in), control_power_options(DynamicsMode::AttnOnlyL2), progress_);
     } else if (part == "jacobian") {
       const JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
       JacobianResult r = jacobian_to(out, in, {}, options, progress_);
@@ -478,7 +507,7 @@ void Analysis::run_init(nlohmann::json& record) {
     nlohmann::json model = {{"dir", fs::relative(subset_dir(dir_, 0), dir_).generic_string()},
                             {"samples", subsets_.front().samples.size()},
                             {"what", "the model on the controls' samples with their options: what each claim compares them with"}};
-    run_controlled_parts(o_.model_path, subset_dir(dir_, 0), subsets_.front(), {"power", "topology"}, false, model, false);
+    run_controlled_parts(o_.model_path, subset_dir(dir_, 0), subsets_.front(), {"power", "power-l2", "topology"}, false, model, false);
     record["model"] = model;
   }
   subsets_.clear();  // their models and samples are no longer needed
@@ -500,7 +529,8 @@ void Analysis::run_init(nlohmann::json& record) {
         write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, 0, seed.scaled ? &moments_ : nullptr);
         seed.in.model = load_model(checkpoint.string(), o_.load);
       }
-      run_controlled_parts(checkpoint.string(), seed.dir, seed.in, {"power", "jacobian", "topology"}, first, seed_record, first);
+      run_controlled_parts(checkpoint.string(), seed.dir, seed.in, {"power", "power-l2", "jacobian", "topology"}, first, seed_record,
+                           first);
       seed_record["status"] = "ok";
     } catch (const std::exception& e) {
       seed_record["status"] = "failed";
@@ -531,9 +561,12 @@ void Analysis::run_part(const std::string& name) {
       std::vector<std::string> argv = part_command(name);
       append(argv, {"--out", dir.string()});
       record["argv"] = argv;
-      ResultsDir part(dir, name, argv);
+      ResultsDir part(dir, command_of(name), argv);
       if (name == "power") {
         result_.power = power_to(part, in_, result_.power_options, progress_);
+      } else if (idealised(name)) {
+        result_.power_l2_options = control_power_options(DynamicsMode::AttnOnlyL2);
+        result_.power_l2 = power_to(part, without_pass(in_), result_.power_l2_options, progress_);
       } else if (name == "jacobian") {
         JacobianOptions& options = result_.jacobian_options;
         options.surgery = true;
@@ -601,7 +634,7 @@ AnalyzeResult Analysis::run() {
     if (o_.particles_layer >= c.n_layers) fail("--particles-layer {}: the model has layers 0 to {}", o_.particles_layer, c.n_layers - 1);
     if (o_.particles_head >= c.n_heads) fail("--particles-head {}: the model has heads 0 to {}", o_.particles_head, c.n_heads - 1);
   }
-  if (!skipped("power") || !skipped("jacobian") || !skipped("topology")) {
+  if (!skipped("power") || !skipped("power-l2") || !skipped("jacobian") || !skipped("topology")) {
     // Every pass runs before any part, so that MPI worker ranks, which only take their shares of the passes, are
     // done with the run before rank 0 analyses.
     bool root = true;

@@ -62,10 +62,11 @@ const std::vector<std::string>& skippable_parts();
 struct AnalyzeResult {
   nlohmann::json results;  // DIR/results.json
   std::optional<PowerResult> power, init_power;  // init_*: the control's first seed
+  std::optional<PowerResult> power_l2;           // power in the paper's idealisation (--mode attn-only-l2)
   std::optional<JacobianResult> jacobian, init_jacobian;
   std::optional<TopologyResult> topology, init_topology;
   std::optional<particles::ParticlesResult> particles;
-  PowerOptions power_options, init_power_options;
+  PowerOptions power_options, init_power_options, power_l2_options;
   JacobianOptions jacobian_options, init_jacobian_options;
   TopologyOptions topology_options, init_topology_options;
   particles::ParticlesOptions particles_options;

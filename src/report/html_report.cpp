@@ -167,11 +167,13 @@ const char* verdict_class(Verdict v) {
 
 std::string part_title(const ReportPart& p) {
   const std::string command = text_at(p.json, "/command");
-  if (command == "power") return "Power method (the power-method paper)";
+  const bool idealised = command == "power" && text_at(p.json, "/options/mode") == "attn-only-l2";
   if (p.is_control())
-    return fmt::format("Initialisation control ({}, seed {}): {} (not the model)",
+    return fmt::format("Initialisation control ({}, seed {}): {}{} (not the model)",
                        p.control_kind == "scaled" ? "at the model's scales" : "the family's rule", p.init_seed,
-                       command.empty() ? p.name : command);
+                       command.empty() ? p.name : command, idealised ? " --mode attn-only-l2" : "");
+  if (idealised) return "Power method in the paper's idealisation: attention only, L2-normalised (the power-method paper)";
+  if (command == "power") return "Power method (the power-method paper)";
   if (command == "jacobian") return "Residual-stream Jacobians (the residual-stream paper)";
   if (command == "topology") return "Activation-graph topology (the residual-stream paper)";
   if (command == "particles") return "Self-attention particles (the clustering paper)";
@@ -230,17 +232,41 @@ void summary_tables(std::string& h, const std::vector<PaperSummary>& papers) {
        "adjustment; <b>shown</b>: reported without a verdict; <b>not computed</b>: the analysis, the control or the key is "
        "missing.</p>\n";
   for (const auto& paper : papers) {
-    h += fmt::format("<h3>{}</h3>\n<div class=\"scroll-x\"><table>\n<tr><th style=\"width:26%\">claim</th><th>this model</th><th>verdict</th>"
-                     "<th style=\"width:22%\">evidence</th><th style=\"width:16%\">rule and controls</th></tr>\n",
-                     html_escape(paper.title));
-    // The rule and the controls fold away: a reader opens the ones the verdict makes interesting.
-    for (const auto& c : paper.checks)
+    if (paper.folded) {
+      std::map<std::string, int> counts;
+      for (const auto& c : paper.checks) ++counts[verdict_text(c.verdict)];
+      std::vector<std::string> tally;
+      for (const auto& [verdict, n] : counts) tally.push_back(fmt::format("{} {}", n, verdict));
+      h += fmt::format("<details><summary><b>{}</b>: {}</summary>\n", html_escape(paper.title), fmt::join(tally, ", "));
+    } else {
+      h += fmt::format("<h3>{}</h3>\n", html_escape(paper.title));
+    }
+    h += "<div class=\"scroll-x\"><table>\n<tr><th style=\"width:26%\">claim</th><th>this model</th><th>verdict</th>"
+         "<th style=\"width:22%\">evidence</th><th style=\"width:16%\">rule and controls</th></tr>\n";
+    // The rule and the controls fold away: a reader opens the ones the verdict makes interesting. The claims this
+    // run could not compute are listed below the table, folded, so that the figures stay near the top.
+    std::vector<const ClaimCheck*> not_computed;
+    for (const auto& c : paper.checks) {
+      if (c.verdict == Verdict::kNotComputed) {
+        not_computed.push_back(&c);
+        continue;
+      }
       h += fmt::format("<tr><td>{}</td><td>{}</td><td><span class=\"verdict {}\">{}</span></td><td class=\"rule\">{}</td>"
                        "<td class=\"rule\"><details><summary>rule, controls</summary><b>rule</b>: {}<br><b>controls</b>: {}{}</details></td></tr>\n",
                        html_escape(c.claim), html_escape(c.observed), verdict_class(c.verdict), verdict_text(c.verdict),
                        html_escape(evidence_text(c)), html_escape(c.rule), html_escape(c.control.empty() ? "none" : c.control),
                        std::isfinite(c.control_value) ? " (" + num(c.control_value) + ")" : "");
+    }
     h += "</table></div>\n";
+    if (!not_computed.empty()) {
+      std::vector<std::string> ids;
+      for (const ClaimCheck* c : not_computed) ids.push_back(c->id);
+      h += fmt::format("<details class=\"rule\"><summary>not computed on this run: {}</summary><ul>\n", fmt::join(ids, ", "));
+      for (const ClaimCheck* c : not_computed)
+        h += fmt::format("<li><b>{}</b> {}: {}</li>\n", html_escape(c->id), html_escape(c->claim), html_escape(c->observed));
+      h += "</ul></details>\n";
+    }
+    if (paper.folded) h += "</details>\n";
   }
 }
 

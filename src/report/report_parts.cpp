@@ -86,7 +86,7 @@ void add_init_parts(std::vector<ReportPart>& parts, const fs::path& dir, const s
       }
     std::sort(seeds.begin(), seeds.end());
     for (int64_t seed : seeds)
-      for (const char* part : {"power", "jacobian", "topology"}) {
+      for (const char* part : {"power", "power-l2", "jacobian", "topology"}) {
         const std::string rel = fmt::format("{}/{}{}/{}", rel_dir, prefix, seed, part);
         if (fs::is_directory(dir / rel)) add(kind, seed, rel), any = true;
       }
@@ -122,7 +122,7 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir))
     if (entry.is_directory() && fs::exists(entry.path() / "results.json")) found.push_back(entry.path().filename().string());
   std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
-    static const std::vector<std::string> order = {"power", "jacobian", "topology", "particles"};
+    static const std::vector<std::string> order = {"power", "power-l2", "jacobian", "topology", "particles"};
     auto rank = [](const std::string& s) { return std::find(order.begin(), order.end(), s) - order.begin(); };
     return std::pair(rank(a), a) < std::pair(rank(b), b);
   });
@@ -150,7 +150,7 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
   // samples), or in the earlier layout DIR/subsets/subset-g/results.json, a jacobian.
   for (int64_t g = 0; fs::is_directory(dir / "subsets" / fmt::format("subset-{}", g)); ++g) {
     const std::string subset = fmt::format("subsets/subset-{}", g);
-    for (const std::string& rel : {subset + "/power", subset + "/jacobian", subset + "/topology", subset}) {
+    for (const std::string& rel : {subset + "/power", subset + "/power-l2", subset + "/jacobian", subset + "/topology", subset}) {
       if (!fs::exists(dir / rel / "results.json")) continue;
       ReportPart p{rel, rel, nullptr, ""};
       p.subset = g;

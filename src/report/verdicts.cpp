@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -39,26 +40,33 @@ double mean(const std::vector<double>& v, size_t begin, size_t end) {
   return end > begin ? s / static_cast<double>(end - begin) : NAN;
 }
 
-// The model's own part of a command (not a control's).
-const ReportPart* part_for(const std::vector<ReportPart>& parts, const std::string& command) {
+// What a part's results are: its command, and "power-l2" for power in the paper's idealisation (--mode
+// attn-only-l2), whose claims are judged apart from the model's own dynamics.
+std::string kind_of(const ReportPart& p) {
+  const std::string command = text_at(p.json, "/command");
+  return command == "power" && text_at(p.json, "/options/mode") == "attn-only-l2" ? "power-l2" : command;
+}
+
+// The model's own part of a kind (not a control's).
+const ReportPart* part_for(const std::vector<ReportPart>& parts, const std::string& kind) {
   for (const auto& p : parts)
-    if (!p.json.is_null() && !p.is_control() && !p.is_subset() && text_at(p.json, "/command") == command) return &p;
+    if (!p.json.is_null() && !p.is_control() && !p.is_subset() && kind_of(p) == kind) return &p;
   return nullptr;
 }
 
-// analyze's sample subsets of a command (DIR/subsets/subset-g), in order.
-std::vector<const ReportPart*> subsets_for(const std::vector<ReportPart>& parts, const std::string& command) {
+// analyze's sample subsets of a kind (DIR/subsets/subset-g), in order.
+std::vector<const ReportPart*> subsets_for(const std::vector<ReportPart>& parts, const std::string& kind) {
   std::vector<const ReportPart*> out;
   for (const auto& p : parts)
-    if (!p.json.is_null() && p.is_subset() && text_at(p.json, "/command") == command) out.push_back(&p);
+    if (!p.json.is_null() && p.is_subset() && kind_of(p) == kind) out.push_back(&p);
   return out;
 }
 
-// The init control's parts of a command, one per seed in seed order.
-std::vector<const ReportPart*> controls_for(const std::vector<ReportPart>& parts, const std::string& command) {
+// The init control's parts of a kind, one per seed in seed order.
+std::vector<const ReportPart*> controls_for(const std::vector<ReportPart>& parts, const std::string& kind) {
   std::vector<const ReportPart*> out;
   for (const auto& p : parts)
-    if (!p.json.is_null() && p.is_control() && text_at(p.json, "/command") == command) out.push_back(&p);
+    if (!p.json.is_null() && p.is_control() && kind_of(p) == kind) out.push_back(&p);
   return out;
 }
 
@@ -582,10 +590,17 @@ std::optional<Interval> rho_interval(const ReportPart& part) {
   });
 }
 
-std::string initialisations(const char* part) { return fmt::format("then the initialisations (DIR/init/*/{})", part); }
+std::string initialisations(const std::string& part) { return fmt::format("then the initialisations (DIR/init/*/{})", part); }
 
-PaperSummary power_summary(const std::vector<ReportPart>& parts) {
-  PaperSummary s{"000", "Transformer layers and the power method (Li & Altafini)", {}};
+// The power-method paper's claims on the model's own dynamics (kind "power"), or on the paper's idealisation
+// (kind "power-l2": attention sublayers only with L2 normalisation, power --mode attn-only-l2), where only the
+// claims about the token dynamics are judged, with ids ending in "_l2".
+PaperSummary power_summary(const std::vector<ReportPart>& parts, const std::string& kind = "power") {
+  const bool ideal = kind == "power-l2";
+  PaperSummary s{"000",
+                 ideal ? "Transformer layers and the power method, in the paper's idealisation (attention only, L2-normalised)"
+                       : "Transformer layers and the power method (Li & Altafini)",
+                 {}, ideal};
   const std::string learned = "; pass: beyond every initialisation, Holm-adjusted p < 0.05";
   const Claim claims[] = {
       {"gamma", "Tokens leaving layer t align with its dominant eigenvector v₁,t well above chance.",
@@ -595,13 +610,13 @@ PaperSummary power_summary(const std::vector<ReportPart>& parts) {
        "of the layers, with the sign test over the layers; statistic: the median over layers of γ_t minus the strongest of "
        "the three" + learned,
        "per layer the strongest of: the same tokens before the layer, a(x_i^t; v₁,t); random directions drawn from the "
-       "tokens' own distribution, a(x_i^{t+1}; U); the isotropic baseline; then " + initialisations("power"),
+       "tokens' own distribution, a(x_i^{t+1}; U); the isotropic baseline; then " + initialisations(kind),
        +1, 0, gamma_interval},
       {"rho", "Each layer moves most tokens toward v₁,t: ρ_t > 1/2, significantly.",
        "holds when ρ_t over the tokens whose state is new (dynamics_F.rho_unique: a state repeated from an earlier sample, "
        "such as BOS, counted once) is > 1/2 with the one-sided sign-flip test over samples p < 0.05 "
        "(dynamics_F.p_value_samples) in more than half of the layers; statistic: the median ρ_t" + learned,
-       "1/2, with samples (not tokens) as the units; then " + initialisations("power"), +1, 0, rho_interval},
+       "1/2, with samples (not tokens) as the units; then " + initialisations(kind), +1, 0, rho_interval},
       {"dominant", "Each F_t has a dominant eigenvalue (real, or a complex pair) standing apart from the rest.",
        "shown, not judged: how many λ₁ are real, and the median |λ₂|/|λ₁| (results.layers[t].F)", "none (not judged)"},
       {"regime", "A shared layer iterated far past the model's depth settles into the regime its spectrum predicts.",
@@ -613,14 +628,14 @@ PaperSummary power_summary(const std::vector<ReportPart>& parts) {
                    "fewer than {} layers or shared weights; statistic: the difference{}",
                    kClaimLevel, kMinTestedLayers, learned),
        "the same tokens' alignment with the dominant eigenvectors of the other layers, the layer labels permuted; then " +
-           initialisations("power"),
+           initialisations(kind),
        +1},
       {"gamma_gap", "Alignment is weak where the spectral gap is small: γ_t grows with the gap of F_t.",
        fmt::format("holds when the Spearman correlation over layers of γ_t with the relative gap 1 − |λ₂|/|λ₁| of F_t "
                    "(results.gamma_vs_gap.rho) is positive with one-sided permutation p < {} (p_permutation); shown with fewer "
                    "than {} layers or shared weights; statistic: the correlation{}",
                    kClaimLevel, kMinTestedLayers, learned),
-       "the layers' gaps permuted (the permutation null of that rank correlation); then " + initialisations("power"), +1},
+       "the layers' gaps permuted (the permutation null of that rank correlation); then " + initialisations(kind), +1},
       {"rotation", "A shared layer whose dominant eigenvalue is a complex pair turns the tokens by arg λ₁ per step.",
        fmt::format("pass when the iteration's measured angle per step (results.iteration.measured_angle_per_step, the last "
                    "quarter of the steps) is within {:.0f} % of arg λ₁ of the step matrix (expected_angle_per_step); shown when "
@@ -646,11 +661,16 @@ PaperSummary power_summary(const std::vector<ReportPart>& parts) {
   Measured (*const measures[])(const json&) = {measure_gamma,           measure_rho,       measure_dominant, measure_regime,
                                                measure_alignment_local, measure_gamma_gap, measure_rotation, measure_bipartite,
                                                measure_steering};
-  const ReportPart* model = part_for(parts, "power");
-  const std::vector<const ReportPart*> inits = controls_for(parts, "power");
-  for (size_t i = 0; i < std::size(claims); ++i)
-    s.checks.push_back(model ? judge_parts(claims[i], model, inits, subsets_for(parts, "power"), has_init_control(parts), measures[i])
-                             : claims[i].missing("power did not run"));
+  const ReportPart* model = part_for(parts, kind);
+  const std::vector<const ReportPart*> inits = controls_for(parts, kind);
+  for (size_t i = 0; i < std::size(claims); ++i) {
+    static const std::set<std::string> dynamics = {"gamma", "rho", "alignment_local", "gamma_gap"};
+    if (ideal && !dynamics.count(claims[i].id)) continue;
+    ClaimCheck c = model ? judge_parts(claims[i], model, inits, subsets_for(parts, kind), has_init_control(parts), measures[i])
+                         : claims[i].missing(kind + " did not run");
+    if (ideal) c.id += "_l2", c.claim = "In the idealisation: " + c.claim;
+    s.checks.push_back(std::move(c));
+  }
   return s;
 }
 
@@ -967,6 +987,7 @@ std::vector<PaperSummary> summarize_claims(const std::vector<ReportPart>& parts)
   auto ran = [&](const char* command) { return part_for(parts, command) != nullptr; };
   std::vector<PaperSummary> papers;
   if (!one_command || ran("power")) papers.push_back(power_summary(parts));
+  if (ran("power-l2")) papers.push_back(power_summary(parts, "power-l2"));
   if (!one_command || ran("jacobian") || ran("topology")) papers.push_back(residual_summary(parts));
   if (!one_command || ran("particles")) papers.push_back(particles_summary(part_for(parts, "particles")));
 

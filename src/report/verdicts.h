@@ -76,6 +76,7 @@ struct ClaimCheck {
 struct PaperSummary {
   std::string seed, title;
   std::vector<ClaimCheck> checks;
+  bool folded = false;  // a second reading of a paper (its idealisation): folded on the page
 };
 
 inline constexpr const char* kNotComputed = "not computed";

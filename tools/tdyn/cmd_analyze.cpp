@@ -61,7 +61,7 @@ std::function<int()> setup_analyze(CLI::App& app) {
       ->capture_default_str()->check(positive_number);
   cmd->add_option("--max-len", o.max_len, "Tokens per sample")->capture_default_str()->check(positive_number);
   add_pass_flags(cmd, a->pass, false);
-  cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,jacobian,topology,particles")
+  cmd->add_option("--skip", a->skip, "Parts to leave out, comma-separated: power,power-l2 (power in the paper's idealisation, --mode attn-only-l2),jacobian,topology,particles")
       ->delimiter(',')->check(CLI::IsMember(skippable_parts()));
   cmd->add_option("--init-seeds", o.init_seeds,
                   "K: random initialisations of each of two kinds, the family's rule (tdyn init --seed S, S < K) and random "
