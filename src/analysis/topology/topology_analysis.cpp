@@ -136,7 +136,8 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
     const uint64_t seed = options.seed + layer;
     c.column.test = topology::spearman_test(x, column_gain, options.permutations, seed);
     c.row.test = topology::spearman_test(x, row_gain, options.permutations, seed);
-    const OperatorMetrics metrics = operator_metrics(j);
+    // Only the Schur form's departure, the symmetry index and the complex share are read: no singular vectors.
+    const OperatorMetrics metrics = operator_metrics(j, {.alignment_ks = {}});
     c.normalized_departure = metrics.departure.schur_normalized;
     c.symmetry_index = metrics.symmetry_index;
     c.complex_fraction = metrics.complex_fraction;
