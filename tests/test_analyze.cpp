@@ -283,7 +283,10 @@ TEST(Analyze, Stories260KEndToEnd) {
   for (const json& v : results["results"]["verdicts"])
     if (v["paper"] == "003" && v["claim"] == "bottleneck")
       judged = v["verdict"] != "not computed" && v["verdict"] != "inconclusive" && v["evidence"]["controls"].size() == 3 &&
-               v["evidence"]["at_control_samples"]["samples"] == 40;
+               v["evidence"]["at_control_samples"]["samples"] == 40 && v["evidence"]["nested"].is_object();
+  // The nested first 50 and 100 samples, behind the stability flags of the Jacobian statistics.
+  EXPECT_EQ(json::parse(read_file(dir / "nested/quarter/jacobian/results.json"))["results"]["samples_used"], 50);
+  EXPECT_EQ(json::parse(read_file(dir / "nested/half/jacobian/results.json"))["results"]["samples_used"], 100);
   EXPECT_TRUE(judged) << results["results"]["verdicts"].dump(1);
 }
 

@@ -380,6 +380,33 @@ TEST(Report, SurgeryVerdictOnConstructedLayers) {
   EXPECT_LT(learned.value, 1 / 1.5) << learned.observed;  // 1.84 against 3.37
 }
 
+// The statistics of mean Jacobians on the nested first ⌈S/4⌉ and ⌈S/2⌉ samples (analyze's DIR/nested): stable when
+// they lie on the claim's side of its threshold as the statistic on all samples does, flagged unstable otherwise.
+TEST(Report, NestedSampleSetsFlagAnUnstableBottleneck) {
+  const fs::path dir = test::scratch_dir("report_nested");
+  auto bottleneck = [&](double quarter_last, double half_last) {
+    fs::remove_all(dir);
+    write_part(dir / "jacobian", "jacobian", jacobian_results({60, 30, 12, 5}), json::object(), {});
+    write_controls(dir, "jacobian", jacobian_control);
+    for (int g = 0; g < 5; ++g)
+      write_part(dir / "subsets" / fmt::format("subset-{}", g) / "jacobian", "jacobian", jacobian_results({60, 30, 12, 4.8 + 0.1 * g}),
+                 json::object(), {});
+    write_part(dir / "nested/quarter/jacobian", "jacobian", jacobian_results({60, 30, 12, quarter_last}), json::object(), {});
+    write_part(dir / "nested/half/jacobian", "jacobian", jacobian_results({60, 30, 12, half_last}), json::object(), {});
+    write_analyze_top(dir, {"jacobian", "init"});
+    return check(summarize_claims(load_report_parts(dir)), "003", "bottleneck");
+  };
+  const ClaimCheck stable = bottleneck(6, 5.5);
+  EXPECT_NEAR(stable.evidence.at_quarter, 6.0 / 60, 1e-15);
+  EXPECT_NEAR(stable.evidence.at_half, 5.5 / 60, 1e-15);
+  EXPECT_TRUE(stable.evidence.stable) << stable.observed;
+  EXPECT_EQ(stable.verdict, Verdict::kPass) << stable.observed;
+  // On the first quarter the rank does not fall at all (r = 61/60 > 1): unstable in sample count.
+  const ClaimCheck unstable = bottleneck(61, 5.5);
+  EXPECT_FALSE(unstable.evidence.stable);
+  EXPECT_NE(unstable.observed.find("unstable in sample count"), std::string::npos) << unstable.observed;
+}
+
 // Steering: the final tokens' alignment with u at the largest scale against perturbations as large along random
 // directions ⊥ u. It passes when they align near-perfectly and the controls do not; a control that aligns the
 // tokens with u as well means the size of the perturbation did it: differs.

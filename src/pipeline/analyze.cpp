@@ -168,6 +168,7 @@ class Analysis {
   // samples, and runs power and topology as well, so that each claim compares the model with its controls on the
   // same tokens in the same number (a statistic of mean Jacobians depends on how many samples are averaged).
   std::vector<AnalysisInputs> subsets_;
+  std::vector<AnalysisInputs> nested_;  // the first ⌈S/4⌉ and ⌈S/2⌉ samples through jacobian (the stability flags)
   bool controls_on_subset_ = false;
   std::vector<Sample> control_subset_;  // the first subset's samples, when the controls run on them
   AnalyzeResult result_;
@@ -361,11 +362,13 @@ bool Analysis::init_pass(InitSeed& seed) {
 
 // The samples split into --interval-subsets G disjoint subsets, sample i into subset i mod G (each spans the corpus
 // as the whole does), each with its token ids in DIR/subsets/subset-g/samples.ids and its own pass of the Jacobian
-// sums, split across MPI ranks like the others. With the init control, the first subset is the controls' samples:
+// sums, split across MPI ranks like the others; likewise the nested first ⌈S/4⌉ and ⌈S/2⌉ samples in
+// DIR/nested/{quarter,half}. With the init control, the first subset is the controls' samples:
 // its pass also sums what power and topology read. Returns false on an MPI worker rank.
 bool Analysis::subset_passes() {
   const size_t G = static_cast<size_t>(o_.interval_subsets);
   const bool runs = G > 0 && !skipped("jacobian") && in_.samples.size() >= 2 * G;
+  if (ranks().root() && !(o_.resume && runs)) fs::remove_all(dir_ / "nested");
   // An earlier run's subsets would read as this run's; a resumed run keeps the pass files it can continue.
   if (ranks().root() && fs::is_directory(dir_ / "subsets")) {
     std::vector<fs::path> stale;
@@ -381,8 +384,16 @@ bool Analysis::subset_passes() {
   for (size_t i = 0; i < in_.samples.size(); ++i) samples[i % G].push_back(in_.samples[i]);
   controls_on_subset_ = runs_init();
   if (controls_on_subset_) control_subset_ = samples[0];
+  // Then the nested first ⌈S/4⌉ and ⌈S/2⌉ samples: the statistics' stability in sample count.
+  std::vector<fs::path> dirs;
+  for (size_t g = 0; g < G; ++g) dirs.push_back(subset_dir(dir_, g));
+  for (const auto& [name, fraction] : {std::pair{"quarter", 4}, std::pair{"half", 2}}) {
+    const size_t n = (in_.samples.size() + fraction - 1) / fraction;
+    samples.emplace_back(in_.samples.begin(), in_.samples.begin() + static_cast<std::ptrdiff_t>(n));
+    dirs.push_back(dir_ / "nested" / name);
+  }
   if (ranks().root())
-    for (size_t g = 0; g < G; ++g) write_token_ids(subset_dir(dir_, g) / "samples.ids", samples[g]);
+    for (size_t i = 0; i < dirs.size(); ++i) write_token_ids(dirs[i] / "samples.ids", samples[i]);
   broadcast_from_root(1.0);  // the barrier after which the files are there
   auto transformer = std::make_shared<const Transformer>(in_.model);
   const JacobianModel jacobians(transformer);
@@ -390,18 +401,21 @@ bool Analysis::subset_passes() {
   PassSpec jacobians_only = full;
   jacobians_only.correlations = false, jacobians_only.probes.clear();
   bool root = true;
-  for (size_t g = 0; g < G; ++g) {
+  for (size_t g = 0; g < dirs.size(); ++g) {
+    const bool nested = g >= G;
     const PassSpec& spec = g == 0 && controls_on_subset_ ? full : jacobians_only;
     AnalysisInputs sub;
     sub.model_path = o_.model_path, sub.load = o_.load, sub.model = in_.model;
-    sub.sample_options.data = (subset_dir(dir_, g) / "samples.ids").string();
+    sub.sample_options.data = (dirs[g] / "samples.ids").string();
     sub.sample_options.samples = static_cast<int64_t>(samples[g].size());
     sub.sample_options.max_len = o_.max_len, sub.sample_options.min_len = 1;
     sub.samples = std::move(samples[g]);
-    const fs::path file = subset_dir(dir_, g) / "pass.tdynpass";
+    const fs::path file = dirs[g] / "pass.tdynpass";
+    const std::string what = nested ? fmt::format("the first {} samples", sub.samples.size())
+                                    : fmt::format("sample subset {} of {}", g + 1, G);
     try {
       obtain_pass({o_.resume, ""}, *transformer, &jacobians, sub.samples, spec, pass_model_identity(o_.model_path, *in_.model), file,
-                  true, fmt::format("the forward pass of sample subset {} of {}", g + 1, G), progress_);
+                  true, "the forward pass of " + what, progress_);
     } catch (const WorkerShareDone&) {
       root = false;
       continue;
@@ -409,9 +423,9 @@ bool Analysis::subset_passes() {
     out_.record_file(fs::relative(file, dir_).generic_string(),
                      g == 0 && controls_on_subset_
                          ? "the sums of sample subset 0 (tdyn pass file), the controls' samples: read by its power, jacobian and topology"
-                         : fmt::format("the Jacobian sums of sample subset {} (tdyn pass file), read by its jacobian", g));
+                         : fmt::format("the Jacobian sums of {} (tdyn pass file), read by its jacobian", what));
     sub.pass.from_pass = file.string();
-    subsets_.push_back(std::move(sub));
+    (nested ? nested_ : subsets_).push_back(std::move(sub));
   }
   return root;
 }
@@ -424,6 +438,14 @@ void Analysis::run_subsets(nlohmann::json& record) {
     nlohmann::json subset = {{"dir", fs::relative(subset_dir(dir_, g), dir_).generic_string()}, {"samples", subsets_[g].samples.size()}};
     run_controlled_parts(o_.model_path, subset_dir(dir_, g), subsets_[g], {"jacobian"}, false, subset, false);
     record["subsets"].push_back(subset);
+  }
+  // The nested first ⌈S/4⌉ and ⌈S/2⌉ samples, into DIR/nested/{quarter,half}/jacobian: the verdicts' stability flags.
+  record["nested"] = nlohmann::json::array();
+  for (size_t i = 0; i < nested_.size(); ++i) {
+    const fs::path dir = fs::path(nested_[i].sample_options.data).parent_path();
+    nlohmann::json nested = {{"dir", fs::relative(dir, dir_).generic_string()}, {"samples", nested_[i].samples.size()}};
+    run_controlled_parts(o_.model_path, dir, nested_[i], {"jacobian"}, false, nested, false);
+    record["nested"].push_back(nested);
   }
 }
 

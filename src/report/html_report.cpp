@@ -435,7 +435,7 @@ std::string render_html_report(const fs::path& dir) {
   // evidence and their results.json beside it.
   std::vector<const ReportPart*> sections;
   for (const auto& p : parts)
-    if (!p.is_subset() && (!p.is_control() || shown_control(p, parts))) sections.push_back(&p);
+    if (p.is_model_part() || (p.is_control() && shown_control(p, parts))) sections.push_back(&p);
   h += "<nav><a href=\"#summary\">Summary</a>";
   for (const ReportPart* p : sections) h += fmt::format("<a href=\"#{}\">{}</a>", anchor(*p), html_escape(p->name));
   h += "</nav>\n";

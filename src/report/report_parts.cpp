@@ -158,6 +158,16 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
       parts.push_back(std::move(p));
     }
   }
+  // The nested sample sets: the first ⌈S/4⌉ and ⌈S/2⌉ samples.
+  for (const auto& [name, fraction] : {std::pair{"quarter", 4}, std::pair{"half", 2}})
+    for (const char* part : {"jacobian"}) {
+      const std::string rel = fmt::format("nested/{}/{}", name, part);
+      if (!fs::exists(dir / rel / "results.json")) continue;
+      ReportPart p{rel, rel, nullptr, ""};
+      p.nested = fraction;
+      p.json = read_json(dir / rel / "results.json", &p.error);
+      parts.push_back(std::move(p));
+    }
   for (ReportPart& p : parts) p.dir = dir / p.rel_dir;
   if (parts.empty())
     fail("report: no results.json in '{}' or its subdirectories; give the --out directory of an analysis", dir.string());

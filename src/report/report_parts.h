@@ -28,9 +28,14 @@ struct ReportPart {
   // ≥ 0: analyze's jacobian of this disjoint subset of the samples (DIR/subsets/subset-g), the evidence behind the
   // intervals of the statistics of mean Jacobians; never the model's own part.
   int64_t subset = -1;
+  // 4 or 2: analyze's part on the first ⌈S/4⌉ or ⌈S/2⌉ samples (DIR/nested/quarter/PART, DIR/nested/half/PART),
+  // the statistic's stability in sample count; never the model's own part.
+  int64_t nested = 0;
   fs::path dir = {};  // the directory itself (where its .npy files are)
   bool is_control() const { return init_seed >= 0; }
   bool is_subset() const { return subset >= 0; }
+  bool is_nested() const { return nested > 0; }
+  bool is_model_part() const { return !is_control() && !is_subset() && !is_nested(); }
 };
 
 // The parts under `dir`: its own results.json when that is a single analysis, else every subdirectory with a

@@ -50,7 +50,14 @@ std::string kind_of(const ReportPart& p) {
 // The model's own part of a kind (not a control's).
 const ReportPart* part_for(const std::vector<ReportPart>& parts, const std::string& kind) {
   for (const auto& p : parts)
-    if (!p.json.is_null() && !p.is_control() && !p.is_subset() && kind_of(p) == kind) return &p;
+    if (!p.json.is_null() && p.is_model_part() && kind_of(p) == kind) return &p;
+  return nullptr;
+}
+
+// analyze's part of a kind on the first ⌈S/fraction⌉ samples (DIR/nested/...), if any.
+const ReportPart* nested_for(const std::vector<ReportPart>& parts, const std::string& kind, int64_t fraction) {
+  for (const auto& p : parts)
+    if (!p.json.is_null() && p.nested == fraction && kind_of(p) == kind) return &p;
   return nullptr;
 }
 
@@ -279,7 +286,8 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
 // claim's own (a bootstrap), else the spread of the statistic over the sample subsets' parts (random groups).
 template <class Measure>
 ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vector<const ReportPart*>& inits,
-                       const std::vector<const ReportPart*>& subsets, bool init_ran, Measure measure) {
+                       const std::vector<const ReportPart*>& subsets, bool init_ran, Measure measure,
+                       const ReportPart* quarter = nullptr, const ReportPart* half = nullptr) {
   Measured m = measure(model->json);
   m.samples = samples_of(model->json);
   std::vector<std::pair<const ReportPart*, Measured>> controls;
@@ -312,6 +320,14 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
                                         "estimate ± t(0.975, G − 1) s/√G",
                                         values.size())};
     }
+    // The statistic on the nested first ⌈S/4⌉ and ⌈S/2⌉ samples, where analyze ran the part on them (DIR/nested).
+    auto nested_value = [&](const ReportPart* p) -> double {
+      if (!p) return NAN;
+      const Measured n = measure(p->json);
+      return n.missing || n.shown ? NAN : n.statistic;
+    };
+    if (interval && !std::isfinite(interval->at_quarter) && (quarter || half))
+      interval->at_quarter = nested_value(quarter), interval->at_half = nested_value(half);
   }
   return judge(c, m, interval, controls, null_draws, init_ran, at_control_samples);
 }
@@ -895,7 +911,7 @@ PaperSummary residual_summary(const std::vector<ReportPart>& parts) {
   const std::vector<const ReportPart*> jacobian_inits = controls_for(parts, "jacobian");
   for (size_t i = 0; i < std::size(jacobian_claims); ++i)
     s.checks.push_back(jacobian ? judge_parts(jacobian_claims[i], jacobian, jacobian_inits, subsets_for(parts, "jacobian"), init_ran,
-                                              jacobian_measures[i])
+                                              jacobian_measures[i], nested_for(parts, "jacobian", 4), nested_for(parts, "jacobian", 2))
                                 : jacobian_claims[i].missing("jacobian did not run"));
   const ReportPart* topology = part_for(parts, "topology");
   const std::vector<const ReportPart*> topology_inits = controls_for(parts, "topology");
