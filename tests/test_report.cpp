@@ -735,6 +735,29 @@ TEST(Report, CouplingJudgedAgainstTheInitialisation) {
   EXPECT_NE(v["coupling"].observed.find("3 of 6 maps coupled"), std::string::npos) << v["coupling"].observed;
 }
 
+// With analyze's sample subsets the sign rule's correlation gets the random groups' interval; the count of coupled
+// maps does not, since a count of significant tests grows with the samples and S/G samples say nothing of it at S.
+TEST(Report, TopologyIntervalsFromTheSampleSubsets) {
+  const fs::path dir = test::scratch_dir("report_topology_subsets");
+  auto coupling = [](int coupled, double sign_rho) {
+    json layers = json::array();
+    for (int i = 0; i < 6; ++i) layers.push_back({{"boundary", i}});
+    return json{{"samples", 20},
+                {"coupling", {{"significant_layers", coupled}, {"coupled_layers", coupled}, {"fdr_q", 0.05}, {"min_effect", 0.1},
+                              {"layers", layers}, {"sign_rule", {{"rho", sign_rho}, {"layers", 6}, {"p_permutation", 0.001}}}}}};
+  };
+  write_part(dir / "topology", "topology", coupling(4, -0.7), json::object(), {});
+  for (int g = 0; g < 5; ++g)
+    write_part(dir / "subsets" / fmt::format("subset-{}", g) / "topology", "topology", coupling(g, -0.9 + 0.1 * g), json::object(), {});
+  write_analyze_top(dir, {"topology"});
+  const auto papers = summarize_claims(load_report_parts(dir));
+  const ClaimCheck sign = check(papers, "003", "coupling_sign"), count = check(papers, "003", "coupling");
+  EXPECT_NE(sign.evidence.interval.find("random groups"), std::string::npos) << sign.observed;
+  EXPECT_LT(sign.evidence.lo, -0.7);
+  EXPECT_GT(sign.evidence.hi, -0.7);
+  EXPECT_TRUE(std::isnan(count.evidence.lo)) << "a count gets no subset interval";
+}
+
 // Emergence over a checkpoint series (topology --compare, in order): the maps coupled at the last checkpoint but not
 // the first, against the reverse, by a sign test over the maps; the count must also trend up along the series.
 TEST(Report, EmergenceOverACheckpointSeries) {

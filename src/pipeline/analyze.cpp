@@ -398,12 +398,13 @@ bool Analysis::subset_passes() {
   auto transformer = std::make_shared<const Transformer>(in_.model);
   const JacobianModel jacobians(transformer);
   const PassSpec full = pass_spec(*in_.model);
-  PassSpec jacobians_only = full;
+  PassSpec jacobians_only = full, subset_spec = full;  // the subsets run jacobian and topology, the nested sets jacobian
   jacobians_only.correlations = false, jacobians_only.probes.clear();
+  subset_spec.probes.clear();
   bool root = true;
   for (size_t g = 0; g < dirs.size(); ++g) {
     const bool nested = g >= G;
-    const PassSpec& spec = g == 0 && controls_on_subset_ ? full : jacobians_only;
+    const PassSpec& spec = g == 0 && controls_on_subset_ ? full : nested ? jacobians_only : subset_spec;
     AnalysisInputs sub;
     sub.model_path = o_.model_path, sub.load = o_.load, sub.model = in_.model;
     sub.sample_options.data = (dirs[g] / "samples.ids").string();
@@ -430,13 +431,14 @@ bool Analysis::subset_passes() {
   return root;
 }
 
-// The jacobian of every sample subset, with the controls' options, into DIR/subsets/subset-g/jacobian: the verdicts'
-// intervals of the statistics of mean Jacobians and of the surgery. Recorded in the jacobian part's record.
+// The jacobian and topology of every sample subset, with the controls' options, into DIR/subsets/subset-g: the
+// verdicts' intervals of the statistics of mean Jacobians, of the surgery and of the coupling's sign rule. Recorded
+// in the jacobian part's record.
 void Analysis::run_subsets(nlohmann::json& record) {
   record["subsets"] = nlohmann::json::array();
   for (size_t g = 0; g < subsets_.size(); ++g) {
     nlohmann::json subset = {{"dir", fs::relative(subset_dir(dir_, g), dir_).generic_string()}, {"samples", subsets_[g].samples.size()}};
-    run_controlled_parts(o_.model_path, subset_dir(dir_, g), subsets_[g], {"jacobian"}, false, subset, false);
+    run_controlled_parts(o_.model_path, subset_dir(dir_, g), subsets_[g], {"jacobian", "topology"}, false, subset, false);
     record["subsets"].push_back(subset);
   }
   // The nested first ⌈S/4⌉ and ⌈S/2⌉ samples, into DIR/nested/{quarter,half}/jacobian: the verdicts' stability flags.
@@ -520,8 +522,8 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
   }
 }
 
-// The init control: the model's own power and topology on the controls' samples (when they are the first subset:
-// its jacobian ran with the subsets), then every seed of the random initialisations through power, jacobian and
+// The init control: the model's own power and power-l2 on the controls' samples (when they are the first subset:
+// its jacobian and topology ran with the subsets), then every seed of the random initialisations through power, jacobian and
 // topology (run_controlled_parts), each on its own pass. A seed that fails is recorded and the others still run;
 // the part fails when any seed did.
 void Analysis::run_init(nlohmann::json& record) {
@@ -529,7 +531,7 @@ void Analysis::run_init(nlohmann::json& record) {
     nlohmann::json model = {{"dir", fs::relative(subset_dir(dir_, 0), dir_).generic_string()},
                             {"samples", subsets_.front().samples.size()},
                             {"what", "the model on the controls' samples with their options: what each claim compares them with"}};
-    run_controlled_parts(o_.model_path, subset_dir(dir_, 0), subsets_.front(), {"power", "power-l2", "topology"}, false, model, false);
+    run_controlled_parts(o_.model_path, subset_dir(dir_, 0), subsets_.front(), {"power", "power-l2"}, false, model, false);
     record["model"] = model;
   }
   subsets_.clear();  // their models and samples are no longer needed

@@ -307,7 +307,9 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
   std::optional<Interval> interval;
   if (!m.missing && !m.shown) {
     if (c.interval) interval = c.interval(*model);
-    if (!interval && subsets.size() >= 2) {
+    // A count (a resolution above 0: coupled maps) grows with the samples, so subsets of S/G samples say nothing of
+    // its spread at S; every other statistic gets the random groups' interval.
+    if (!interval && subsets.size() >= 2 && c.resolution == 0) {
       std::vector<double> values;
       for (const ReportPart* p : subsets) {
         const Measured s = measure(p->json);
