@@ -1,9 +1,11 @@
 // tdyn jacobian / tdyn init end to end on stories260K, and the surgery identity dep(J_α) = |α| dep(J̄) on a real
 // mean Jacobian.
+#include <cmath>
 #include <set>
 #include <nlohmann/json.hpp>
 
 #include "analysis/jacobian/means.h"
+#include "core/npy.h"
 #include "model/loader.h"
 #include "pipeline/parts.h"
 #include "test_util.h"
@@ -100,10 +102,11 @@ TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrumAndSurgeryDrawsTheirOwnN) {
   EXPECT_NE(controls[2]["roy_vetterli"], controls[1]["roy_vetterli"]);
   EXPECT_FALSE(m["surgery"][0].contains("full_depth_control_draws")) << "only at alpha = 1";
 
-  // --surgery-full-depth-only: the same full-depth numbers, and NaN ranks at the other depths of surgery.csv.
+  // --surgery-full-depth-only: the same full-depth numbers, and NaN ranks at the other depths of surgery.csv;
+  // --cumulative-ends-only: the same metrics of C_1 and C_K, none of the depths between.
   const fs::path full_depth = test::scratch_dir("jacobian_surgery_full_depth");
   ASSERT_EQ(test::run_cli(fmt::format("--quiet jacobian {} --samples 4 --max-len 16 --surgery --alphas 0,1 --surgery-control-draws 3 "
-                                      "--surgery-full-depth-only --out {}",
+                                      "--surgery-full-depth-only --cumulative-ends-only --out {}",
                                       (test::shared_dir() / kStories).string(), full_depth.string()),
                           nullptr, &err),
             0)
@@ -113,6 +116,14 @@ TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrumAndSurgeryDrawsTheirOwnN) {
   EXPECT_EQ(f["results"]["models"][0]["surgery"], m["surgery"]);
   const std::string csv = read_file(full_depth / "surgery.csv");
   EXPECT_NE(csv.find("nan"), std::string::npos) << csv.substr(0, 400);
+  const nlohmann::json& depths = f["results"]["models"][0]["depths"];
+  EXPECT_EQ(depths.front()["cumulative"], m["depths"].front()["cumulative"]);
+  EXPECT_EQ(depths.back()["cumulative"], m["depths"].back()["cumulative"]);
+  EXPECT_EQ(depths.front()["mean"], m["depths"].front()["mean"]);
+  for (size_t k = 1; k + 1 < depths.size(); ++k) EXPECT_TRUE(depths[k]["cumulative"].is_null()) << "depth " << k + 1;
+  const NpyArray sigma = read_npy(full_depth / "cumulative.singular_values.npy");
+  EXPECT_TRUE(std::isnan(sigma.as_double()[sigma.shape[1]])) << "depth 2 not computed";
+  EXPECT_FALSE(std::isnan(sigma.as_double().back()));
 }
 
 // tdyn init --match-scales: every kind of tensor of the initialisation has the source's mean and spread (up to the

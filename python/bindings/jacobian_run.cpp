@@ -28,7 +28,11 @@ void add_spectra(py::dict& arrays, const std::string& stem, const std::vector<Op
   auto e = eig.mutable_unchecked<2>();
   auto s = sv.mutable_unchecked<2>();
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t i = 0; i < d; ++i) e(k, i) = ms[k].eigenvalues[i], s(k, i) = ms[k].singular_values[i];
+    for (int64_t i = 0; i < d; ++i) {
+      const bool computed = ms[k].d > 0;  // not: a depth JacobianOptions::cumulative_ends_only skipped
+      e(k, i) = computed ? ms[k].eigenvalues[i] : std::complex<double>(NAN, NAN);
+      s(k, i) = computed ? ms[k].singular_values[i] : NAN;
+    }
   arrays[py::str(stem + ".eigenvalues")] = eig;
   arrays[py::str(stem + ".singular_values")] = sv;
 }

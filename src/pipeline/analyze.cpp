@@ -500,6 +500,7 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
     if (part == "power" || idealised(part)) append(argv, kControlPowerFlags);
     if (idealised(part)) append(argv, kIdealisedFlags);
     if (part == "jacobian") append(argv, kControlJacobianFlags);
+    if (part == "jacobian" && !figures) argv.push_back("--cumulative-ends-only");  // the verdicts read only the ends
     if (!idealised(part)) append(argv, {"--from-pass", in.pass.from_pass});
     append(argv, {"--out", (dir / part).string()});
     record["argv"][part] = argv;
@@ -512,7 +513,9 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
     } else if (idealised(part)) {
       power_to(out, without_pass(in), control_power_options(DynamicsMode::AttnOnlyL2), progress_);
     } else if (part == "jacobian") {
-      const JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
+      JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
+      // A run whose figures are drawn shows the cumulative ranks at every depth; the others serve only the verdicts.
+      options.cumulative_ends_only = !figures;
       JacobianResult r = jacobian_to(out, in, {}, options, progress_);
       if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
     } else if (part == "topology") {

@@ -21,14 +21,16 @@ std::vector<double> stack(const std::vector<linalg::Matrix>& ms) {
   return out;
 }
 
+// A depth whose metrics were not computed (d = 0: JacobianOptions::cumulative_ends_only) has NaN rows.
 void write_spectra(ResultsDir& out, const std::string& stem, const std::vector<OperatorMetrics>& ms, const std::string& what) {
   const int64_t K = static_cast<int64_t>(ms.size()), d = ms.front().d;
   std::vector<double> eig, sv;
   for (const auto& m : ms) {
     for (int64_t i = 0; i < d; ++i) {
-      eig.push_back(m.eigenvalues[i].real());
-      eig.push_back(m.eigenvalues[i].imag());
-      sv.push_back(m.singular_values[i]);
+      const bool computed = m.d > 0;
+      eig.push_back(computed ? m.eigenvalues[i].real() : NAN);
+      eig.push_back(computed ? m.eigenvalues[i].imag() : NAN);
+      sv.push_back(computed ? m.singular_values[i] : NAN);
     }
   }
   write_npy_complex(out.file(stem + ".eigenvalues.npy"), eig.data(), {K, d});
@@ -46,10 +48,15 @@ std::vector<std::string> metric_columns(const std::vector<linalg::Index>& alignm
   return columns;
 }
 
-std::vector<double> metric_row(int64_t model, int64_t k, const OperatorMetrics& m) {
+// A row of `columns` values; NaN past the depth's place for metrics not computed (d = 0).
+std::vector<double> metric_row(int64_t model, int64_t k, const OperatorMetrics& m, size_t columns) {
   std::vector<double> row = {static_cast<double>(model), static_cast<double>(k + 1), static_cast<double>(k / 2),
-                             static_cast<double>(k % 2), m.frobenius_norm, m.condition_number, m.departure.schur,
-                             m.departure.schur_normalized, m.departure.identity};
+                             static_cast<double>(k % 2)};
+  if (m.d == 0) {
+    row.resize(columns, NAN);
+    return row;
+  }
+  row.insert(row.end(), {m.frobenius_norm, m.condition_number, m.departure.schur, m.departure.schur_normalized, m.departure.identity});
   for (const SubspaceAlignment& a : m.self_alignment) row.push_back(a.value);
   row.insert(row.end(), {m.expanding_fraction, m.complex_fraction, m.symmetry_index, m.effective_rank.roy_vetterli,
                          m.effective_rank.participation_ratio, m.effective_rank.stable_rank,
@@ -145,7 +152,7 @@ void write_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& resu
       for (size_t q = 0; q < measures.size(); ++q) {
         Series s{measures[q].first + " (" + checkpoint_label(results[i], i) + ")", {depth, {}},
                  fmt::format("linespoints lt {} dt {} pt 7 ps 0.5", q + 1, i + 1)};
-        for (const auto& m : results[i].cumulative_metrics) s.columns[1].push_back(measures[q].second(m.effective_rank));
+        for (const auto& m : results[i].cumulative_metrics) s.columns[1].push_back(m.d > 0 ? measures[q].second(m.effective_rank) : NAN);
         fig.series.push_back(std::move(s));
       }
     }
@@ -230,17 +237,18 @@ void write_jacobian(ResultsDir& out, const JacobianResult& result, const Jacobia
   out.npy("samples.source_index.npy", result.source_indices.data(), {static_cast<int64_t>(result.source_indices.size())},
           "int64 [S]: passage / row index of each sample in its source");
   out.results() = results_json(result);
+  const std::vector<std::string> columns = metric_columns(result.alignment_ks_used);
   std::vector<std::vector<double>> mean_rows, cumulative_rows, product_rows, surgery_rows;
   for (size_t i = 0; i < result.models.size(); ++i) {
     const CheckpointJacobians& r = result.models[i];
+    const int64_t model = static_cast<int64_t>(i);
     for (int64_t k = 0; k < static_cast<int64_t>(r.mean_metrics.size()); ++k) {
-      mean_rows.push_back(metric_row(static_cast<int64_t>(i), k, r.mean_metrics[k]));
-      cumulative_rows.push_back(metric_row(static_cast<int64_t>(i), k, r.cumulative_metrics[k]));
-      if (options.mean_of_products) product_rows.push_back(metric_row(static_cast<int64_t>(i), k, r.product_mean_metrics[k]));
+      mean_rows.push_back(metric_row(model, k, r.mean_metrics[k], columns.size()));
+      cumulative_rows.push_back(metric_row(model, k, r.cumulative_metrics[k], columns.size()));
+      if (options.mean_of_products) product_rows.push_back(metric_row(model, k, r.product_mean_metrics[k], columns.size()));
     }
     for (const auto& p : r.surgery) append_surgery_rows(surgery_rows, i, p);
   }
-  const std::vector<std::string> columns = metric_columns(result.alignment_ks_used);
   out.csv("metrics_mean.csv", columns, mean_rows,
           "metrics of the mean Jacobians J̄_k per depth (model: 0 = MODEL, i = compare{i}; sublayer 0 attention, 1 MLP)");
   out.csv("metrics_cumulative.csv", columns, cumulative_rows, "metrics of the cumulative products C_k per depth");

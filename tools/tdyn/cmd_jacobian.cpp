@@ -80,6 +80,10 @@ std::function<int()> setup_jacobian(CLI::App& app) {
   cmd->add_flag("--surgery-full-depth-only", a->options.surgery_options.full_depth_only,
                 "Surgery's effective ranks at the full depth only, what its verdict reads (surgery.csv's other depths NaN): "
                 "two complex SVDs per alpha and depth fewer");
+  cmd->add_flag("--cumulative-ends-only", a->options.cumulative_ends_only,
+                "Metrics of the cumulative products C_k at the first and last depth only, what the bottleneck verdict reads "
+                "(the others null in results.json, NaN in the tables and arrays): two eigen- and SVD decompositions per "
+                "depth fewer");
   cmd->add_option("--eig-depths", a->options.eig_depths,
                   "Depths (1-based, comma-separated) whose eigenvalues are plotted (default first, middle, last)")
       ->delimiter(',')->allow_extra_args(false);

@@ -126,7 +126,7 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
       if (k == K - 1) r.haar_null[j].second = effective_ranks(linalg::singular_values(c));
     }
     r.mean_metrics[k] = operator_metrics(mean, metric_opts);  // LAPACK's own threads do the work at large d
-    r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
+    if (!options.cumulative_ends_only || k == 0 || k == K - 1) r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
     if (sweep) sweep->add(mean);
     if (arrays) arrays->depth(r, mean, cumulative);
     if (options.keep_matrices) r.mean.push_back(mean), r.cumulative.push_back(cumulative);
@@ -194,6 +194,7 @@ nlohmann::json options_json(const JacobianResult& result, const JacobianOptions&
                       {"mean", options.structured ? "structured" : "plain"},
                       {"cumulative", options.mean_of_products ? "both" : "product-of-means"},
                       {"save_per_sample", options.save_per_sample},
+                      {"cumulative_ends_only", options.cumulative_ends_only},
                       {"alignment_ks", options.metrics.alignment_ks},
                       {"alignment_ks_used", result.alignment_ks_used},
                       {"complex_tolerance", options.metrics.complex_tolerance},
@@ -224,8 +225,9 @@ nlohmann::json checkpoint_json(const CheckpointJacobians& r) {
   mj["samples"] = r.n_samples;
   mj["pairs"] = r.n_pairs;
   for (int64_t k = 0; k < static_cast<int64_t>(r.mean_metrics.size()); ++k) {
+    const OperatorMetrics& c = r.cumulative_metrics[k];  // d = 0: not computed (cumulative_ends_only)
     nlohmann::json row = {{"depth", k + 1}, {"name", sublayer_name(k)}, {"mean", r.mean_metrics[k].to_json()},
-                          {"cumulative", r.cumulative_metrics[k].to_json()}};
+                          {"cumulative", c.d > 0 ? c.to_json() : nlohmann::json(nullptr)}};
     if (!r.product_mean_metrics.empty()) row["mean_of_products"] = r.product_mean_metrics[k].to_json();
     mj["depths"].push_back(row);
   }

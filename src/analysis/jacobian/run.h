@@ -31,6 +31,9 @@ struct JacobianOptions {
   SurgeryOptions surgery_options;
   std::vector<int64_t> eig_depths;  // 1-based depths whose eigenvalues are plotted; empty: first, middle, last
   bool keep_matrices = false;       // the result keeps every J̄_k and C_k (2 K d² doubles; else only streamed)
+  // The metrics of C_k at the first and last depth only, what the bottleneck verdict reads; the other depths' are
+  // left uncomputed (d = 0: null in results.json, NaN in the tables and arrays). analyze's controls use it.
+  bool cumulative_ends_only = false;
   // The structure-preserving null of the bottleneck: this many draws of the cumulative products with every J̄_k
   // replaced by Q_k J̄_k Q_kᵀ, Q_k Haar-random orthogonal and new at every depth (seeded by haar_null_seed, the
   // draw and k). Each J̄_k keeps its eigenvalues, singular values and normality; only how the depths' bases line
