@@ -74,14 +74,17 @@ struct Closeness {
   }
 };
 
-// |a - b| <= atol + rtol*|b| elementwise; reports the element with the largest error/tolerance ratio.
+// |a - b| <= atol + rtol*|b| elementwise; reports the element with the largest error/tolerance ratio. NaN in both
+// at one element agrees (a value not computed in either); NaN or ±∞ in one only is an infinite error.
 template <typename A, typename B>
 Closeness compare(const A* a, const B* b, size_t n, double rtol, double atol) {
   Closeness c;
   for (size_t i = 0; i < n; ++i) {
     double x = a[i], y = b[i];
     double tol = atol + rtol * std::abs(y);
-    double ratio = std::isfinite(x) ? std::abs(x - y) / (tol > 0 ? tol : 1e-300) : INFINITY;
+    double ratio = std::isnan(x) && std::isnan(y)          ? 0.0
+                   : std::isfinite(x) && !std::isnan(y) ? std::abs(x - y) / (tol > 0 ? tol : 1e-300)
+                                                           : INFINITY;
     if (ratio > c.worst_ratio || i == 0) {
       c.worst_ratio = ratio;
       c.worst = i;
