@@ -73,8 +73,9 @@ void bind_analyze(py::module_& m) {
 
 model: a checkpoint path. data: a text file of passages or token ids (default the WikiText-2 test split);
 tokenizer: a tokenizer file (default the model's); samples, max_len: the shared samples. skip: parts to leave
-out, of 'power', 'power-l2' (power in the paper's idealisation), 'jacobian', 'topology', 'particles'. init_control: run random initialisations of the
-architecture through power, jacobian and topology as the controls of the claims about training; init_seeds: how
+out, of 'power', 'power-l2' (power in the paper's idealisation), 'jacobian', 'topology', 'particles'.
+init_control: run random initialisations of the architecture through power, power-l2, jacobian and topology as
+the controls of the claims about training; init_seeds: how
 many (seeds 0 .. init_seeds - 1). interval_subsets: the disjoint sample subsets behind the intervals of the
 Jacobian statistics (0: none). particles_layer, particles_head, particles_tokens,
 particles_T: the head simulated as particles. progress: None (silent) or a callable that gets each progress

@@ -526,9 +526,9 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
 }
 
 // The init control: the model's own power and power-l2 on the controls' samples (when they are the first subset:
-// its jacobian and topology ran with the subsets), then every seed of the random initialisations through power, jacobian and
-// topology (run_controlled_parts), each on its own pass. A seed that fails is recorded and the others still run;
-// the part fails when any seed did.
+// its jacobian and topology ran with the subsets), then every seed of the random initialisations through power,
+// power-l2, jacobian and topology (run_controlled_parts), each on its own pass. A seed that fails is recorded and
+// the others still run; the part fails when any seed did.
 void Analysis::run_init(nlohmann::json& record) {
   if (controls_on_subset_ && !subsets_.empty()) {
     nlohmann::json model = {{"dir", fs::relative(subset_dir(dir_, 0), dir_).generic_string()},

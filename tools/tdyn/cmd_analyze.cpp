@@ -65,16 +65,17 @@ std::function<int()> setup_analyze(CLI::App& app) {
       ->delimiter(',')->check(CLI::IsMember(skippable_parts()));
   cmd->add_option("--init-seeds", o.init_seeds,
                   "K: random initialisations of each of two kinds, the family's rule (tdyn init --seed S, S < K) and random "
-                  "weights at the model's own scales (tdyn init --match-scales), each run through power, jacobian and topology "
-                  "on the first sample subset's tokens (all samples with --interval-subsets 0) and compared with the model "
+                  "weights at the model's own scales (tdyn init --match-scales), each run through power, power-l2, jacobian "
+                  "and topology on the first sample subset's tokens (all samples with --interval-subsets 0) and compared with the model "
                   "on those; their values are the distribution each claim about training is judged against (5: the fewest that "
                   "give a claim beyond all of them a p-value that can survive the correction over every verdict)")
       ->capture_default_str()->check(positive_number);
   cmd->add_option("--interval-subsets", o.interval_subsets,
-                  "G: the samples split into G disjoint subsets (sample i into subset i mod G), each through jacobian, so that "
-                  "the statistics of mean Jacobians and the surgery get an interval from their spread over the subsets; "
-                  "the first is also the initialisations' samples (0: none, and the initialisations run on all samples; "
-                  "each subset costs the jacobian metrics once more)")
+                  "G: the samples split into G disjoint subsets (sample i into subset i mod G), each through jacobian and "
+                  "topology, so that the statistics of mean Jacobians, the surgery and the coupling's sign rule get an "
+                  "interval from their spread over the subsets; the first is also the initialisations' samples; and the "
+                  "first S/4 and S/2 samples through jacobian give the stability flags (0: none of these, and the "
+                  "initialisations run on all samples; each subset costs the jacobian metrics once more)")
       ->capture_default_str()->check(non_negative_number);
   cmd->add_flag("--no-init-control", a->no_init_control,
                "Do not run the random initialisations; a claim about training that holds on the model is then inconclusive, "
