@@ -83,18 +83,14 @@ EffectiveRanks effective_ranks(const Vector& singular_values, double energy_frac
 
 // ---- Operator metrics -----------------------------------------------------------------------------------
 
-OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const OperatorMetricsOptions& options) {
-  if (j.rows() != j.cols()) fail("operator_metrics: expected a square matrix, got {} × {}", j.rows(), j.cols());
-  linalg::require_finite(j, "operator_metrics input");
+namespace {
+
+// The metrics of j from its eigenvalues and the Frobenius norm of its Schur form's strictly upper part, ‖N‖_F.
+OperatorMetrics metrics_from_schur(const Eigen::Ref<const Matrix>& j, const ComplexVector& eigenvalues, double strictly_upper_norm,
+                                   const OperatorMetricsOptions& options) {
   const Index d = j.rows();
   OperatorMetrics m;
   m.d = d;
-  if (d == 0) return m;
-
-  // Values only where vectors are not needed: no metric uses Schur vectors, and singular vectors are needed
-  // only for the leading max k (self-alignment).
-  const linalg::RealSchurForm schur = linalg::real_schur_form(j);
-  const ComplexVector& eigenvalues = schur.eigenvalues;
   m.eigenvalues = eigenvalues(linalg::order_by_modulus(eigenvalues));
   Index alignment_k = 0;
   for (Index k_requested : options.alignment_ks) {
@@ -112,7 +108,7 @@ OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const Operat
   const double round_off = static_cast<double>(d) * std::numeric_limits<double>::epsilon() * m.singular_values[0];
   m.condition_number = sigma_min > round_off ? m.singular_values[0] / sigma_min : std::numeric_limits<double>::infinity();
 
-  m.departure.schur = schur.strictly_upper_norm();
+  m.departure.schur = strictly_upper_norm;
   m.departure.identity = std::sqrt(std::max(0.0, frobenius_squared - eigenvalues.squaredNorm()));
   m.departure.schur_normalized = normalised(m.departure.schur);
   m.departure.identity_normalized = normalised(m.departure.identity);
@@ -135,6 +131,29 @@ OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const Operat
   m.symmetry_index = normalised((j - j.transpose()).norm());
   m.effective_rank = effective_ranks(m.singular_values);
   return m;
+}
+
+void check_operator(const Eigen::Ref<const Matrix>& j) {
+  if (j.rows() != j.cols()) fail("operator_metrics: expected a square matrix, got {} × {}", j.rows(), j.cols());
+  linalg::require_finite(j, "operator_metrics input");
+}
+
+}  // namespace
+
+OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const OperatorMetricsOptions& options) {
+  check_operator(j);
+  if (j.rows() == 0) return {};
+  // Values only where vectors are not needed: no metric uses Schur vectors, and singular vectors are needed
+  // only for the leading max k (self-alignment).
+  const linalg::RealSchurForm schur = linalg::real_schur_form(j);
+  return metrics_from_schur(j, schur.eigenvalues, schur.strictly_upper_norm(), options);
+}
+
+OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const OperatorMetricsOptions& options,
+                                 const linalg::ComplexSchur& schur) {
+  check_operator(j);
+  if (j.rows() == 0) return {};
+  return metrics_from_schur(j, schur.eigenvalues(), schur.strictly_upper().norm(), options);
 }
 
 nlohmann::json OperatorMetrics::to_json(bool include_spectra) const {

@@ -106,6 +106,9 @@ struct OperatorMetrics {
 // without Schur vectors (dgees), and the singular values with only the leading max-k singular vector pairs
 // (see partial_svd_max_fraction).
 OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const OperatorMetricsOptions& options = {});
+// The same from j's complex Schur form already computed (the surgery's): no further Schur decomposition.
+OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const OperatorMetricsOptions& options,
+                                 const linalg::ComplexSchur& schur);
 
 // ---- Spectral summary for the power-method analysis (SPEC §2 "Spectrum") -----------------------------
 

@@ -175,8 +175,9 @@ SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool parallel_residual
                                            DepthChain<ComplexMatrix>(parallel_residual)});
 }
 
-void SurgerySweep::add(const Matrix& mean) {
-  const linalg::ComplexSchur schur = linalg::complex_schur(mean);
+void SurgerySweep::add(const Matrix& mean) { add(mean, linalg::complex_schur(mean)); }
+
+void SurgerySweep::add(const Matrix& mean, const linalg::ComplexSchur& schur) {
   const double departure = schur.strictly_upper().norm();
   const uint64_t seed = options_.seed + static_cast<uint64_t>(depth_);
 #pragma omp parallel for schedule(dynamic, 1)

@@ -125,6 +125,7 @@ class SurgerySweep {
   // parallel_residual: chain the depths as DepthChain does for parallel blocks.
   explicit SurgerySweep(const SurgeryOptions& options, bool parallel_residual = false);
   void add(const linalg::Matrix& mean);  // J̄_k of the next depth k
+  void add(const linalg::Matrix& mean, const linalg::ComplexSchur& schur);  // with its complex Schur form
   std::vector<SurgeryPoint> points() const;  // per α, with the control draws' effective ranks at the last depth
 
  private:

@@ -125,9 +125,15 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
       if (k == 0) r.haar_null[j].first = effective_ranks(linalg::singular_values(c));
       if (k == K - 1) r.haar_null[j].second = effective_ranks(linalg::singular_values(c));
     }
-    r.mean_metrics[k] = operator_metrics(mean, metric_opts);  // LAPACK's own threads do the work at large d
+    // LAPACK's own threads do the work at large d. With surgery its Schur form serves the metrics too.
+    if (sweep) {
+      const linalg::ComplexSchur schur = linalg::complex_schur(mean);
+      r.mean_metrics[k] = operator_metrics(mean, metric_opts, schur);
+      sweep->add(mean, schur);
+    } else {
+      r.mean_metrics[k] = operator_metrics(mean, metric_opts);
+    }
     if (!options.cumulative_ends_only || k == 0 || k == K - 1) r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
-    if (sweep) sweep->add(mean);
     if (arrays) arrays->depth(r, mean, cumulative);
     if (options.keep_matrices) r.mean.push_back(mean), r.cumulative.push_back(cumulative);
     loop.advance();
