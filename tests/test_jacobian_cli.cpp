@@ -67,15 +67,18 @@ TEST(JacobianSurgery, DepartureScalesWithAlphaOnARealMeanJacobian) {
 // surgery's random-N draws at α = 1: the first is the control itself, the others new.
 TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrumAndSurgeryDrawsTheirOwnN) {
   TDYN_REQUIRE_SHARED(kStories);
+  // jacobian on 4 samples of stories260K with surgery at α = 0 and 1 and 3 random-N draws, and `flags`, into `dir`.
+  auto jacobian = [](const std::string& flags, const fs::path& dir) {
+    std::string err;
+    const int status = test::run_cli(fmt::format("--quiet jacobian {} --samples 4 --max-len 16 --surgery --alphas 0,1 "
+                                                 "--surgery-control-draws 3 {} --out {}",
+                                                 (test::shared_dir() / kStories).string(), flags, dir.string()),
+                                     nullptr, &err);
+    EXPECT_EQ(status, 0) << err;
+    return nlohmann::json::parse(read_file(dir / "results.json"));
+  };
   const fs::path dir = test::scratch_dir("jacobian_haar");
-  std::string err;
-  ASSERT_EQ(test::run_cli(fmt::format("--quiet jacobian {} --samples 4 --max-len 16 --haar-null 3 --surgery --alphas 0,1 "
-                                      "--surgery-control-draws 3 --out {}",
-                                      (test::shared_dir() / kStories).string(), dir.string()),
-                          nullptr, &err),
-            0)
-      << err;
-  const nlohmann::json r = nlohmann::json::parse(read_file(dir / "results.json"));
+  const nlohmann::json r = jacobian("--haar-null 3", dir);
   EXPECT_EQ(r["options"]["haar_null_draws"], 3);
   const nlohmann::json& m = r["results"]["models"][0];
   const nlohmann::json& draws = m["haar_null"];
@@ -105,13 +108,7 @@ TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrumAndSurgeryDrawsTheirOwnN) {
   // --surgery-full-depth-only: the same full-depth numbers, and NaN ranks at the other depths of surgery.csv;
   // --cumulative-ends-only: the same metrics of C_1 and C_K, none of the depths between.
   const fs::path full_depth = test::scratch_dir("jacobian_surgery_full_depth");
-  ASSERT_EQ(test::run_cli(fmt::format("--quiet jacobian {} --samples 4 --max-len 16 --surgery --alphas 0,1 --surgery-control-draws 3 "
-                                      "--surgery-full-depth-only --cumulative-ends-only --out {}",
-                                      (test::shared_dir() / kStories).string(), full_depth.string()),
-                          nullptr, &err),
-            0)
-      << err;
-  const nlohmann::json f = nlohmann::json::parse(read_file(full_depth / "results.json"));
+  const nlohmann::json f = jacobian("--surgery-full-depth-only --cumulative-ends-only", full_depth);
   EXPECT_EQ(f["options"]["surgery_full_depth_only"], true);
   EXPECT_EQ(f["results"]["models"][0]["surgery"], m["surgery"]);
   const std::string csv = read_file(full_depth / "surgery.csv");

@@ -444,7 +444,7 @@ TEST(PassCli, KilledAndResumedAnalysisEqualsUninterrupted) {
   kill_and_resume("pass_kill_analyze", [&](const fs::path& out) {
     return std::vector<std::string>{"--threads", "1", "--quiet", "analyze", model, "--samples", "64", "--max-len", "64",
                                     "--skip", "particles", "--out", out.string()};
-  }, "pass/pass.tdynpass", {"power", "jacobian", "topology"}, {2});
+  }, "pass/pass.tdynpass", {"power", "power-l2", "jacobian", "topology", "subsets/subset-0/jacobian", "nested/half/jacobian"}, {2});
 }
 
 // `args` of the CLI under `mpiexec -np 2`, its output in `log`; the exit status. Open MPI refuses root without the
