@@ -79,6 +79,18 @@ PowerOptions control_power_options(DynamicsMode mode = DynamicsMode::Full) {
   return options;
 }
 
+// The mean Jacobians' metrics of a jacobian part for a topology part on the same pass (the same J̄ per sublayer),
+// when the two average the same positions and every depth's metrics were computed; else null (topology measures).
+const std::vector<OperatorMetrics>* shared_metrics(const std::optional<JacobianResult>& jacobian, const JacobianOptions& options,
+                                                   const TopologyOptions& topology) {
+  if (!jacobian || jacobian->models.empty() || !options.structured ||
+      options.positions.to_string() != PositionSpec::parse(topology.positions).to_string())
+    return nullptr;
+  const std::vector<OperatorMetrics>& metrics = jacobian->models.front().mean_metrics;
+  if (!std::all_of(metrics.begin(), metrics.end(), [](const OperatorMetrics& m) { return m.d > 0; })) return nullptr;
+  return &metrics;
+}
+
 JacobianOptions control_jacobian_options(bool keep_matrices) {
   JacobianOptions options;
   options.keep_matrices = keep_matrices;
@@ -119,6 +131,7 @@ struct InitSeed {
   fs::path dir;
   AnalysisInputs in;
   std::string error;  // why its model or pass could not be prepared; the init part reports it
+  std::vector<LayerSpectrum> spectra;  // its F_t's (model_spectra)
 };
 
 // One analyze run: its options with absolute paths, the model, the samples and the shared pass, and the results
@@ -137,7 +150,8 @@ class Analysis {
   bool runs_init() const {
     return o_.init_control && (!skipped("power") || !skipped("power-l2") || !skipped("jacobian") || !skipped("topology"));
   }
-  PassSpec pass_spec(const Model& model) const;
+  std::vector<LayerSpectrum> model_spectra(const Model& model) const;
+  PassSpec pass_spec(const std::vector<LayerSpectrum>& spectra) const;
   bool draw_samples_and_pass();
   bool init_passes();
   bool subset_passes();
@@ -147,7 +161,8 @@ class Analysis {
   const std::vector<Sample>& control_samples() const { return controls_on_subset_ ? control_subset_ : in_.samples; }
   fs::path control_ids() const { return controls_on_subset_ ? subset_dir(dir_, 0) / "samples.ids" : dir_ / "init" / "samples.ids"; }
   void run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in,
-                            const std::vector<std::string>& names, bool figures, nlohmann::json& record, bool first);
+                            const std::vector<LayerSpectrum>& spectra, const std::vector<std::string>& names, bool figures,
+                            nlohmann::json& record, bool first);
   nlohmann::json options_json() const;
   std::vector<uint64_t> init_seed_list() const;
   std::vector<std::string> command(const std::string& name) const;
@@ -162,6 +177,7 @@ class Analysis {
   ResultsDir out_;
   AnalysisInputs in_;
   std::vector<InitSeed> init_;  // the random initialisations, one per seed (init_passes)
+  std::vector<LayerSpectrum> spectra_;  // the model's F_t's (model_spectra)
   TensorMoments moments_;       // the model's, for its scale-matched initialisations (read once: a pass over the weights)
   // Disjoint subsets of the samples (sample i in subset i mod G), each through jacobian: the spread of a
   // statistic of mean Jacobians over them is its interval (subset_passes). The first is also the controls'
@@ -220,19 +236,25 @@ std::vector<uint64_t> Analysis::init_seed_list() const {
   return seeds;
 }
 
+// The spectra of `model`'s F_t with the default options, measured once per model: its pass probes the dominant
+// eigenvectors' alignments and its power parts read them (power-l2 too: they do not depend on the dynamics' mode).
+// Empty when both power parts are skipped.
+std::vector<LayerSpectrum> Analysis::model_spectra(const Model& model) const {
+  std::vector<LayerSpectrum> spectra;
+  if (skipped("power") && skipped("power-l2")) return spectra;
+  for (int64_t l = 0; l < model.config.n_layers; ++l) spectra.push_back(layer_spectrum(layer_matrix(model, l), SpectrumOptions{}));
+  return spectra;
+}
+
 // What a pass sums for the parts that read it: the Jacobians leaving every sublayer (jacobian, topology's
-// coupling), the correlations (topology) and power's token alignments with the dominant eigenvectors of `model`'s
-// F_t (its spectra with its default options).
-PassSpec Analysis::pass_spec(const Model& model) const {
+// coupling), the correlations (topology) and power's token alignments with the dominant eigenvectors of the
+// model's F_t (`spectra`, from model_spectra).
+PassSpec Analysis::pass_spec(const std::vector<LayerSpectrum>& spectra) const {
   PassSpec spec;
-  spec.boundaries = residual_boundaries(model.config.n_layers, BoundarySet::Sublayers);
+  spec.boundaries = residual_boundaries(in_.model->config.n_layers, BoundarySet::Sublayers);
   spec.correlations = !skipped("topology");
   spec.jacobians = !skipped("jacobian") || !skipped("topology");
-  if (!skipped("power")) {
-    std::vector<LayerSpectrum> spectra;
-    for (int64_t l = 0; l < model.config.n_layers; ++l) spectra.push_back(layer_spectrum(layer_matrix(model, l), SpectrumOptions{}));
-    spec.probes = token_dynamics_probes(spectra);
-  }
+  if (!skipped("power")) spec.probes = token_dynamics_probes(spectra);
   return spec;
 }
 
@@ -247,7 +269,8 @@ bool Analysis::draw_samples_and_pass() {
   samples.max_len = o_.max_len;
   draw_samples(in_, samples, o_.tokenizer);
   if (in_.samples.empty()) fail("no samples to analyse in {} (check the data)", o_.data);
-  const PassSpec spec = pass_spec(*in_.model);
+  spectra_ = model_spectra(*in_.model);
+  const PassSpec spec = pass_spec(spectra_);
   const nlohmann::json model_identity = pass_model_identity(o_.model_path, *in_.model);
   const fs::path file = dir_ / "pass" / "pass.tdynpass";
   nlohmann::json record = {{"file", "pass/pass.tdynpass"}, {"samples", in_.samples.size()}, {"spec", spec.to_json()}};
@@ -297,8 +320,8 @@ bool Analysis::init_passes() {
       error = e.what();
     }
   }
-  for (uint64_t seed : init_seed_list()) init_.push_back({seed, false, dir / fmt::format("seed-{}", seed), {}, error});
-  for (uint64_t seed : init_seed_list()) init_.push_back({seed, true, dir / fmt::format("scaled-{}", seed), {}, error});
+  for (uint64_t seed : init_seed_list()) init_.push_back({seed, false, dir / fmt::format("seed-{}", seed), {}, error, {}});
+  for (uint64_t seed : init_seed_list()) init_.push_back({seed, true, dir / fmt::format("scaled-{}", seed), {}, error, {}});
   bool root = true;
   for (InitSeed& seed : init_) root = init_pass(seed) && root;
   return root;
@@ -330,7 +353,8 @@ bool Analysis::init_pass(InitSeed& seed) {
     seed.error = e.what();
     return ranks().root();
   }
-  const PassSpec spec = pass_spec(*seed.in.model);
+  seed.spectra = model_spectra(*seed.in.model);
+  const PassSpec spec = pass_spec(seed.spectra);
   auto transformer = std::make_shared<const Transformer>(seed.in.model);
   std::unique_ptr<JacobianModel> jacobians;
   if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
@@ -397,7 +421,7 @@ bool Analysis::subset_passes() {
   broadcast_from_root(1.0);  // the barrier after which the files are there
   auto transformer = std::make_shared<const Transformer>(in_.model);
   const JacobianModel jacobians(transformer);
-  const PassSpec full = pass_spec(*in_.model);
+  const PassSpec full = pass_spec(spectra_);
   PassSpec jacobians_only = full, subset_spec = full;  // the subsets run jacobian and topology, the nested sets jacobian
   jacobians_only.correlations = false, jacobians_only.probes.clear();
   subset_spec.probes.clear();
@@ -438,7 +462,7 @@ void Analysis::run_subsets(nlohmann::json& record) {
   record["subsets"] = nlohmann::json::array();
   for (size_t g = 0; g < subsets_.size(); ++g) {
     nlohmann::json subset = {{"dir", fs::relative(subset_dir(dir_, g), dir_).generic_string()}, {"samples", subsets_[g].samples.size()}};
-    run_controlled_parts(o_.model_path, subset_dir(dir_, g), subsets_[g], {"jacobian", "topology"}, false, subset, false);
+    run_controlled_parts(o_.model_path, subset_dir(dir_, g), subsets_[g], spectra_, {"jacobian", "topology"}, false, subset, false);
     record["subsets"].push_back(subset);
   }
   // The nested first ⌈S/4⌉ and ⌈S/2⌉ samples, into DIR/nested/{quarter,half}/jacobian: the verdicts' stability flags.
@@ -446,7 +470,7 @@ void Analysis::run_subsets(nlohmann::json& record) {
   for (size_t i = 0; i < nested_.size(); ++i) {
     const fs::path dir = fs::path(nested_[i].sample_options.data).parent_path();
     nlohmann::json nested = {{"dir", fs::relative(dir, dir_).generic_string()}, {"samples", nested_[i].samples.size()}};
-    run_controlled_parts(o_.model_path, dir, nested_[i], {"jacobian"}, false, nested, false);
+    run_controlled_parts(o_.model_path, dir, nested_[i], spectra_, {"jacobian"}, false, nested, false);
     record["nested"].push_back(nested);
   }
 }
@@ -489,8 +513,11 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
 // token ids and its pass) into dir/PART; their command lines go to record["argv"]. With `first`, their results are
 // also AnalyzeResult's init_*.
 void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in,
-                                    const std::vector<std::string>& names, bool figures, nlohmann::json& record, bool first) {
+                                    const std::vector<LayerSpectrum>& spectra, const std::vector<std::string>& names,
+                                    bool figures, nlohmann::json& record, bool first) {
   TDYN_CHECK(in.model && !in.pass.from_pass.empty());
+  std::optional<JacobianResult> jacobian;  // its mean Jacobians' metrics serve topology
+  JacobianOptions jacobian_options;
   for (const std::string& part : names) {
     if (skipped(part)) continue;
     std::vector<std::string> argv = command(command_of(part));
@@ -507,19 +534,22 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
     ResultsDir out(dir / part, command_of(part), argv);
     // Only the verdicts read these parts' numbers, and the report draws only the first initialisation's.
     if (!figures) out.without_figures("the report shows none of this run's figures; its command line draws them");
-    if (part == "power") {
-      PowerResult r = power_to(out, in, control_power_options(), progress_);
-      if (first) result_.init_power = std::move(r), result_.init_power_options = control_power_options();
-    } else if (idealised(part)) {
-      power_to(out, without_pass(in), control_power_options(DynamicsMode::AttnOnlyL2), progress_);
+    if (part == "power" || idealised(part)) {
+      PowerOptions options = control_power_options(idealised(part) ? DynamicsMode::AttnOnlyL2 : DynamicsMode::Full);
+      options.spectra = &spectra;
+      PowerResult r = power_to(out, idealised(part) ? without_pass(in) : in, options, progress_);
+      options.spectra = nullptr;  // AnalyzeResult outlives this Analysis
+      if (first && part == "power") result_.init_power = std::move(r), result_.init_power_options = options;
     } else if (part == "jacobian") {
-      JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
+      jacobian_options = control_jacobian_options(first && o_.keep_matrices);
       // A run whose figures are drawn shows the cumulative ranks at every depth; the others serve only the verdicts.
-      options.cumulative_ends_only = !figures;
-      JacobianResult r = jacobian_to(out, in, {}, options, progress_);
-      if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
+      jacobian_options.cumulative_ends_only = !figures;
+      jacobian = jacobian_to(out, in, {}, jacobian_options, progress_);
+      if (first) result_.init_jacobian = jacobian, result_.init_jacobian_options = jacobian_options;
     } else if (part == "topology") {
-      TopologyResult r = topology_to(out, in, {}, TopologyOptions{}, progress_);
+      TopologyOptions options;
+      options.sublayer_metrics = shared_metrics(jacobian, jacobian_options, options);
+      TopologyResult r = topology_to(out, in, {}, options, progress_);
       if (first) result_.init_topology = std::move(r), result_.init_topology_options = TopologyOptions{};
     }
   }
@@ -534,7 +564,7 @@ void Analysis::run_init(nlohmann::json& record) {
     nlohmann::json model = {{"dir", fs::relative(subset_dir(dir_, 0), dir_).generic_string()},
                             {"samples", subsets_.front().samples.size()},
                             {"what", "the model on the controls' samples with their options: what each claim compares them with"}};
-    run_controlled_parts(o_.model_path, subset_dir(dir_, 0), subsets_.front(), {"power", "power-l2"}, false, model, false);
+    run_controlled_parts(o_.model_path, subset_dir(dir_, 0), subsets_.front(), spectra_, {"power", "power-l2"}, false, model, false);
     record["model"] = model;
   }
   subsets_.clear();  // their models and samples are no longer needed
@@ -556,7 +586,7 @@ void Analysis::run_init(nlohmann::json& record) {
         write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, 0, seed.scaled ? &moments_ : nullptr);
         seed.in.model = load_model(checkpoint.string(), o_.load);
       }
-      run_controlled_parts(checkpoint.string(), seed.dir, seed.in, {"power", "power-l2", "jacobian", "topology"}, first, seed_record,
+      run_controlled_parts(checkpoint.string(), seed.dir, seed.in, seed.spectra, {"power", "power-l2", "jacobian", "topology"}, first, seed_record,
                            first);
       seed_record["status"] = "ok";
     } catch (const std::exception& e) {
@@ -590,10 +620,14 @@ void Analysis::run_part(const std::string& name) {
       record["argv"] = argv;
       ResultsDir part(dir, command_of(name), argv);
       if (name == "power") {
+        result_.power_options.spectra = &spectra_;
         result_.power = power_to(part, in_, result_.power_options, progress_);
+        result_.power_options.spectra = nullptr;  // AnalyzeResult outlives this Analysis
       } else if (idealised(name)) {
         result_.power_l2_options = control_power_options(DynamicsMode::AttnOnlyL2);
+        result_.power_l2_options.spectra = &spectra_;
         result_.power_l2 = power_to(part, without_pass(in_), result_.power_l2_options, progress_);
+        result_.power_l2_options.spectra = nullptr;
       } else if (name == "jacobian") {
         JacobianOptions& options = result_.jacobian_options;
         options.surgery = true;
@@ -609,7 +643,9 @@ void Analysis::run_part(const std::string& name) {
           options.communities_control = (init_.front().dir / "topology").string();
           options.communities_control_independent = true;
         }
+        options.sublayer_metrics = shared_metrics(result_.jacobian, result_.jacobian_options, options);
         result_.topology = topology_to(part, in_, {}, options, progress_);
+        options.sublayer_metrics = nullptr;  // they live in result_, which is returned by value
       } else if (name == "particles") {
         particles::ExperimentSpec spec = particles::model_layer_defaults();
         spec.n = o_.particles_tokens;

@@ -57,7 +57,8 @@ void measure_spectra(const Model& model, const PowerOptions& options, ProgressSi
   PhaseClock clock(r.timings, "spectra");
   for (int64_t l = 0; l < model.config.n_layers; ++l) {
     r.matrices.push_back(layer_matrix(model, l));
-    r.spectra.push_back(layer_spectrum(r.matrices.back(), options.spectrum));
+    if (options.spectra) TDYN_CHECK(static_cast<int64_t>(options.spectra->size()) == model.config.n_layers);
+    r.spectra.push_back(options.spectra ? (*options.spectra)[l] : layer_spectrum(r.matrices.back(), options.spectrum));
     const LayerSpectrum& s = r.spectra.back();
     for (const std::string& note : s.notes) {
       r.notes.push_back(fmt::format("layer {}: {}", l, note));
