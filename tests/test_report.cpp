@@ -2,11 +2,13 @@
 // checked structurally — sections, captions, verdicts, escaping of hostile strings, relative figure paths that
 // exist, "not computed" for missing keys. Rendering in a browser is tests/report_renders_in_chromium.py's job.
 #include <array>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <Eigen/Dense>
@@ -15,6 +17,7 @@
 #include "analysis/stats.h"
 #include "core/npy.h"
 #include "random_matrix.h"
+#include "report/compare.h"
 #include "report/html_report.h"
 #include "test_util.h"
 
@@ -870,6 +873,187 @@ TEST(Report, ParticlesVerdictsAreShownAsWritten) {
   write_part(dir, "particles", json{{"final", {{"time", 5}, {"clusters", {{"count", 3}}}}}}, json{{"n", 20}}, {});
   papers = summarize_claims(load_report_parts(dir));
   for (const auto& c : papers[0].checks) EXPECT_EQ(c.verdict, Verdict::kNotComputed) << c.claim;
+}
+
+// ---- tdyn compare: runs of models of other depths, widths and families side by side. Every value of compare.csv is
+// checked against the results.json and JSON pointer it names, and the pointers against the quantities the papers'
+// figures draw, so that a renamed key or a misplaced depth fails here.
+
+// The CSV's rows as header → field maps (quoted fields with commas and doubled quotes allowed).
+std::vector<std::map<std::string, std::string>> compare_read_csv(const fs::path& file) {
+  std::vector<std::vector<std::string>> lines;
+  std::istringstream in(read_file(file));
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> fields(1);
+    bool quoted = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+      const char c = line[i];
+      if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') fields.back() += '"', ++i;
+      else if (c == '"') quoted = !quoted;
+      else if (c == ',' && !quoted) fields.emplace_back();
+      else fields.back() += c;
+    }
+    lines.push_back(fields);
+  }
+  std::vector<std::map<std::string, std::string>> rows;
+  for (size_t r = 1; r < lines.size(); ++r) {
+    EXPECT_EQ(lines[r].size(), lines[0].size()) << "row " << r;
+    std::map<std::string, std::string> row;
+    for (size_t c = 0; c < lines[0].size() && c < lines[r].size(); ++c) row[lines[0][c]] = lines[r][c];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+const std::string kCompareStories = "models/stories260K/stories260K.bin";
+const std::string kCompareAidreams = "models/aidreams260K/aidreams260K.bin";
+const std::string kCompareLlama2xs = "models/llama2xs/model.bin";
+const std::string kCompareSlm = "models/slm4096";
+const std::string kCompareSmall = "--samples 12 --max-len 24";
+
+void compare_run_ok(const std::string& args) {
+  std::string err;
+  ASSERT_EQ(test::run_cli(args, nullptr, &err), 0) << args << "\n" << err;
+}
+
+TEST(CompareCli, EveryValueEqualsItsSourceAndSitsAtItsDepth) {
+  for (const std::string& m : {kCompareStories, kCompareAidreams, kCompareLlama2xs, kCompareSlm}) TDYN_REQUIRE_SHARED(m);
+  const fs::path dir = test::scratch_dir("compare");
+  const fs::path shared = test::shared_dir();
+  const auto model = [&](const std::string& rel) { return test::shell_quote((shared / rel).string()); };
+  const auto out = [&](const std::string& name) { return test::shell_quote((dir / name).string()); };
+  // stories260K (5 layers) analysed whole; aidreams260K (4) by three commands, which make one model; llama2xs (5)
+  // by power; slm4096 (4 layers, another family) by jacobian; a checkpoint series whose file names give the steps
+  // in the reverse of the order they are given.
+  compare_run_ok(fmt::format("analyze {} {} --init-seeds 2 --interval-subsets 3 --particles-tokens 8 --particles-T 2 --out {}", model(kCompareStories),
+                     kCompareSmall, out("stories")));
+  for (const char* command : {"power", "jacobian", "topology"})
+    compare_run_ok(fmt::format("{} {} {} --out {}", command, model(kCompareAidreams), kCompareSmall, out(std::string("aidreams-") + command)));
+  compare_run_ok(fmt::format("power {} {} --out {}", model(kCompareLlama2xs), kCompareSmall, out("llama2xs")));
+  compare_run_ok(fmt::format("jacobian {} {} --data {} --surgery --out {}", model(kCompareSlm), kCompareSmall, model(kCompareSlm + "/corpus.txt"),
+                             out("slm")));  // a character vocabulary: its own corpus
+  fs::create_directories(dir / "ckpt");
+  for (const char* name : {"step200.bin", "step100.bin"}) fs::create_symlink(shared / kCompareStories, dir / "ckpt" / name);
+  fs::create_symlink(shared / "models/stories260K/tok512.bin", dir / "ckpt/tok512.bin");
+  compare_run_ok(fmt::format("jacobian {} {} --compare {} --out {}", out("ckpt/step200.bin"), kCompareSmall, out("ckpt/step100.bin"), out("series")));
+
+  compare_run_ok(fmt::format("compare {} {} {} {} {} {} {} --label stories --out {}", out("stories"), out("aidreams-power"), out("aidreams-jacobian"),
+                     out("aidreams-topology"), out("llama2xs"), out("slm"), out("series"), out("cmp")));
+  const json results = json::parse(read_file(dir / "cmp/results.json"));
+  std::vector<std::string> labels;
+  for (const json& m : results["results"]["models"]) labels.push_back(m["label"]);
+  EXPECT_EQ(labels, (std::vector<std::string>{"stories", "aidreams260K", "llama2xs", "slm4096", "series: step100.bin", "series: step200.bin"}));
+
+  // Every value is the number at its source's pointer; intervals only where analyze's subsets give them.
+  std::map<std::string, json> sources;
+  std::map<std::string, int> counts;  // model/source/part/quantity → rows
+  const auto rows = compare_read_csv(dir / "cmp/compare.csv");
+  ASSERT_GT(rows.size(), 200u);
+  for (const auto& row : rows) {
+    const std::string from = row.at("from");
+    const size_t hash = from.find('#');
+    ASSERT_NE(hash, std::string::npos) << from;
+    const std::string file = from.substr(0, hash);
+    if (!sources.contains(file)) sources[file] = json::parse(read_file(file));
+    const json& at = sources[file][json::json_pointer(from.substr(hash + 1))];
+    const double expected = at.is_boolean() ? (at.get<bool>() ? 1.0 : 0.0) : at.get<double>();
+    EXPECT_EQ(std::stod(row.at("value")), expected) << from;
+    ++counts[row.at("model") + "/" + row.at("source") + "/" + row.at("part") + "/" + row.at("quantity")];
+    const bool interval = !row.at("lo").empty();
+    // (the subsets measure C_k at its first and last depth only, so the ranks between have no interval,
+    const bool analysed = row.at("model") == "stories" && row.at("source") == "model" && row.at("part") == "jacobian";
+    if (interval) EXPECT_TRUE(analysed) << from;
+    // and their surgery runs α = 0 and 1 alone)
+    const bool subsets_have_it = (row.at("quantity") != "cumulative_effective_rank" || row.at("depth") == "1" || row.at("depth") == "10") &&
+                                 (row.at("at").empty() || row.at("at") == "0" || row.at("at") == "1");
+    if (analysed) EXPECT_EQ(interval, subsets_have_it) << from;
+    if (interval) EXPECT_LE(std::stod(row.at("lo")), std::stod(row.at("hi"))) << from;
+    // The quantities are the ones the figures name, at their normalised depth.
+    const std::string q = row.at("quantity"), sublayer = row.at("sublayer");
+    const int depth = std::stoi(row.at("depth"));
+    if (q == "gamma") EXPECT_TRUE(from.ends_with(fmt::format("/results/layers/{}/dynamics_F/gamma", depth - 1))) << from;
+    if (q == "normalized_departure") EXPECT_TRUE(from.ends_with("/mean/henrici_departure/schur_normalized")) << from;
+    if (q == "cumulative_effective_rank") EXPECT_TRUE(from.ends_with("/cumulative/effective_rank/roy_vetterli")) << from;
+    if (row.at("part") == "jacobian" && depth > 0) {
+      const double layers = row.at("model").starts_with("slm4096") || row.at("model").starts_with("aidreams") ? 4 : 5;
+      const int layer = (depth - 1) / 2;
+      EXPECT_EQ(sublayer, depth % 2 ? "attn" : "mlp") << from;
+      EXPECT_DOUBLE_EQ(std::stod(row.at("normalized_depth")), (layer + (depth % 2 ? 0.5 : 1.0)) / layers) << from;
+    }
+    if (row.at("part") == "power")
+      EXPECT_DOUBLE_EQ(std::stod(row.at("normalized_depth")), depth / (row.at("model") == "aidreams260K" ? 4.0 : 5.0)) << from;
+  }
+  EXPECT_EQ((counts["stories/model/power/gamma"]), 5);
+  EXPECT_EQ((counts["stories/init/power/gamma"]), 5);  // the initialisation control, drawn dashed
+  EXPECT_EQ((counts["stories/model/jacobian/normalized_departure"]), 10);
+  EXPECT_EQ((counts["stories/model/particles/clusters"]), 21);  // T = 2 at dt 0.1, and t = 0
+  EXPECT_EQ((counts["aidreams260K/model/power/gamma"]), 4);
+  EXPECT_EQ((counts["aidreams260K/model/jacobian/symmetry_index"]), 8);
+  EXPECT_EQ((counts["aidreams260K/model/topology/communities"]), 9);
+  EXPECT_EQ((counts["slm4096/model/jacobian/surgery_effective_rank"]), 5);  // the default α
+  EXPECT_EQ((counts["series: step100.bin/model/jacobian/cumulative_effective_rank"]), 10);
+
+  // The verdicts side by side are analyze's own.
+  const json analyzed = json::parse(read_file(dir / "stories/results.json"));
+  for (const json& v : analyzed["results"]["verdicts"]) {
+    const json& cell = results["results"]["verdicts"][v["claim"].get<std::string>()]["stories"];
+    EXPECT_EQ(cell["verdict"], v["verdict"]) << v["claim"];
+    EXPECT_EQ(cell["value"], v["value"]) << v["claim"];
+  }
+  // The options that differ are said (the analyze run's samples are the same; its init control is not compared).
+  const std::string html = read_file(dir / "cmp/index.html");
+  for (const char* s : {"<h2 id=\"verdicts\">", "<img src=\"gamma.svg\"", "<img src=\"normalized_departure_attn.svg\"",
+                        "<img src=\"normalized_departure_mlp.svg\"", "<img src=\"cumulative_effective_rank.svg\"", "<img src=\"surgery.svg\"",
+                        "<img src=\"clusters.svg\"", "compare.csv"})
+    EXPECT_NE(html.find(s), std::string::npos) << s;
+  for (const char* figure : {"gamma", "cumulative_effective_rank", "symmetry_index_mlp"}) {
+    EXPECT_TRUE(fs::exists(dir / "cmp" / (std::string(figure) + ".gp"))) << figure;
+    if (fs::exists(dir / "cmp" / (std::string(figure) + ".svg")))  // gnuplot installed: each point says its value on hover
+      EXPECT_NE(read_file(dir / "cmp" / (std::string(figure) + ".svg")).find("<g><title>stories: "), std::string::npos) << figure;
+  }
+}
+
+TEST(CompareCli, RunsThatDifferAreSaidAndBadInputIsRefused) {
+  TDYN_REQUIRE_SHARED(kCompareStories);
+  const fs::path dir = test::scratch_dir("compare_bad");
+  const std::string stories = test::shell_quote((test::shared_dir() / kCompareStories).string());
+  compare_run_ok(fmt::format("power {} --samples 6 --max-len 16 --out {}", stories, (dir / "a").string()));
+  compare_run_ok(fmt::format("power {} --samples 8 --max-len 16 --out {}", stories, (dir / "b").string()));
+  compare_run_ok(fmt::format("compare {} {} --out {}", (dir / "a").string(), (dir / "b").string(), (dir / "cmp").string()));
+  const json results = json::parse(read_file(dir / "cmp/results.json"));
+  // Two runs of one model by one command: told apart by their directories, their sample counts named.
+  EXPECT_EQ(results["results"]["models"][1]["label"], "stories260K (b)");
+  ASSERT_EQ(results["results"]["differences"].size(), 1u) << results["results"]["differences"];
+  EXPECT_EQ(results["results"]["differences"][0], "samples: 6 (stories260K), 8 (stories260K (b))");
+  EXPECT_NE(read_file(dir / "cmp/index.html").find("differ in options"), std::string::npos);
+
+  std::string err;
+  EXPECT_EQ(test::run_cli(fmt::format("compare {} {} --label x --label x --out {}", (dir / "a").string(), (dir / "b").string(),
+                                      (dir / "c").string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("the label 'x' is given to two runs of the same analysis"), std::string::npos) << err;
+  EXPECT_EQ(test::run_cli(fmt::format("compare {} --label x --label y --out {}", (dir / "a").string(), (dir / "c").string()), nullptr, &err), 2);
+  EXPECT_NE(err.find("2 labels for 1 results directories"), std::string::npos) << err;
+  fs::create_directories(dir / "empty");
+  EXPECT_EQ(test::run_cli(fmt::format("compare {} --out {}", (dir / "empty").string(), (dir / "c").string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("has no results.json"), std::string::npos) << err;
+  write_file_atomic(dir / "empty/results.json", "{\"command\": \"run\"");
+  EXPECT_EQ(test::run_cli(fmt::format("compare {} --out {}", (dir / "empty").string(), (dir / "c").string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("cannot read"), std::string::npos) << err;
+  write_file_atomic(dir / "empty/results.json", "{\"command\": \"run\"}");
+  EXPECT_EQ(test::run_cli(fmt::format("compare {} --out {}", (dir / "empty").string(), (dir / "c").string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("holds the results of 'run'"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(dir / "c")) << "a refused comparison writes nothing";
+}
+
+TEST(Compare, TrainingStepIsTheNumberAfterStep) {
+  EXPECT_EQ(training_step("step1000"), 1000);
+  EXPECT_EQ(training_step("stage1-step471000-tokens1976B"), 471000);
+  EXPECT_EQ(training_step("global_step-5"), 5);
+  EXPECT_EQ(training_step("ckpt_200"), 200);
+  EXPECT_EQ(training_step("checkpoint-300.safetensors"), 300);
+  EXPECT_EQ(training_step("1500"), 1500);
+  EXPECT_TRUE(std::isnan(training_step("stories260K")));  // a size, not a step
+  EXPECT_TRUE(std::isnan(training_step("")));
 }
 
 }  // namespace

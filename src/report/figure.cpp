@@ -1,6 +1,7 @@
 #include "report/figure.h"
 
 #include <cstdlib>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,16 @@ std::string shell_quoted(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// gnuplot's SVG terminal shows a `labels hypertext` point's text through a script the page would have to supply;
+// a <title> child shows it natively, as a hover tooltip, with no script.
+void hypertext_to_titles(const fs::path& svg) {
+  static const std::regex hypertext(
+      R"re(<g onmousemove="gnuplot_svg\.showHypertext\(evt,'([^']*)'\)" onmouseout="gnuplot_svg\.hideHypertext\(\)"><title> </title>)re");
+  const std::string text = read_file(svg);
+  const std::string titled = std::regex_replace(text, hypertext, "<g><title>$1</title>");
+  if (titled != text) write_file_atomic(svg, titled);
 }
 
 }  // namespace
@@ -76,6 +87,7 @@ FigureFiles write_figure(const fs::path& dir, const Figure& fig) {
   if (std::system(cmd.c_str()) == 0 && fs::exists(dir / svg)) {
     out.rendered = true;
     out.written.push_back(svg);
+    hypertext_to_titles(dir / svg);
   } else {
     out.note = "gnuplot failed on " + gp;
   }

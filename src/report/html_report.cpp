@@ -17,6 +17,31 @@
 namespace tdyn {
 namespace {
 
+const char* const kStyle = R"(
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px; padding: 0 24px 48px; color: #1d2330; }
+h1 { font-size: 1.6em; margin: 24px 0 4px; } h2 { margin-top: 40px; border-bottom: 2px solid #d7dce5; padding-bottom: 4px; }
+h3 { margin: 24px 0 8px; } .sub { color: #5b6475; margin: 0 0 16px; }
+nav { display: flex; flex-wrap: wrap; } nav a { margin-right: 14px; } a { color: #1f5fbf; }
+table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; }
+th, td { border: 1px solid #d7dce5; padding: 6px 8px; text-align: left; vertical-align: top; }
+th { background: #f1f4f9; } td.rule { color: #5b6475; font-size: 0.85em; }
+td.rule, td.contents, code { overflow-wrap: anywhere; }  /* long keys, file names and paths wrap in narrow windows */
+.scroll-x { overflow-x: auto; }  /* a table still wider than a phone scrolls on its own, not the page */
+.verdict { font-weight: 600; white-space: nowrap; border-radius: 4px; padding: 1px 6px; box-decoration-break: clone; -webkit-box-decoration-break: clone; }
+@media (max-width: 600px) { .verdict { white-space: normal; } }  /* "not computed" on two lines leaves the rule column room */
+.pass { background: #dff3e4; color: #17692e; } .differs { background: #fde7d9; color: #9a3b07; }
+.not-computed { background: #eceef2; color: #5b6475; } .info { background: #e3ecfa; color: #1f4f99; }
+.architectural { background: #f3ecd9; color: #6b4e07; } .inconclusive { background: #efe3f6; color: #5d2a7a; }
+pre { background: #f6f8fb; border: 1px solid #d7dce5; padding: 8px 10px; overflow-x: auto; font-size: 0.85em; white-space: pre-wrap; overflow-wrap: anywhere; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(520px, 100%), 1fr)); gap: 18px; }
+figure { margin: 0; border: 1px solid #d7dce5; border-radius: 6px; padding: 8px; background: #fff; }
+figure img { width: 100%; height: auto; display: block; }
+figcaption { font-size: 0.9em; margin-top: 6px; } figcaption .what { color: #5b6475; font-size: 0.9em; }
+.missing { padding: 24px; background: #f6f8fb; color: #5b6475; text-align: center; }
+details { margin: 8px 0; } summary { cursor: pointer; font-weight: 600; }
+.error { background: #fde7d9; border: 1px solid #f0b48f; padding: 8px 10px; border-radius: 4px; }
+)";
+
 using json = nlohmann::json;
 using namespace json_lookup;
 
@@ -127,43 +152,6 @@ bool natural_less(const std::string& a, const std::string& b) {
 }
 
 std::string join_path(const std::string& dir, const std::string& name) { return dir.empty() ? name : dir + "/" + name; }
-
-const char* kStyle = R"(
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px; padding: 0 24px 48px; color: #1d2330; }
-h1 { font-size: 1.6em; margin: 24px 0 4px; } h2 { margin-top: 40px; border-bottom: 2px solid #d7dce5; padding-bottom: 4px; }
-h3 { margin: 24px 0 8px; } .sub { color: #5b6475; margin: 0 0 16px; }
-nav { display: flex; flex-wrap: wrap; } nav a { margin-right: 14px; } a { color: #1f5fbf; }
-table { border-collapse: collapse; width: 100%; margin: 8px 0 16px; }
-th, td { border: 1px solid #d7dce5; padding: 6px 8px; text-align: left; vertical-align: top; }
-th { background: #f1f4f9; } td.rule { color: #5b6475; font-size: 0.85em; }
-td.rule, td.contents, code { overflow-wrap: anywhere; }  /* long keys, file names and paths wrap in narrow windows */
-.scroll-x { overflow-x: auto; }  /* a table still wider than a phone scrolls on its own, not the page */
-.verdict { font-weight: 600; white-space: nowrap; border-radius: 4px; padding: 1px 6px; box-decoration-break: clone; -webkit-box-decoration-break: clone; }
-@media (max-width: 600px) { .verdict { white-space: normal; } }  /* "not computed" on two lines leaves the rule column room */
-.pass { background: #dff3e4; color: #17692e; } .differs { background: #fde7d9; color: #9a3b07; }
-.not-computed { background: #eceef2; color: #5b6475; } .info { background: #e3ecfa; color: #1f4f99; }
-.architectural { background: #f3ecd9; color: #6b4e07; } .inconclusive { background: #efe3f6; color: #5d2a7a; }
-pre { background: #f6f8fb; border: 1px solid #d7dce5; padding: 8px 10px; overflow-x: auto; font-size: 0.85em; white-space: pre-wrap; overflow-wrap: anywhere; }
-.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(520px, 100%), 1fr)); gap: 18px; }
-figure { margin: 0; border: 1px solid #d7dce5; border-radius: 6px; padding: 8px; background: #fff; }
-figure img { width: 100%; height: auto; display: block; }
-figcaption { font-size: 0.9em; margin-top: 6px; } figcaption .what { color: #5b6475; font-size: 0.9em; }
-.missing { padding: 24px; background: #f6f8fb; color: #5b6475; text-align: center; }
-details { margin: 8px 0; } summary { cursor: pointer; font-weight: 600; }
-.error { background: #fde7d9; border: 1px solid #f0b48f; padding: 8px 10px; border-radius: 4px; }
-)";
-
-const char* verdict_class(Verdict v) {
-  switch (v) {
-    case Verdict::kPass: return "pass";
-    case Verdict::kArchitectural: return "architectural";
-    case Verdict::kDiffers: return "differs";
-    case Verdict::kInconclusive: return "inconclusive";
-    case Verdict::kInfo: return "info";
-    case Verdict::kNotComputed: break;
-  }
-  return "not-computed";
-}
 
 std::string part_title(const ReportPart& p) {
   const std::string command = text_at(p.json, "/command");
@@ -370,6 +358,21 @@ void part_section(std::string& h, const fs::path& root, const ReportPart& p, con
 }
 
 }  // namespace
+
+const char* report_style() { return kStyle; }
+
+
+const char* verdict_class(Verdict v) {
+  switch (v) {
+    case Verdict::kPass: return "pass";
+    case Verdict::kArchitectural: return "architectural";
+    case Verdict::kDiffers: return "differs";
+    case Verdict::kInconclusive: return "inconclusive";
+    case Verdict::kInfo: return "info";
+    case Verdict::kNotComputed: break;
+  }
+  return "not-computed";
+}
 
 std::string html_escape(std::string_view text) {
   std::string out;

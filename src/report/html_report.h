@@ -31,4 +31,8 @@ std::string html_escape(std::string_view text);
 std::string figure_caption(const std::string& figure_stem);  // "" when no pattern matches
 std::string shell_command(const nlohmann::json& argv);        // argv as a copy-pasteable POSIX shell line
 
+// What the comparison page shares with the report: its CSS and the class that colours a verdict.
+const char* report_style();
+const char* verdict_class(Verdict v);
+
 }  // namespace tdyn
