@@ -60,5 +60,6 @@ void bind_power(py::module_& m);
 void bind_jacobian(py::module_& m);
 void bind_topology(py::module_& m);
 void bind_analyze(py::module_& m);
+void bind_compare(py::module_& m);
 
 }  // namespace tdyn::python

@@ -59,4 +59,5 @@ Errors in user data (files, shapes, ids, options) raise tdyn.Error with the libr
   bind_jacobian(m);
   bind_topology(m);
   bind_analyze(m);
+  bind_compare(m);
 }
