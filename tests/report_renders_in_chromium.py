@@ -11,6 +11,8 @@
    fail is caught.
 4. Takes a 1280 x 4000 screenshot of the page and checks that it is a valid PNG of that size, not blank (many
    colours, enough ink), and that the figures' own colours (gnuplot's line colours) are on it.
+5. Does 2 to 4 again for `tdyn compare` of that analysis with a power run of aidreams260K (a model of another
+   depth; the analysis alone without the shared data), whose figures lie below its verdict table: a taller shot.
 
 Exits 77 (ctest: skipped) when chromium, numpy or gnuplot is missing. Environment: TDYN_CLI (the tdyn executable; set by
 ctest), TDYN_SHARED, TDYN_CHROMIUM (the browser), TDYN_KEEP=1 keeps the temporary directory.
@@ -100,6 +102,24 @@ def make_analysis(tmp):
     return out
 
 
+def make_comparison(tmp, analysis):
+    """The compare directory holding index.html: the analysis beside a model of another depth when there is one."""
+    cli = find_cli()
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    runs = [str(analysis)]
+    other = shared_dir() / "models" / "aidreams260K" / "aidreams260K.bin"
+    if other.exists() and os.environ.get("TDYN_RENDER_SOURCE", "") != "demo":
+        argv = [cli, "--threads", "1", "--quiet", "power", str(other), "--samples", "8", "--max-len", "32", "--out", str(tmp / "aidreams")]
+        code, stdout, stderr = run(argv, 120, env=env)
+        assert code == 0, f"{' '.join(argv)} failed with exit code {code}:\n{stdout}\n{stderr}"
+        runs.append(str(tmp / "aidreams"))
+    argv = [cli, "--quiet", "compare", *runs, "--out", str(tmp / "compare")]
+    code, stdout, stderr = run(argv, 120, env=env)
+    assert code == 0, f"{' '.join(argv)} failed with exit code {code}:\n{stdout}\n{stderr}"
+    print(f"comparison: {' '.join(argv)}")
+    return tmp / "compare"
+
+
 class Links(HTMLParser):
     def __init__(self):
         super().__init__()
@@ -171,7 +191,7 @@ COMMON_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-sh
                 "--disable-component-update", "--disable-sync", "--mute-audio", "--hide-scrollbars"]
 
 
-def browser_check(browser, report, tmp, expected):
+def browser_check(browser, report, tmp, expected, title="tdyn report"):
     page = report.parent / f"render-check-{os.getpid()}.html"
     page.write_text(CHECK_PAGE % (html.escape(os.path.relpath(report / "index.html", page.parent)), WIDTH))
     argv = [browser, *COMMON_FLAGS, f"--user-data-dir={tmp / 'profile-dom'}", "--allow-file-access-from-files",
@@ -188,24 +208,24 @@ def browser_check(browser, report, tmp, expected):
     bad = [i for i in result["images"] if not i["loaded"] or i["width"] <= 0 or i["height"] <= 0]
     assert not bad, f"{len(bad)} figures did not load in chromium: {bad[:5]}"
     assert result["scrollWidth"] <= WIDTH, f"the page is {result['scrollWidth']} px wide at a {WIDTH} px window"
-    assert result["title"].startswith("tdyn report"), f"unexpected title {result['title']!r}"
+    assert result["title"].startswith(title), f"unexpected title {result['title']!r}"
     print(f"chromium: {len(srcs)} figures loaded and decoded; page {result['scrollWidth']} x {result['height']} px")
 
 
-def screenshot_check(browser, report, tmp):
+def screenshot_check(browser, report, tmp, shot_height=HEIGHT):
     sys.path.insert(0, str(HERE))
     import numpy as np
     import png_util
 
-    png = tmp / "screenshot.png"
+    png = tmp / f"screenshot-{report.name}.png"
     argv = [browser, *COMMON_FLAGS, f"--user-data-dir={tmp / 'profile-shot'}", "--virtual-time-budget=10000",
-            "--run-all-compositor-stages-before-draw", f"--window-size={WIDTH},{HEIGHT}", f"--screenshot={png}",
+            "--run-all-compositor-stages-before-draw", f"--window-size={WIDTH},{shot_height}", f"--screenshot={png}",
             (report / "index.html").as_uri()]
     code, stdout, stderr = run(argv, 120)
     assert code == 0 and png.exists(), f"chromium --screenshot failed (exit code {code}):\n{stdout}\n{stderr[-2000:]}"
     data = png.read_bytes()
     width, height, depth, ctype, _ = png_util.header(data)
-    assert (width, height) == (WIDTH, HEIGHT), f"screenshot is {width} x {height}, expected {WIDTH} x {HEIGHT}"
+    assert (width, height) == (WIDTH, shot_height), f"screenshot is {width} x {height}, expected {WIDTH} x {shot_height}"
     img = png_util.decode(data)[..., :3].astype(np.int64)
     colours = png_util.distinct_colours(img)
     ink = float((img.min(axis=2) < 200).mean())  # text, rules, plot lines, table shading
@@ -244,6 +264,11 @@ def main():
         lap("chromium --dump-dom")
         screenshot_check(browser, report, tmp)
         lap("chromium --screenshot and PNG checks")
+        comparison = make_comparison(tmp, report)
+        lap("comparison")
+        browser_check(browser, comparison, tmp, check_files(comparison), title="tdyn compare")
+        screenshot_check(browser, comparison, tmp, shot_height=8000)
+        lap("the comparison in chromium")
         ok = True
     finally:
         if ok and not os.environ.get("TDYN_KEEP"):

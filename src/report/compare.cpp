@@ -372,7 +372,8 @@ const FigureSpec kFigures[] = {
     {"clusters", "particles", "clusters", "clusters", "Clusters of the particles over time", "clusters", "time t"},
 };
 
-const char* const kColours[] = {"#1f5fbf", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#475569"};
+// gnuplot's own first line colours, as the report's figures draw (its yellow left out: too faint for a line).
+const char* const kColours[] = {"#9400d3", "#009e73", "#56b4e9", "#e69f00", "#0072b2", "#e51e10", "#000000"};
 
 // Text gnuplot can hold in a single-quoted string and a sprintf format.
 std::string gnuplot_safe(std::string text) {
