@@ -254,6 +254,12 @@ TEST(Analyze, Stories260KEndToEnd) {
                         "<img src=\"particles/trajectories.svg\""})
     EXPECT_NE(html.find(s), std::string::npos) << "missing " << s;
   EXPECT_EQ(html.find("failed:"), std::string::npos);
+  // The model beside its initialisation first, then the model's parts, and only then the controls' sections.
+  const size_t side_by_side = html.find("<h2 id=\"part-side-by-side\">"), power = html.find("<h2 id=\"part-power\">"),
+               particles = html.find("<h2 id=\"part-particles\">"), control = html.find("<h2 id=\"part-init-seed-0-power\">");
+  EXPECT_TRUE(side_by_side < power && power < particles && particles < control) << side_by_side << " " << power << " " << particles << " " << control;
+  EXPECT_NE(read_file(dir / "side-by-side/compare.csv").find("stories260K,init,jacobian,1,0.1,attn,normalized_departure"), std::string::npos);
+  EXPECT_NE(html.find("<img src=\"side-by-side/symmetry_index_mlp.svg\""), std::string::npos);
   // The random-init controls ran on the same token ids, so the bottleneck has a verdict against both kinds.
   for (const char* kind : {"seed", "scaled"})
     for (int seed = 0; seed < 5; ++seed) {

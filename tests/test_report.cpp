@@ -953,7 +953,8 @@ TEST(CompareCli, EveryValueEqualsItsSourceAndSitsAtItsDepth) {
     const std::string from = row.at("from");
     const size_t hash = from.find('#');
     ASSERT_NE(hash, std::string::npos) << from;
-    const std::string file = from.substr(0, hash);
+    EXPECT_TRUE(from.starts_with("../")) << "not relative to the comparison: " << from;
+    const std::string file = (dir / "cmp" / from.substr(0, hash)).lexically_normal().string();  // relative to the comparison
     if (!sources.contains(file)) sources[file] = json::parse(read_file(file));
     const json& at = sources[file][json::json_pointer(from.substr(hash + 1))];
     const double expected = at.is_boolean() ? (at.get<bool>() ? 1.0 : 0.0) : at.get<double>();

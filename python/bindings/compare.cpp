@@ -60,7 +60,7 @@ py::dict compare_dirs(const std::vector<std::string>& runs, const std::string& o
   Comparison comparison;
   {
     py::gil_scoped_release release;
-    comparison = compare_runs(inputs);
+    comparison = compare_runs(inputs, out);
     write_comparison(comparison, out, argv);
   }
   py::dict result;

@@ -11,6 +11,7 @@
 #include "core/files.h"
 #include "core/phase_times.h"
 #include "core/ranks.h"
+#include "report/compare.h"
 #include "report/html_report.h"
 
 namespace tdyn {
@@ -77,18 +78,6 @@ PowerOptions control_power_options(DynamicsMode mode = DynamicsMode::Full) {
   options.steer = false, options.iterate = false;  // the control's claims are the token dynamics'
   options.dynamics.mode = mode;
   return options;
-}
-
-// The mean Jacobians' metrics of a jacobian part for a topology part on the same pass (the same J̄ per sublayer),
-// when the two average the same positions and every depth's metrics were computed; else null (topology measures).
-const std::vector<OperatorMetrics>* shared_metrics(const std::optional<JacobianResult>& jacobian, const JacobianOptions& options,
-                                                   const TopologyOptions& topology) {
-  if (!jacobian || jacobian->models.empty() || !options.structured ||
-      options.positions.to_string() != PositionSpec::parse(topology.positions).to_string())
-    return nullptr;
-  const std::vector<OperatorMetrics>& metrics = jacobian->models.front().mean_metrics;
-  if (!std::all_of(metrics.begin(), metrics.end(), [](const OperatorMetrics& m) { return m.d > 0; })) return nullptr;
-  return &metrics;
 }
 
 JacobianOptions control_jacobian_options(bool keep_matrices) {
@@ -168,6 +157,7 @@ class Analysis {
   std::vector<std::string> command(const std::string& name) const;
   std::vector<std::string> part_command(const std::string& name) const;
   void run_part(const std::string& name);
+  void side_by_side();
   void run_init(nlohmann::json& record);
   void finish();
 
@@ -516,8 +506,6 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
                                     const std::vector<LayerSpectrum>& spectra, const std::vector<std::string>& names,
                                     bool figures, nlohmann::json& record, bool first) {
   TDYN_CHECK(in.model && !in.pass.from_pass.empty());
-  std::optional<JacobianResult> jacobian;  // its mean Jacobians' metrics serve topology
-  JacobianOptions jacobian_options;
   for (const std::string& part : names) {
     if (skipped(part)) continue;
     std::vector<std::string> argv = command(command_of(part));
@@ -541,15 +529,13 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
       options.spectra = nullptr;  // AnalyzeResult outlives this Analysis
       if (first && part == "power") result_.init_power = std::move(r), result_.init_power_options = options;
     } else if (part == "jacobian") {
-      jacobian_options = control_jacobian_options(first && o_.keep_matrices);
+      JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
       // A run whose figures are drawn shows the cumulative ranks at every depth; the others serve only the verdicts.
-      jacobian_options.cumulative_ends_only = !figures;
-      jacobian = jacobian_to(out, in, {}, jacobian_options, progress_);
-      if (first) result_.init_jacobian = jacobian, result_.init_jacobian_options = jacobian_options;
+      options.cumulative_ends_only = !figures;
+      JacobianResult r = jacobian_to(out, in, {}, options, progress_);
+      if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
     } else if (part == "topology") {
-      TopologyOptions options;
-      options.sublayer_metrics = shared_metrics(jacobian, jacobian_options, options);
-      TopologyResult r = topology_to(out, in, {}, options, progress_);
+      TopologyResult r = topology_to(out, in, {}, TopologyOptions{}, progress_);
       if (first) result_.init_topology = std::move(r), result_.init_topology_options = TopologyOptions{};
     }
   }
@@ -643,9 +629,7 @@ void Analysis::run_part(const std::string& name) {
           options.communities_control = (init_.front().dir / "topology").string();
           options.communities_control_independent = true;
         }
-        options.sublayer_metrics = shared_metrics(result_.jacobian, result_.jacobian_options, options);
         result_.topology = topology_to(part, in_, {}, options, progress_);
-        options.sublayer_metrics = nullptr;  // they live in result_, which is returned by value
       } else if (name == "particles") {
         particles::ExperimentSpec spec = particles::model_layer_defaults();
         spec.n = o_.particles_tokens;
@@ -668,6 +652,19 @@ void Analysis::run_part(const std::string& name) {
   out_.add_timing(name, times.at(0).second);
 }
 
+// DIR/side-by-side: the model's per-depth numbers beside its first initialisation's (the family's rule, seed 0) in
+// one figure each, attention and MLP sublayers on separate axes, as `tdyn compare DIR` draws them; the report shows
+// it first. The analysis stands without it: a failure is noted, not raised.
+void Analysis::side_by_side() {
+  const fs::path out = dir_ / "side-by-side";
+  try {
+    write_comparison(compare_runs({{dir_, ""}}, out), out, {"tdyn", "compare", dir_.string(), "--out", out.string()});
+    out_.record_file("side-by-side/index.html", "the model beside its initialisation, per depth (tdyn compare)");
+  } catch (const Error& e) {
+    progress_.note(fmt::format("the side-by-side figures failed: {}", e.what()));
+  }
+}
+
 // The verdicts and the report, once every part ran.
 void Analysis::finish() {
   {
@@ -676,6 +673,7 @@ void Analysis::finish() {
     out_.write();  // the report reads the parts from this results.json
     out_.results()["verdicts"] = verdicts_json(summarize_claims(load_report_parts(dir_)));
     out_.write();
+    side_by_side();
     write_html_report(dir_);
   }
   out_.write();

@@ -41,6 +41,11 @@ Place map_place(const std::string& name, int64_t n_layers) {
   return p;
 }
 
+// `file` as a row's `from` names it: relative to the comparison's directory `out`.
+fs::path seen_from(const fs::path& file, const fs::path& out) {
+  return fs::absolute(file).lexically_normal().lexically_relative(fs::absolute(out).lexically_normal());
+}
+
 // A number at `pointer`, a boolean as 1 or 0; nothing when absent, null (NaN) or of another type.
 std::optional<double> value_at(const json& root, const std::string& pointer) {
   const json* j = find(root, pointer);
@@ -53,7 +58,7 @@ std::optional<double> value_at(const json& root, const std::string& pointer) {
 struct PartReader {
   std::vector<CompareRow>& rows;
   const json& root;
-  fs::path file;
+  fs::path file;  // as `from` names it
   std::string model, source, part;
   int64_t n_layers = 0;
   std::vector<json> subsets = {};
@@ -191,7 +196,7 @@ void part_rows(const PartReader& p, const std::string& command) {
 
 // A jacobian run of several checkpoints (--compare), or a topology run with comparisons: a checkpoint series, each
 // checkpoint a model of its own (c.models[first] the first, labelled by the series and its file), ordered by training
-// step when every checkpoint's name gives one.
+// step when every checkpoint's name gives one. `file` is the run's results.json as the rows name it.
 void checkpoint_series(Comparison& c, size_t first, const json& root, const fs::path& file) {
   const std::string command = text_at(root, "/command");
   const json& checkpoints = array_at(root, command == "jacobian" ? "/results/models" : "/results/checkpoints");
@@ -222,7 +227,7 @@ void checkpoint_series(Comparison& c, size_t first, const json& root, const fs::
 
 // The parts of an analyze directory: the model's, its first initialisation's (analyze's control, drawn in the
 // report) and the sample subsets behind the intervals.
-void analyze_rows(Comparison& c, const ComparedModel& m) {
+void analyze_rows(Comparison& c, const ComparedModel& m, const fs::path& out) {
   std::vector<json> subsets;
   for (int g = 0;; ++g) {
     std::string error;
@@ -237,7 +242,7 @@ void analyze_rows(Comparison& c, const ComparedModel& m) {
       std::string error;
       const json root = read_json(file, &error);
       if (root.is_null()) fail("compare: {}", error);
-      PartReader p{c.rows, root, file, m.label, source, part, m.n_layers};
+      PartReader p{c.rows, root, seen_from(file, out), m.label, source, part, m.n_layers};
       if (std::string(source) == "model" && std::string(part) == "jacobian") p.subsets = subsets;
       part_rows(p, text_at(root, "/command"));
     }
@@ -269,9 +274,10 @@ double training_step(const std::string& label) {
   return step;
 }
 
-Comparison compare_runs(const std::vector<CompareInput>& runs) {
+Comparison compare_runs(const std::vector<CompareInput>& runs, const fs::path& out) {
   if (runs.empty()) fail("compare: no results directories given");
   Comparison c;
+
   std::map<std::string, std::set<std::string>> parts_of;  // the parts each model's runs gave (a model's runs merge)
   for (const CompareInput& run : runs) {
     const fs::path file = run.dir / "results.json";
@@ -320,9 +326,9 @@ Comparison compare_runs(const std::vector<CompareInput>& runs) {
       same = c.models.end() - 1;
     }
     const ComparedModel& m = *same;
-    if (command == "analyze") analyze_rows(c, m);
-    else if (series) checkpoint_series(c, c.models.size() - 1, root, file);
-    else part_rows(PartReader{c.rows, root, file, m.label, "model", part_of(root), m.n_layers}, command);
+    if (command == "analyze") analyze_rows(c, m, out);
+    else if (series) checkpoint_series(c, c.models.size() - 1, root, seen_from(file, out));
+    else part_rows(PartReader{c.rows, root, seen_from(file, out), m.label, "model", part_of(root), m.n_layers}, command);
   }
   for (const char* key : {"samples", "data", "max_len"}) {
     std::set<std::string> values;

@@ -59,8 +59,10 @@ struct Comparison {
   std::vector<std::string> differences;  // how the runs' options differ ("samples: 200 (a), 100 (b)")
 };
 
-// Reads the runs. Throws Error for a directory with no results.json, or a label given twice.
-Comparison compare_runs(const std::vector<CompareInput>& runs);
+// Reads the runs for a comparison to be written to `out` (each row's `from` is relative to it, so that compare.csv
+// stays true when the tree moves). Throws Error for a directory with no results.json, a run of a command compare does
+// not read, or one label given to two runs of the same analysis.
+Comparison compare_runs(const std::vector<CompareInput>& runs, const fs::path& out);
 
 // Writes DIR/compare.csv, DIR/results.json (command "compare"), the figures and DIR/index.html; returns index.html.
 fs::path write_comparison(const Comparison& comparison, const fs::path& dir, const std::vector<std::string>& argv);

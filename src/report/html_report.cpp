@@ -165,6 +165,7 @@ std::string part_title(const ReportPart& p) {
   if (command == "jacobian") return "Residual-stream Jacobians (the residual-stream paper)";
   if (command == "topology") return "Activation-graph topology (the residual-stream paper)";
   if (command == "particles") return "Self-attention particles (the clustering paper)";
+  if (command == "compare") return "The model beside its initialisation (dashed: the family's rule, seed 0), per depth";
   return command.empty() ? p.name : command;
 }
 

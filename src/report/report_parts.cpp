@@ -168,6 +168,12 @@ std::vector<ReportPart> load_report_parts(const fs::path& dir) {
       p.json = read_json(dir / rel / "results.json", &p.error);
       parts.push_back(std::move(p));
     }
+  // A comparison in the directory (analyze's side-by-side: the model beside its initialisation) is the overview, first;
+  // then the model's own parts, and only then the controls', so that no control's section sits among the model's.
+  std::stable_sort(parts.begin(), parts.end(), [](const ReportPart& a, const ReportPart& b) {
+    const auto rank = [](const ReportPart& p) { return text_at(p.json, "/command") == "compare" ? 0 : p.is_model_part() ? 1 : 2; };
+    return rank(a) < rank(b);
+  });
   for (ReportPart& p : parts) p.dir = dir / p.rel_dir;
   if (parts.empty())
     fail("report: no results.json in '{}' or its subdirectories; give the --out directory of an analysis", dir.string());

@@ -42,7 +42,9 @@ struct ReportPart {
 // results.json (the analyze layout; the order power, jacobian, topology, particles, then others by name) and the
 // init control's parts, DIR/init/{seed,scaled}-S/{power,jacobian,topology} for every seed in order (a directory of
 // the one-seed layout, DIR/init as seed 0's jacobian and DIR/init/topology as its topology, reads as one seed).
-// Then the sample subsets' parts, DIR/subsets/subset-g for every g in order. Throws Error when there are none.
+// Then the sample subsets' parts, DIR/subsets/subset-g for every g in order. A comparison among them (analyze's
+// DIR/side-by-side, written by tdyn compare) comes first, and the model's own parts before every control's, subset's
+// and nested set's. Throws Error when there are none.
 std::vector<ReportPart> load_report_parts(const fs::path& dir);
 
 // The parsed file, or null with `error` saying why it could not be read.

@@ -19,7 +19,7 @@ int run(const CompareArgs& a) {
     throw CLI::ValidationError("--label", fmt::format("{} labels for {} results directories", a.labels.size(), a.runs.size()));
   std::vector<CompareInput> inputs;
   for (size_t i = 0; i < a.runs.size(); ++i) inputs.push_back({a.runs[i], i < a.labels.size() ? a.labels[i] : ""});
-  const Comparison comparison = compare_runs(inputs);
+  const Comparison comparison = compare_runs(inputs, a.out);
   const fs::path index = write_comparison(comparison, a.out, invocation());
   std::cerr << fmt::format("tdyn compare: {} models, {} values; wrote {}\n", comparison.models.size(), comparison.rows.size(), index.string());
   return 0;

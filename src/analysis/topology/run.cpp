@@ -39,12 +39,7 @@ void couple(TopologyResult& r, const PassFile& pass, const TopologyOptions& opti
     linalg::Matrix j = pass.mean_jacobian(r.boundaries[r.coupled[i]].hook);
     if (options.keep_jacobians) r.mean_jacobians.push_back(j);
     return j;
-  }, options.coupling_test, [&](size_t i) -> const OperatorMetrics* {
-    if (!options.sublayer_metrics) return nullptr;
-    const int64_t k = r.boundaries[r.coupled[i]].sublayer;
-    TDYN_CHECK(k >= 0 && k < static_cast<int64_t>(options.sublayer_metrics->size()));
-    return &(*options.sublayer_metrics)[k];
-  });
+  }, options.coupling_test);
 }
 
 // Partitions [boundary][unit] from a topology directory's membership.npy.

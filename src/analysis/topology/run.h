@@ -25,9 +25,6 @@ struct TopologyOptions {
   GraphOptions graph;
   bool coupling = true;            // mean Jacobians and the coupling statistics; false: topology only
   std::string positions = "last";  // positions averaged in the mean Jacobians (PositionSpec::parse)
-  // The metrics of every sublayer's mean Jacobian (by sublayer k) when measured already on the same pass with the same
-  // positions (analyze's jacobian part: mean_metrics); null: measured here.
-  const std::vector<OperatorMetrics>* sublayer_metrics = nullptr;
   CouplingOptions coupling_test;
   bool keep_correlations = false;  // TopologyResult::correlations (each d × d)
   bool keep_jacobians = false;     // TopologyResult::mean_jacobians (each d × d)

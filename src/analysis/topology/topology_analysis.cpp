@@ -107,8 +107,7 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
 }
 
 CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
-                                          const std::function<Matrix(size_t)>& mean_jacobian, const CouplingOptions& options,
-                                          const std::function<const OperatorMetrics*(size_t)>& measured) {
+                                          const std::function<Matrix(size_t)>& mean_jacobian, const CouplingOptions& options) {
   if (options.permutations < 0) fail("coupling: permutations must be ≥ 0, got {}", options.permutations);
   if (!(options.min_effect >= 0 && options.min_effect < 1)) fail("coupling: min_effect must be in [0, 1), got {}", options.min_effect);
   const bool permutation = options.permutations > 0;
@@ -138,8 +137,7 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
     c.column.test = topology::spearman_test(x, column_gain, options.permutations, seed);
     c.row.test = topology::spearman_test(x, row_gain, options.permutations, seed);
     // Only the Schur form's departure, the symmetry index and the complex share are read: no singular vectors.
-    const OperatorMetrics* known = measured ? measured(layer) : nullptr;
-    const OperatorMetrics metrics = known ? *known : operator_metrics(j, {.alignment_ks = {}});
+    const OperatorMetrics metrics = operator_metrics(j, {.alignment_ks = {}});
     c.normalized_departure = metrics.departure.schur_normalized;
     c.symmetry_index = metrics.symmetry_index;
     c.complex_fraction = metrics.complex_fraction;

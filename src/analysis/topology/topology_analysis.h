@@ -133,13 +133,10 @@ struct CouplingResult {
 CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
                                           const std::vector<linalg::Matrix>& mean_jacobians,
                                           const CouplingOptions& options);
-// The same with J̄ of layer i made when needed (read from a pass file one at a time: d × d each). `measured`, when
-// given, returns the operator metrics of layer i's J̄ when they were measured already (analyze's jacobian part on
-// the same pass), else null: only the departure, symmetry index and complex share are read from them.
+// The same with J̄ of layer i made when needed (read from a pass file one at a time: d × d each).
 CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
                                           const std::function<linalg::Matrix(size_t)>& mean_jacobian,
-                                          const CouplingOptions& options,
-                                          const std::function<const OperatorMetrics*(size_t)>& measured = {});
+                                          const CouplingOptions& options);
 
 // ---- Drawing -----------------------------------------------------------------------------------------------
 
