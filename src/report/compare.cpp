@@ -449,11 +449,14 @@ std::string interval_text(double lo, double hi) {
   return std::isfinite(lo) && std::isfinite(hi) ? fmt::format(" [{:.3g}, {:.3g}]", lo, hi) : "";
 }
 
+// The verdict, its statistic and interval; a claim shown without a verdict (the shared-weight regime, say) says what
+// was observed.
 std::string verdict_cell(const ClaimCheck* check) {
   if (!check) return "<td>—</td>";
   const std::string value = std::isfinite(check->value) ? fmt::format(" {:.3g}", check->value) : "";
-  return fmt::format("<td><span class=\"verdict {}\">{}</span>{}{}</td>", verdict_class(check->verdict), verdict_text(check->verdict),
-                     value, interval_text(check->evidence.lo, check->evidence.hi));
+  const std::string observed = check->verdict == Verdict::kInfo ? "<br><span class=\"sub\">" + html_escape(check->observed) + "</span>" : "";
+  return fmt::format("<td><span class=\"verdict {}\">{}</span>{}{}{}</td>", verdict_class(check->verdict), verdict_text(check->verdict),
+                     value, interval_text(check->evidence.lo, check->evidence.hi), observed);
 }
 
 std::string csv_field(const std::string& s) {
@@ -536,6 +539,7 @@ fs::path write_comparison(const Comparison& c, const fs::path& dir, const std::v
     for (const ClaimCheck* claim : claims(c))
       if (const ClaimCheck* check = find_check(m, claim->id))
         verdicts[claim->id][m.label] = {{"verdict", verdict_text(check->verdict)},
+                                        {"observed", check->observed},
                                         {"value", std::isfinite(check->value) ? json(check->value) : json()},
                                         {"lo", std::isfinite(check->evidence.lo) ? json(check->evidence.lo) : json()},
                                         {"hi", std::isfinite(check->evidence.hi) ? json(check->evidence.hi) : json()}};
