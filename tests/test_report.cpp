@@ -817,6 +817,12 @@ TEST(VerdictStatistics, PredictionHolmAndSignTest) {
   EXPECT_NEAR(hi, 1 + 1.9632431614775607, 1e-9);
   EXPECT_TRUE(std::isnan(subset_interval(1, std::vector<double>{0.5}).first));
 
+  // Kendall's τ with the order: 3 concordant pairs, or 3 discordant, or 2 against 1 (a tie counts as neither).
+  EXPECT_EQ(order_tau(std::vector<double>{1, 2, 3}), 1);
+  EXPECT_EQ(order_tau(std::vector<double>{3, 2, 1}), -1);
+  EXPECT_NEAR(order_tau(std::vector<double>{0, 14, 14}), 2.0 / 3, 1e-15);
+  EXPECT_TRUE(std::isnan(order_tau(std::vector<double>{5})));
+
   EXPECT_NEAR(sign_test_p_value(10, 10), 1.0 / 1024, 1e-15);
   EXPECT_NEAR(sign_test_p_value(3, 4), 5.0 / 16, 1e-15);
   EXPECT_EQ(sign_test_p_value(0, 5), 1.0);
@@ -994,6 +1000,22 @@ TEST(CompareCli, EveryValueEqualsItsSourceAndSitsAtItsDepth) {
   EXPECT_EQ((counts["slm4096/model/jacobian/surgery_effective_rank"]), 5);  // the default α
   EXPECT_EQ((counts["series: step100.bin/model/jacobian/cumulative_effective_rank"]), 10);
 
+  // The series' trends: each quantity's mean over depths per checkpoint in training order, and their τ (one model
+  // twice: no trend).
+  bool trend = false;
+  for (const json& t : results["results"]["trends"])
+    if (t["series"] == "series" && t["quantity"] == "cumulative_effective_rank") {
+      trend = true;
+      EXPECT_EQ(t["checkpoints"], json({"series: step100.bin", "series: step200.bin"}));
+      double sum = 0;
+      int n = 0;
+      for (const auto& row : rows)
+        if (row.at("model") == "series: step100.bin" && row.at("quantity") == "cumulative_effective_rank") sum += std::stod(row.at("value")), ++n;
+      EXPECT_NEAR(t["means"][0].get<double>(), sum / n, 1e-12);
+      EXPECT_EQ(t["tau"], 0.0);
+    }
+  EXPECT_TRUE(trend) << results["results"]["trends"].dump();
+
   // The verdicts side by side are analyze's own.
   const json analyzed = json::parse(read_file(dir / "stories/results.json"));
   for (const json& v : analyzed["results"]["verdicts"]) {
@@ -1003,7 +1025,7 @@ TEST(CompareCli, EveryValueEqualsItsSourceAndSitsAtItsDepth) {
   }
   // The options that differ are said (the analyze run's samples are the same; its init control is not compared).
   const std::string html = read_file(dir / "cmp/index.html");
-  for (const char* s : {"<h2 id=\"verdicts\">", "<img src=\"gamma.svg\"", "<img src=\"normalized_departure_attn.svg\"",
+  for (const char* s : {"<h2 id=\"verdicts\">", "<h2 id=\"trends\">", "<img src=\"gamma.svg\"", "<img src=\"normalized_departure_attn.svg\"",
                         "<img src=\"normalized_departure_mlp.svg\"", "<img src=\"cumulative_effective_rank.svg\"", "<img src=\"surgery.svg\"",
                         "<img src=\"clusters.svg\"", "compare.csv"})
     EXPECT_NE(html.find(s), std::string::npos) << s;

@@ -54,6 +54,14 @@ std::pair<double, double> subset_interval(double estimate, std::span<const doubl
   return {estimate - half, estimate + half};
 }
 
+double order_tau(std::span<const double> values) {
+  if (values.size() < 2) return NAN;
+  long concordant = 0, discordant = 0;
+  for (size_t i = 0; i < values.size(); ++i)
+    for (size_t j = i + 1; j < values.size(); ++j) concordant += values[j] > values[i], discordant += values[j] < values[i];
+  return static_cast<double>(concordant - discordant) / static_cast<double>(values.size() * (values.size() - 1) / 2);
+}
+
 double sign_test_p_value(long successes, long trials) {
   if (trials <= 0 || successes <= 0) return 1.0;
   if (successes > trials) return 0.0;

@@ -25,6 +25,10 @@ std::vector<double> holm_adjusted(std::span<const double> p_values);
 // the samples varies about as an average of the G subsets' does. {NaN, NaN} with fewer than 2 finite values.
 std::pair<double, double> subset_interval(double estimate, std::span<const double> subset_values);
 
+// Kendall's τ of `values` with their order 1, 2, …, n: (concordant − discordant pairs) / (n (n − 1) / 2), ties counting
+// as neither; the trend of a quantity over a training run's checkpoints. NaN with fewer than 2 values.
+double order_tau(std::span<const double> values);
+
 // One-sided p-value of at least `successes` of `trials` fair coin flips: P(X ≥ successes), X ~ Binomial(trials, 1/2).
 double sign_test_p_value(long successes, long trials);
 

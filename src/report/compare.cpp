@@ -249,6 +249,41 @@ void analyze_rows(Comparison& c, const ComparedModel& m, const fs::path& out) {
   }
 }
 
+// Each per-depth quantity (and topology's coupled count) of each checkpoint series with two or more checkpoints: its
+// mean over depths at every checkpoint, in the series' order, and Kendall's τ of those means with the order.
+std::vector<SeriesTrend> series_trends(const Comparison& c) {
+  std::vector<SeriesTrend> trends;
+  std::vector<std::string> series;
+  for (const ComparedModel& m : c.models)
+    if (!m.series.empty() && std::find(series.begin(), series.end(), m.series) == series.end()) series.push_back(m.series);
+  for (const std::string& name : series) {
+    std::vector<const ComparedModel*> checkpoints;
+    for (const ComparedModel& m : c.models)
+      if (m.series == name) checkpoints.push_back(&m);
+    if (checkpoints.size() < 2) continue;
+    std::vector<std::pair<std::string, std::string>> quantities;  // (part, quantity), in the rows' order
+    for (const CompareRow& r : c.rows)
+      if (r.model == checkpoints.front()->label && (std::isfinite(r.normalized_depth) || r.quantity == "coupled_layers") &&
+          std::find(quantities.begin(), quantities.end(), std::pair(r.part, r.quantity)) == quantities.end())
+        quantities.emplace_back(r.part, r.quantity);
+    for (const auto& [part, quantity] : quantities) {
+      SeriesTrend t{name, part, quantity, {}, {}, NAN};
+      for (const ComparedModel* m : checkpoints) {
+        double sum = 0;
+        int64_t n = 0;
+        for (const CompareRow& r : c.rows)
+          if (r.model == m->label && r.part == part && r.quantity == quantity && (std::isfinite(r.normalized_depth) || quantity == "coupled_layers"))
+            sum += r.value, ++n;
+        t.checkpoints.push_back(m->label);
+        t.means.push_back(n > 0 ? sum / static_cast<double>(n) : NAN);
+      }
+      t.tau = order_tau(t.means);
+      trends.push_back(std::move(t));
+    }
+  }
+  return trends;
+}
+
 }  // namespace
 
 double training_step(const std::string& label) {
@@ -330,6 +365,7 @@ Comparison compare_runs(const std::vector<CompareInput>& runs, const fs::path& o
     else if (series) checkpoint_series(c, c.models.size() - 1, root, seen_from(file, out));
     else part_rows(PartReader{c.rows, root, seen_from(file, out), m.label, "model", part_of(root), m.n_layers}, command);
   }
+  c.trends = series_trends(c);
   for (const char* key : {"samples", "data", "max_len"}) {
     std::set<std::string> values;
     std::string each;
@@ -514,7 +550,20 @@ std::string comparison_page(const Comparison& c, const std::vector<std::pair<Fig
     for (const ComparedModel& m : c.models) h += verdict_cell(find_check(m, claim->id));
     h += "</tr>\n";
   }
-  h += "</table></div>\n<h2 id=\"figures\">Figures</h2>\n";
+  h += "</table></div>\n";
+  if (!c.trends.empty()) {
+    h += "<h2 id=\"trends\">Trends over the checkpoint series</h2>\n<p class=\"sub\">Each quantity's mean over depths at each "
+         "checkpoint, in training order, and Kendall's τ of those means with the order (+1: rising at every step, −1: "
+         "falling).</p>\n<div class=\"scroll-x\"><table><tr><th>series</th><th>quantity</th><th>means, in order</th><th>τ</th></tr>\n";
+    for (const SeriesTrend& t : c.trends) {
+      std::string means;
+      for (size_t i = 0; i < t.means.size(); ++i) means += fmt::format("{}{:.4g}", i ? " → " : "", t.means[i]);
+      h += fmt::format("<tr><td>{}</td><td>{} <code>{}</code></td><td>{}</td><td>{}</td></tr>\n", html_escape(t.series), html_escape(t.part),
+                       html_escape(t.quantity), means, std::isfinite(t.tau) ? fmt::format("{:+.2f}", t.tau) : "—");
+    }
+    h += "</table></div>\n";
+  }
+  h += "<h2 id=\"figures\">Figures</h2>\n";
   for (const auto& [spec, names] : drawn) {
     h += fmt::format("<h3 id=\"{}\">{}</h3>\n", spec.name, html_escape(spec.title));
     for (const std::string& name : names) h += fmt::format("<figure><img src=\"{}.svg\" alt=\"{}\"></figure>\n", name, name);
@@ -544,7 +593,14 @@ fs::path write_comparison(const Comparison& c, const fs::path& dir, const std::v
                                         {"lo", std::isfinite(check->evidence.lo) ? json(check->evidence.lo) : json()},
                                         {"hi", std::isfinite(check->evidence.hi) ? json(check->evidence.hi) : json()}};
   }
-  out.results() = {{"models", models}, {"differences", c.differences}, {"verdicts", verdicts}, {"rows", c.rows.size()}};
+  json trends = json::array();
+  for (const SeriesTrend& t : c.trends) {
+    json means = json::array();
+    for (double v : t.means) means.push_back(std::isfinite(v) ? json(v) : json());
+    trends.push_back({{"series", t.series}, {"part", t.part}, {"quantity", t.quantity}, {"checkpoints", t.checkpoints}, {"means", means},
+                      {"tau", std::isfinite(t.tau) ? json(t.tau) : json()}});
+  }
+  out.results() = {{"models", models}, {"differences", c.differences}, {"verdicts", verdicts}, {"trends", trends}, {"rows", c.rows.size()}};
   write_file_atomic(out.file("compare.csv"), compare_csv(c));
   out.record_file("compare.csv", "one row per (model, source, part, depth, sublayer, quantity): value, 95 % interval and where it was read");
   std::vector<std::pair<FigureSpec, std::vector<std::string>>> drawn;

@@ -53,9 +53,18 @@ struct ComparedModel {
   nlohmann::json options;     // the options that shape its numbers: samples, data, max_len
 };
 
+// A quantity over a checkpoint series in training order: its mean over depths at each checkpoint, and their trend.
+struct SeriesTrend {
+  std::string series, part, quantity;
+  std::vector<std::string> checkpoints;  // labels, in order
+  std::vector<double> means;
+  double tau = NAN;  // Kendall's τ of the means with the order (analysis/stats.h order_tau)
+};
+
 struct Comparison {
   std::vector<ComparedModel> models;
   std::vector<CompareRow> rows;
+  std::vector<SeriesTrend> trends;
   std::vector<std::string> differences;  // how the runs' options differ ("samples: 200 (a), 100 (b)")
 };
 

@@ -805,11 +805,7 @@ Measured measure_emergence(const json& topology) {
     const bool a = first[k].is_boolean() && first[k].get<bool>(), b = last[k].is_boolean() && last[k].get<bool>();
     gained += b && !a, lost += a && !b;
   }
-  long concordant = 0, discordant = 0;
-  for (size_t i = 0; i < counts.size(); ++i)
-    for (size_t j = i + 1; j < counts.size(); ++j) concordant += counts[j] > counts[i], discordant += counts[j] < counts[i];
-  const size_t pairs = counts.size() * (counts.size() - 1) / 2;
-  const double tau = static_cast<double>(concordant - discordant) / static_cast<double>(pairs);
+  const double tau = order_tau(counts);
   std::vector<std::string> texts;
   for (double n : counts) texts.push_back(num(n));
   return measured(fmt::format("coupled maps over {} checkpoints: {}; from the first to the last {} maps became coupled and {} "
