@@ -572,6 +572,7 @@ TEST(PassCli, WhatDoesNotSplitRefusesUnderMpi) {
       {"jacobian " + model + " --compare " + model, "jacobian comparing checkpoints runs in one process only"},
       {"jacobian " + model + " --mean plain", "runs in one process only"},
       {"topology " + model + " --compare " + model, "topology comparing checkpoints"},
+      {"compare " + dir.string(), "runs in one process"},
   };
   for (const auto& [args, phrase] : refused) {
     const fs::path out = dir / "out";

@@ -120,7 +120,7 @@ struct InitSeed {
   fs::path dir;
   AnalysisInputs in;
   std::string error;  // why its model or pass could not be prepared; the init part reports it
-  std::vector<LayerSpectrum> spectra;  // its F_t's (model_spectra)
+  std::shared_ptr<const std::vector<LayerSpectrum>> spectra;  // its F_t's (model_spectra)
 };
 
 // One analyze run: its options with absolute paths, the model, the samples and the shared pass, and the results
@@ -139,7 +139,7 @@ class Analysis {
   bool runs_init() const {
     return o_.init_control && (!skipped("power") || !skipped("power-l2") || !skipped("jacobian") || !skipped("topology"));
   }
-  std::vector<LayerSpectrum> model_spectra(const Model& model) const;
+  std::shared_ptr<const std::vector<LayerSpectrum>> model_spectra(const Model& model) const;
   PassSpec pass_spec(const std::vector<LayerSpectrum>& spectra) const;
   bool draw_samples_and_pass();
   bool init_passes();
@@ -150,8 +150,8 @@ class Analysis {
   const std::vector<Sample>& control_samples() const { return controls_on_subset_ ? control_subset_ : in_.samples; }
   fs::path control_ids() const { return controls_on_subset_ ? subset_dir(dir_, 0) / "samples.ids" : dir_ / "init" / "samples.ids"; }
   void run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in,
-                            const std::vector<LayerSpectrum>& spectra, const std::vector<std::string>& names, bool figures,
-                            nlohmann::json& record, bool first);
+                            const std::shared_ptr<const std::vector<LayerSpectrum>>& spectra, const std::vector<std::string>& names,
+                            bool figures, nlohmann::json& record, bool first);
   nlohmann::json options_json() const;
   std::vector<uint64_t> init_seed_list() const;
   std::vector<std::string> command(const std::string& name) const;
@@ -167,7 +167,7 @@ class Analysis {
   ResultsDir out_;
   AnalysisInputs in_;
   std::vector<InitSeed> init_;  // the random initialisations, one per seed (init_passes)
-  std::vector<LayerSpectrum> spectra_;  // the model's F_t's (model_spectra)
+  std::shared_ptr<const std::vector<LayerSpectrum>> spectra_;  // the model's F_t's (model_spectra)
   TensorMoments moments_;       // the model's, for its scale-matched initialisations (read once: a pass over the weights)
   // Disjoint subsets of the samples (sample i in subset i mod G), each through jacobian: the spread of a
   // statistic of mean Jacobians over them is its interval (subset_passes). The first is also the controls'
@@ -229,10 +229,10 @@ std::vector<uint64_t> Analysis::init_seed_list() const {
 // The spectra of `model`'s F_t with the default options, measured once per model: its pass probes the dominant
 // eigenvectors' alignments and its power parts read them (power-l2 too: they do not depend on the dynamics' mode).
 // Empty when both power parts are skipped.
-std::vector<LayerSpectrum> Analysis::model_spectra(const Model& model) const {
-  std::vector<LayerSpectrum> spectra;
+std::shared_ptr<const std::vector<LayerSpectrum>> Analysis::model_spectra(const Model& model) const {
+  auto spectra = std::make_shared<std::vector<LayerSpectrum>>();
   if (skipped("power") && skipped("power-l2")) return spectra;
-  for (int64_t l = 0; l < model.config.n_layers; ++l) spectra.push_back(layer_spectrum(layer_matrix(model, l), SpectrumOptions{}));
+  for (int64_t l = 0; l < model.config.n_layers; ++l) spectra->push_back(layer_spectrum(layer_matrix(model, l), SpectrumOptions{}));
   return spectra;
 }
 
@@ -260,7 +260,7 @@ bool Analysis::draw_samples_and_pass() {
   draw_samples(in_, samples, o_.tokenizer);
   if (in_.samples.empty()) fail("no samples to analyse in {} (check the data)", o_.data);
   spectra_ = model_spectra(*in_.model);
-  const PassSpec spec = pass_spec(spectra_);
+  const PassSpec spec = pass_spec(*spectra_);
   const nlohmann::json model_identity = pass_model_identity(o_.model_path, *in_.model);
   const fs::path file = dir_ / "pass" / "pass.tdynpass";
   nlohmann::json record = {{"file", "pass/pass.tdynpass"}, {"samples", in_.samples.size()}, {"spec", spec.to_json()}};
@@ -344,7 +344,7 @@ bool Analysis::init_pass(InitSeed& seed) {
     return ranks().root();
   }
   seed.spectra = model_spectra(*seed.in.model);
-  const PassSpec spec = pass_spec(seed.spectra);
+  const PassSpec spec = pass_spec(*seed.spectra);
   auto transformer = std::make_shared<const Transformer>(seed.in.model);
   std::unique_ptr<JacobianModel> jacobians;
   if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
@@ -411,7 +411,7 @@ bool Analysis::subset_passes() {
   broadcast_from_root(1.0);  // the barrier after which the files are there
   auto transformer = std::make_shared<const Transformer>(in_.model);
   const JacobianModel jacobians(transformer);
-  const PassSpec full = pass_spec(spectra_);
+  const PassSpec full = pass_spec(*spectra_);
   PassSpec jacobians_only = full, subset_spec = full;  // the subsets run jacobian and topology, the nested sets jacobian
   jacobians_only.correlations = false, jacobians_only.probes.clear();
   subset_spec.probes.clear();
@@ -503,8 +503,8 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
 // token ids and its pass) into dir/PART; their command lines go to record["argv"]. With `first`, their results are
 // also AnalyzeResult's init_*.
 void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in,
-                                    const std::vector<LayerSpectrum>& spectra, const std::vector<std::string>& names,
-                                    bool figures, nlohmann::json& record, bool first) {
+                                    const std::shared_ptr<const std::vector<LayerSpectrum>>& spectra,
+                                    const std::vector<std::string>& names, bool figures, nlohmann::json& record, bool first) {
   TDYN_CHECK(in.model && !in.pass.from_pass.empty());
   for (const std::string& part : names) {
     if (skipped(part)) continue;
@@ -524,9 +524,8 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
     if (!figures) out.without_figures("the report shows none of this run's figures; its command line draws them");
     if (part == "power" || idealised(part)) {
       PowerOptions options = control_power_options(idealised(part) ? DynamicsMode::AttnOnlyL2 : DynamicsMode::Full);
-      options.spectra = &spectra;
+      options.spectra = spectra;
       PowerResult r = power_to(out, idealised(part) ? without_pass(in) : in, options, progress_);
-      options.spectra = nullptr;  // AnalyzeResult outlives this Analysis
       if (first && part == "power") result_.init_power = std::move(r), result_.init_power_options = options;
     } else if (part == "jacobian") {
       JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
@@ -606,14 +605,12 @@ void Analysis::run_part(const std::string& name) {
       record["argv"] = argv;
       ResultsDir part(dir, command_of(name), argv);
       if (name == "power") {
-        result_.power_options.spectra = &spectra_;
+        result_.power_options.spectra = spectra_;
         result_.power = power_to(part, in_, result_.power_options, progress_);
-        result_.power_options.spectra = nullptr;  // AnalyzeResult outlives this Analysis
       } else if (idealised(name)) {
         result_.power_l2_options = control_power_options(DynamicsMode::AttnOnlyL2);
-        result_.power_l2_options.spectra = &spectra_;
+        result_.power_l2_options.spectra = spectra_;
         result_.power_l2 = power_to(part, without_pass(in_), result_.power_l2_options, progress_);
-        result_.power_l2_options.spectra = nullptr;
       } else if (name == "jacobian") {
         JacobianOptions& options = result_.jacobian_options;
         options.surgery = true;

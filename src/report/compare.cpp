@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -61,7 +62,7 @@ struct PartReader {
   fs::path file;  // as `from` names it
   std::string model, source, part;
   int64_t n_layers = 0;
-  std::vector<json> subsets = {};
+  std::span<const json> subsets = {};
 
   // `in_subset` gives the same value's pointer in a subset's results.json when it is not `pointer` (null: none there).
   void add(int64_t depth, double normalized, const std::string& sublayer, const std::string& quantity, const std::string& pointer,

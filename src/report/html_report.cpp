@@ -362,7 +362,6 @@ void part_section(std::string& h, const fs::path& root, const ReportPart& p, con
 
 const char* report_style() { return kStyle; }
 
-
 const char* verdict_class(Verdict v) {
   switch (v) {
     case Verdict::kPass: return "pass";

@@ -55,9 +55,9 @@ Vector steering_direction(const std::string& spec, uint64_t seed, const Model& m
 
 void measure_spectra(const Model& model, const PowerOptions& options, ProgressSink& progress, PowerResult& r) {
   PhaseClock clock(r.timings, "spectra");
+  if (options.spectra) TDYN_CHECK(static_cast<int64_t>(options.spectra->size()) == model.config.n_layers);
   for (int64_t l = 0; l < model.config.n_layers; ++l) {
     r.matrices.push_back(layer_matrix(model, l));
-    if (options.spectra) TDYN_CHECK(static_cast<int64_t>(options.spectra->size()) == model.config.n_layers);
     r.spectra.push_back(options.spectra ? (*options.spectra)[l] : layer_spectrum(r.matrices.back(), options.spectrum));
     const LayerSpectrum& s = r.spectra.back();
     for (const std::string& note : s.notes) {

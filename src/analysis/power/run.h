@@ -31,7 +31,7 @@ struct PowerOptions {
   SpectrumOptions spectrum;
   // The spectra of this model's F_t with `spectrum` when they were measured already (analyze measures them once per
   // model, for its pass's probes and its power parts); null: measured here.
-  const std::vector<LayerSpectrum>* spectra = nullptr;
+  std::shared_ptr<const std::vector<LayerSpectrum>> spectra;
   DynamicsOptions dynamics;     // mode and residual of the token dynamics and of the iteration
   bool save_matrices = false;   // keep every F_t for the writer (layer_matrices.npy)
   // The layer iterated: negative for the default, the shared layer of a shared-weight model (ALBERT) and none
