@@ -13,9 +13,12 @@
 //   leading_svd_k100           every σ plus the top 100 singular vector pairs: self-alignment at k = 1, 10, 100
 //   norms_and_symmetry         ‖J‖_F and the symmetry index, O(d²)
 //   operator_metrics           the whole call as it is now
+//   operator_metrics_one_per_thread   the same, one matrix per OpenMP thread on single-threaded BLAS (per matrix):
+//                              how the jacobian's metrics phase spreads depths over the cores
 //   complex_schur_with_vectors, svd_with_vectors, baseline_all_vectors   the former path, part by part and whole
 // Timing caveat: OPENBLAS_CORETYPE, when set, can halve GEMM speed; it is printed with the results.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -24,10 +27,12 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
+#include <omp.h>
 #include <fmt/format.h>
 
 #include "analysis/operator_metrics.h"
 #include "bench_common.h"
+#include "kernels/serial_blas.h"
 #include "linalg/dense.h"
 
 namespace {
@@ -66,6 +71,22 @@ void norms_and_symmetry(benchmark::State& state) {
 void operator_metrics(benchmark::State& state) {
   const Matrix a = random_matrix(state.range(0));
   for (auto _ : state) benchmark::DoNotOptimize(tdyn::operator_metrics(a).departure.schur);
+}
+
+// Several matrices at once, one per OpenMP thread, each on single-threaded BLAS/LAPACK (kernels/serial_blas.h): the
+// way the metrics phase spreads depths over the cores. Timed per matrix, so that it reads against
+// operator_metrics above (one matrix at a time on OpenBLAS's threads).
+void operator_metrics_one_per_thread(benchmark::State& state) {
+  const int n = omp_get_max_threads();
+  std::vector<Matrix> matrices;
+  for (int i = 0; i < n; ++i) matrices.push_back(random_matrix(state.range(0), static_cast<uint64_t>(i) + 1));
+  tdyn::SerialBlas serial(n > 1);
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; ++i) benchmark::DoNotOptimize(tdyn::operator_metrics(matrices[static_cast<size_t>(i)]).departure.schur);
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / n);
+  }
 }
 
 void complex_schur_with_vectors(benchmark::State& state) {
@@ -125,6 +146,10 @@ class SecondsReporter : public benchmark::ConsoleReporter {
       if (now != seconds_.end() && before != seconds_.end())
         fmt::print("d = {}: baseline_all_vectors / operator_metrics = {:.2f}x ({:.3f} s -> {:.3f} s)\n", d,
                    before->second / now->second, before->second, now->second);
+      const auto spread = seconds_.find(fmt::format("operator_metrics_one_per_thread/{}", d));
+      if (now != seconds_.end() && spread != seconds_.end())
+        fmt::print("d = {}: operator_metrics (threaded BLAS) / operator_metrics_one_per_thread = {:.2f}x per matrix\n", d,
+                   now->second / spread->second);
     }
   }
 
@@ -148,6 +173,7 @@ int main(int argc, char** argv) {
       {"leading_svd_k100", leading_svd_k100},
       {"norms_and_symmetry", norms_and_symmetry},
       {"operator_metrics", operator_metrics},
+      {"operator_metrics_one_per_thread", operator_metrics_one_per_thread},
       {"complex_schur_with_vectors", complex_schur_with_vectors},
       {"svd_with_vectors", svd_with_vectors},
       {"baseline_all_vectors", baseline_all_vectors}};
@@ -155,7 +181,9 @@ int main(int argc, char** argv) {
   for (const auto& [name, function] : benchmarks) {
     names.push_back(name);
     for (long d : sizes) {
-      auto* b = benchmark::RegisterBenchmark(name, function)->Arg(d)->Unit(benchmark::kMillisecond)->UseRealTime();
+      auto* b = benchmark::RegisterBenchmark(name, function)->Arg(d)->Unit(benchmark::kMillisecond);
+      if (function == operator_metrics_one_per_thread) b->UseManualTime();
+      else b->UseRealTime();
       if (d > 1024) b->Iterations(1);  // minutes per run at 4096: one is enough
       else b->MinTime(0.5);
     }

@@ -446,6 +446,26 @@ TEST(LinalgGemm, MatchesEigenOnEveryShape) {
   EXPECT_LE((y - (Vector::Ones(6) + 3.0 * a * x)).norm(), 1e-13 * (1 + y.norm()));
 }
 
+// The complex products (zgemm, ztrmm) against Eigen's: a b, a b*, and q t q* with t's strictly lower part ignored
+// (garbage there must not leak in) — J rebuilt from its complex Schur form.
+TEST(LinalgGemm, ComplexProductsMatchEigen) {
+  const auto random_complex = [](Index rows, Index cols, uint64_t seed) {
+    return ComplexMatrix(random_gaussian(rows, cols, seed).cast<Complex>() + Complex(0, 1) * random_gaussian(rows, cols, seed + 100).cast<Complex>());
+  };
+  for (auto [m, k, n] : {std::tuple{7, 5, 3}, {1, 6, 4}, {6, 4, 1}, {4, 4, 4}}) {
+    const ComplexMatrix a = random_complex(m, k, 1), b = random_complex(k, n, 2), b_adjoint = b.adjoint();
+    const double scale = a.norm() * b.norm();
+    EXPECT_LE((multiply(a, b) - a * b).norm(), 1e-13 * scale) << m << "x" << k << "x" << n;
+    EXPECT_LE((multiply_adjoint(a, b_adjoint) - a * b).norm(), 1e-13 * scale) << m << "x" << k << "x" << n;
+  }
+  EXPECT_EQ(multiply(ComplexMatrix(3, 0), ComplexMatrix(0, 2)), ComplexMatrix::Zero(3, 2));
+
+  const Matrix j = random_gaussian(9, 9, 4);
+  ComplexSchur s = complex_schur(j);
+  s.t.triangularView<Eigen::StrictlyLower>().setConstant(Complex(1e3, -1e3));
+  EXPECT_LE((unitary_similarity(s.q, s.t) - j.cast<Complex>()).norm(), 1e-12 * j.norm());
+}
+
 // multiply_small against a long-double sum, entry by entry: c is a block of a larger matrix filled with NaN (a kernel
 // that read c, or wrote outside the block, would show), a and b are blocks read through their strides, and the
 // shapes include a particle step's, sizes that are no multiple of a register block, and empty ones.

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/json_number.h"
+#include "linalg/gemm.h"
 
 namespace tdyn {
 namespace {
@@ -247,10 +248,10 @@ nlohmann::json DominantSpectrum::to_json() const {
 // ---- Schur surgery --------------------------------------------------------------------------------------
 
 ComplexMatrix schur_surgery(const linalg::ComplexSchur& schur, double alpha) {
-  if (alpha == 0) return (schur.q * schur.t.diagonal().asDiagonal()) * schur.q.adjoint();  // QΛQ*: one product
+  if (alpha == 0) return linalg::multiply_adjoint(schur.q * schur.t.diagonal().asDiagonal(), schur.q);  // QΛQ*: one product
   ComplexMatrix t = schur.strictly_upper() * alpha;
   t.diagonal() = schur.t.diagonal();
-  return schur.q * t * schur.q.adjoint();
+  return linalg::unitary_similarity(schur.q, t);
 }
 
 ComplexMatrix random_strictly_upper(Index d, double frobenius_norm, std::uint64_t seed) {
@@ -271,7 +272,7 @@ ComplexMatrix schur_surgery_control(const linalg::ComplexSchur& schur, double al
   const Index d = schur.t.rows();
   ComplexMatrix t = random_strictly_upper(d, schur.strictly_upper().norm(), seed) * alpha;
   t.diagonal() = schur.t.diagonal();
-  return schur.q * t * schur.q.adjoint();
+  return linalg::unitary_similarity(schur.q, t);
 }
 
 double imaginary_fraction(const ComplexMatrix& a) {
@@ -296,7 +297,7 @@ std::vector<MatrixType> cumulative_products_impl(const std::vector<MatrixType>& 
     if (layers[l].cols() != previous.rows())
       fail("cumulative_products: layer {} is {} × {} but the product of the layers before it is {} × {}", l,
            layers[l].rows(), layers[l].cols(), previous.rows(), previous.cols());
-    products.push_back(layers[l] * previous);
+    products.push_back(linalg::multiply(layers[l], previous));
   }
   return products;
 }

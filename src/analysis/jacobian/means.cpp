@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "kernels/serial_blas.h"
 #include "linalg/gemm.h"
 
 namespace tdyn {
@@ -180,8 +181,18 @@ void SurgerySweep::add(const Matrix& mean) { add(mean, linalg::complex_schur(mea
 void SurgerySweep::add(const Matrix& mean, const linalg::ComplexSchur& schur) {
   const double departure = schur.strictly_upper().norm();
   const uint64_t seed = options_.seed + static_cast<uint64_t>(depth_);
+  // One task per α and per further control draw, each on one thread with single-threaded BLAS: the complex SVDs
+  // that rank each depth gain little from OpenBLAS's threads (as the metrics' decompositions, jacobian/run.cpp).
+  const size_t tasks = points_.size() + draws_.size();
+  SerialBlas serial_blas(tasks > 1 && omp_get_max_threads() > 1);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t a = 0; a < points_.size(); ++a) {
+  for (size_t task = 0; task < tasks; ++task) {
+    if (task >= points_.size()) {
+      const size_t j = task - points_.size();
+      draws_[j].add(schur_surgery_control(schur, 1.0, control_draw_seed(seed, static_cast<int64_t>(j) + 1)));
+      continue;
+    }
+    const size_t a = task;
     SurgeryPoint& p = points_[a];
     // J_1 = J: the mean itself, not its reconstruction from the Schur form.
     const ComplexMatrix modified = static_cast<int64_t>(a) == unit_alpha_ ? ComplexMatrix(mean.cast<Complex>()) : schur_surgery(schur, p.alpha);
@@ -195,9 +206,6 @@ void SurgerySweep::add(const Matrix& mean, const linalg::ComplexSchur& schur) {
     p.surgery.push_back(effective_ranks(linalg::singular_values(c)));
     p.control.push_back(c_control ? effective_ranks(linalg::singular_values(*c_control)) : p.surgery.back());
   }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t j = 0; j < draws_.size(); ++j)
-    draws_[j].add(schur_surgery_control(schur, 1.0, control_draw_seed(seed, static_cast<int64_t>(j) + 1)));
   ++depth_;
 }
 

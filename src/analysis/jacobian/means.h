@@ -57,7 +57,7 @@ std::string sublayer_name(int64_t k);
 // two steps read the same input: C_2l+1 = (J_2l + J_2l+1 − I) C_2l−1 = C_2l + (J_2l+1 − I) C_2l−1
 // (jacobian_model.h). C_2l is then ∂hook_resid_mid/∂x_0 and C_2l+1 ∂hook_resid_post/∂x_0 for every family.
 inline linalg::Matrix chain_product(const linalg::Matrix& a, const linalg::Matrix& b) { return linalg::multiply(a, b); }
-inline linalg::ComplexMatrix chain_product(const linalg::ComplexMatrix& a, const linalg::ComplexMatrix& b) { return a * b; }
+inline linalg::ComplexMatrix chain_product(const linalg::ComplexMatrix& a, const linalg::ComplexMatrix& b) { return linalg::multiply(a, b); }
 
 template <typename MatrixType>
 class DepthChain {
