@@ -1,15 +1,18 @@
 // on_threads and with_team (kernels/team.h): every thread of a job runs its part once, barriers hold, nested calls
 // run alone, and a team survives thousands of jobs and an exception from the function it serves.
+#include <cblas.h>
 #include <omp.h>
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/serial_blas.h"
 #include "kernels/team.h"
 
 namespace tdyn {
@@ -119,6 +122,42 @@ TEST(Team, ExceptionsPassToTheCallerAndTheNextTeamWorks) {
   int failures = -1;
   with_team([&] { failures = failed_two_phase_jobs(100, 2); });
   EXPECT_EQ(failures, 0);
+}
+
+// parallel_tasks runs every task once, on BLAS's single thread while several run, and restores BLAS's threads;
+// of several failing tasks, the lowest one's exception reaches the caller, and the tasks after a failure are skipped.
+TEST(ParallelTasks, EveryTaskOnceTheLowestFailureRethrown) {
+  const Threads two(2);
+  const int blas_threads = openblas_get_num_threads();
+  std::vector<std::atomic<int>> runs(40);
+  std::atomic<int> blas_threads_seen{0};
+  parallel_tasks(40, [&](int64_t i) {
+    runs[static_cast<size_t>(i)].fetch_add(1);
+    blas_threads_seen = std::max(blas_threads_seen.load(), openblas_get_num_threads());
+  });
+  for (const auto& r : runs) EXPECT_EQ(r.load(), 1);
+  EXPECT_EQ(blas_threads_seen.load(), 1);
+  EXPECT_EQ(openblas_get_num_threads(), blas_threads);
+
+  std::atomic<int> started{0};
+  try {
+    parallel_tasks(1000, [&](int64_t i) {
+      started.fetch_add(1);
+      if (i == 3 || i == 5) throw std::runtime_error(std::to_string(i));
+    });
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "3");
+  }
+  EXPECT_LT(started.load(), 1000);
+  EXPECT_EQ(openblas_get_num_threads(), blas_threads);
+
+  // Inside a parallel region: in order, on the calling thread.
+  std::vector<int64_t> order;
+#pragma omp parallel num_threads(2)
+#pragma omp single
+  parallel_tasks(5, [&](int64_t i) { order.push_back(i); });
+  EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
 
 // Every index of a SharedRange goes to exactly one thread, in chunks of at least the grain (but the last) and at

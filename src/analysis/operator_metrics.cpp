@@ -6,6 +6,8 @@
 #include <limits>
 #include <random>
 
+#include <omp.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -243,6 +245,13 @@ nlohmann::json DominantSpectrum::to_json() const {
       {"modulus_ratio", modulus_ratio},
       {"gap", gap},
   };
+}
+
+int64_t operators_in_flight(int64_t d, double matrices_each, int64_t n) {
+  constexpr double kBytesInFlight = 4.0 * (1 << 30);
+  const double bytes_each = matrices_each * sizeof(double) * static_cast<double>(d) * static_cast<double>(d);
+  const auto by_memory = static_cast<int64_t>(kBytesInFlight / std::max(bytes_each, 1.0));
+  return std::clamp<int64_t>(std::min<int64_t>(omp_get_max_threads(), by_memory), 1, std::max<int64_t>(n, 1));
 }
 
 // ---- Schur surgery --------------------------------------------------------------------------------------

@@ -60,6 +60,13 @@ struct EffectiveRanks {
 // round-off in the sums.
 EffectiveRanks effective_ranks(const Vector& singular_values, double energy_fraction = 0.9);
 
+// ---- Metrics of many operators at once ---------------------------------------------------------------------
+
+// How many d × d operators (of `n`) to hold and decompose at once, one per thread (kernels/serial_blas.h's
+// parallel_tasks), when each holds `matrices_each` d × d float64 matrices with its decomposition's workspace: the
+// thread count, capped so that they hold at most 4 GiB (at d = 4096, 128 MiB a matrix: 5 operators of 6 matrices).
+int64_t operators_in_flight(int64_t d, double matrices_each, int64_t n);
+
 // ---- All metrics of one operator ----------------------------------------------------------------------
 
 struct OperatorMetricsOptions {

@@ -1,6 +1,9 @@
 // OpenBLAS's own threads, switched off while OpenMP's threads share the work out themselves.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 namespace tdyn {
 
 // From construction (when `active`) to restore() or destruction, BLAS runs on its calling thread only; the
@@ -18,5 +21,12 @@ class SerialBlas {
  private:
   int saved_ = 0;  // 0: inactive
 };
+
+// Runs task(0), ..., task(n − 1) on the OpenMP threads, one task per thread at a time in order of asking, with BLAS
+// serial while more than one runs: for independent decompositions of one size (a Schur form or an SVD per depth),
+// which gain little from LAPACK's own threads. One task, one thread or a call inside a parallel region runs them in
+// order on this thread. After a task throws, the tasks not yet started are skipped, and once the running ones have
+// ended the exception of the lowest task that threw is rethrown here (every task below it has run: they start in order).
+void parallel_tasks(int64_t n, const std::function<void(int64_t)>& task);
 
 }  // namespace tdyn

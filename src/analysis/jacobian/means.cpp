@@ -181,18 +181,15 @@ void SurgerySweep::add(const Matrix& mean) { add(mean, linalg::complex_schur(mea
 void SurgerySweep::add(const Matrix& mean, const linalg::ComplexSchur& schur) {
   const double departure = schur.strictly_upper().norm();
   const uint64_t seed = options_.seed + static_cast<uint64_t>(depth_);
-  // One task per α and per further control draw, each on one thread with single-threaded BLAS: the complex SVDs
-  // that rank each depth gain little from OpenBLAS's threads (as the metrics' decompositions, jacobian/run.cpp).
-  const size_t tasks = points_.size() + draws_.size();
-  SerialBlas serial_blas(tasks > 1 && omp_get_max_threads() > 1);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t task = 0; task < tasks; ++task) {
-    if (task >= points_.size()) {
-      const size_t j = task - points_.size();
+  // One task per α and per further control draw: the complex SVDs that rank each depth gain little from BLAS's threads.
+  const size_t n_points = points_.size();
+  parallel_tasks(static_cast<int64_t>(n_points + draws_.size()), [&](int64_t task) {
+    const auto a = static_cast<size_t>(task);
+    if (a >= n_points) {
+      const size_t j = a - n_points;
       draws_[j].add(schur_surgery_control(schur, 1.0, control_draw_seed(seed, static_cast<int64_t>(j) + 1)));
-      continue;
+      return;
     }
-    const size_t a = task;
     SurgeryPoint& p = points_[a];
     // J_1 = J: the mean itself, not its reconstruction from the Schur form.
     const ComplexMatrix modified = static_cast<int64_t>(a) == unit_alpha_ ? ComplexMatrix(mean.cast<Complex>()) : schur_surgery(schur, p.alpha);
@@ -202,10 +199,10 @@ void SurgerySweep::add(const Matrix& mean, const linalg::ComplexSchur& schur) {
     const ComplexMatrix& c = product.add(modified);
     // At α = 0 the control drops its random N as the surgery drops N: the same matrices, so the same ranks (points()).
     const ComplexMatrix* c_control = p.alpha == 0 ? nullptr : &control_product.add(schur_surgery_control(schur, p.alpha, seed));
-    if (options_.full_depth_only) continue;  // points() ranks the last products
+    if (options_.full_depth_only) return;  // points() ranks the last products
     p.surgery.push_back(effective_ranks(linalg::singular_values(c)));
     p.control.push_back(c_control ? effective_ranks(linalg::singular_values(*c_control)) : p.surgery.back());
-  }
+  });
   ++depth_;
 }
 

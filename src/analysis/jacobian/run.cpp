@@ -6,7 +6,6 @@
 #include <random>
 
 #include <Eigen/QR>
-#include <omp.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -104,23 +103,13 @@ uint64_t haar_seed(uint64_t seed, int64_t draw, int64_t depth) {
   return seed ^ (static_cast<uint64_t>(draw) << 40) ^ (static_cast<uint64_t>(depth) * 0x9e3779b97f4a7c15ULL);
 }
 
-// The metrics of several depths run at once, one operator per thread on single-threaded LAPACK: the Schur form's
-// QR sweeps and the SVD's bidiagonalisation gain little from LAPACK's own threads, so at d = 1024 on 2 cores that
-// does 2.15 times the work per second of one operator at a time on OpenBLAS's threads (bench_operator_metrics,
-// operator_metrics_one_per_thread). Each depth in flight holds J̄_k, C_k and LAPACK's copies of them, with surgery
-// also the complex Schur form (Q and T): about 6 d² doubles, 12 with surgery. The depths in flight are capped so
-// that they hold at most kMetricsBytesInFlight: at d = 4096 that is 5 depths, 2 with surgery.
-constexpr double kMetricsBytesInFlight = 4.0 * (1 << 30);
-
-int64_t depths_in_flight(int64_t d, bool surgery, int64_t K) {
-  const double bytes_per_depth = (surgery ? 12.0 : 6.0) * sizeof(double) * static_cast<double>(d) * static_cast<double>(d);
-  const auto by_memory = static_cast<int64_t>(kMetricsBytesInFlight / bytes_per_depth);
-  return std::clamp<int64_t>(std::min<int64_t>(omp_get_max_threads(), by_memory), 1, std::max<int64_t>(K, 1));
-}
-
-// Depth by depth in order: J̄_k, the running C_k = J̄_k C_{k−1}, the Haar null's and the surgery's running products
-// (on BLAS's threads); the metrics of a batch of depths in between (one per thread, depths_in_flight). Memory holds
-// a batch, not every depth (unless keep_matrices).
+// Depth by depth in order: J̄_k, the running C_k = J̄_k C_{k−1}, the Haar null's and the surgery's running products;
+// in between, the metrics of a batch of depths, one operator per thread on single-threaded LAPACK. The Schur form's
+// QR sweeps and the SVD's bidiagonalisation gain little from LAPACK's own threads: at d = 1024 on 2 cores one
+// operator per thread does 2.15 times the work per second of one operator at a time on OpenBLAS's threads
+// (bench_operator_metrics, operator_metrics_one_per_thread). A depth in flight holds J̄_k, C_k and LAPACK's copies
+// of them, with surgery also the complex Schur form (Q and T): about 6 d² doubles, 12 with surgery. Memory holds a
+// batch, not every depth (unless keep_matrices).
 void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(int64_t)>& mean_at, int64_t K, int64_t d,
                    const JacobianOptions& options, const OperatorMetricsOptions& metric_opts, bool parallel_residual,
                    const std::string& label, ProgressSink& progress, JacobianArrays* arrays) {
@@ -132,7 +121,7 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
   std::vector<DepthChain<linalg::Matrix>> null_chains(static_cast<size_t>(options.haar_null_draws), DepthChain<linalg::Matrix>(parallel_residual));
   r.haar_null.assign(null_chains.size(), {});
   ProgressLoop loop(progress, label + "metrics", K, "depths");
-  const int64_t batch = depths_in_flight(d, options.surgery, K);
+  const int64_t batch = operators_in_flight(d, options.surgery ? 12 : 6, K);
   for (int64_t first = 0; first < K; first += batch) {
     const int64_t end = std::min(K, first + batch);
     // One task per operator: J̄_k of each depth, and C_k where its metrics are wanted.
@@ -143,13 +132,12 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
       means.push_back(mean_at(k));
       const linalg::Matrix& mean = means.back();
       const linalg::Matrix& cumulative = chain.add(mean);
-#pragma omp parallel for schedule(dynamic, 1)
-      for (size_t j = 0; j < null_chains.size(); ++j) {
-        const linalg::Matrix q = haar_orthogonal(mean.rows(), haar_seed(options.haar_null_seed, static_cast<int64_t>(j), k));
-        const linalg::Matrix& c = null_chains[j].add(q * mean * q.transpose());
-        if (k == 0) r.haar_null[j].first = effective_ranks(linalg::singular_values(c));
-        if (k == K - 1) r.haar_null[j].second = effective_ranks(linalg::singular_values(c));
-      }
+      parallel_tasks(static_cast<int64_t>(null_chains.size()), [&](int64_t j) {
+        const linalg::Matrix q = haar_orthogonal(mean.rows(), haar_seed(options.haar_null_seed, j, k));
+        const linalg::Matrix& c = null_chains[static_cast<size_t>(j)].add(linalg::multiply(linalg::multiply(q, mean), q.transpose()));
+        if (k == 0) r.haar_null[static_cast<size_t>(j)].first = effective_ranks(linalg::singular_values(c));
+        if (k == K - 1) r.haar_null[static_cast<size_t>(j)].second = effective_ranks(linalg::singular_values(c));
+      });
       if (!options.cumulative_ends_only || k == 0 || k == K - 1) cumulatives.emplace_back(k, cumulative);
       if (arrays) arrays->depth(r, mean, cumulative);
       if (options.keep_matrices) r.mean.push_back(mean), r.cumulative.push_back(cumulative);
@@ -157,10 +145,7 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
     // With surgery, J̄_k's Schur form serves its metrics and then the sweep.
     std::vector<linalg::ComplexSchur> schurs(sweep ? means.size() : 0);
     const auto n_means = static_cast<int64_t>(means.size());
-    const int64_t tasks = n_means + static_cast<int64_t>(cumulatives.size());
-    SerialBlas serial_blas(tasks > 1 && omp_get_max_threads() > 1);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tasks; ++t) {
+    parallel_tasks(n_means + static_cast<int64_t>(cumulatives.size()), [&](int64_t t) {
       const auto i = static_cast<size_t>(t);
       if (t < n_means && sweep) {
         schurs[i] = linalg::complex_schur(means[i]);
@@ -171,8 +156,7 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
         const auto& [k, cumulative] = cumulatives[i - means.size()];
         r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
       }
-    }
-    serial_blas.restore();
+    });
     for (size_t i = 0; i < means.size(); ++i) {
       if (sweep) sweep->add(means[i], schurs[i]);
       loop.advance();
@@ -181,9 +165,7 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
   if (sweep) r.surgery = sweep->points();
   if (options.mean_of_products) {
     r.product_mean_metrics.resize(K);
-    SerialBlas serial_blas(K > 1 && omp_get_max_threads() > 1);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t k = 0; k < K; ++k) r.product_mean_metrics[k] = operator_metrics(r.mean_of_products[k], metric_opts);
+    parallel_tasks(K, [&](int64_t k) { r.product_mean_metrics[k] = operator_metrics(r.mean_of_products[k], metric_opts); });
   }
 }
 

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "kernels/serial_blas.h"
 
 namespace tdyn {
 
@@ -97,6 +98,36 @@ topology::SpearmanTest sign_rule_test(const std::vector<double>& rho, const std:
   return topology::spearman_test(a, b, options.permutations, options.seed - 1);
 }
 
+// One layer's coupling: the Spearman tests of its boundary scores against the column and row gains of its J̄, and
+// J̄'s normality metrics (the FDR decision over layers follows).
+LayerCoupling layer_coupling(const Matrix& j, const std::vector<double>& score, size_t layer, const CouplingOptions& options) {
+  const int64_t d = static_cast<int64_t>(score.size());
+  if (j.rows() != d || j.cols() != d)
+    fail("coupling: layer {} has {} boundary scores but a {} × {} mean Jacobian", layer, d, j.rows(), j.cols());
+  LayerCoupling c;
+  const linalg::Vector column_norm = j.colwise().norm().transpose(), row_norm = j.rowwise().norm();
+  std::vector<double> x, column_gain, row_gain;
+  for (int64_t i = 0; i < d; ++i) {
+    c.log_column_gain.push_back(std::log(column_norm[i]));
+    c.log_row_gain.push_back(std::log(row_norm[i]));
+    if (std::isnan(score[i])) continue;
+    x.push_back(score[i]);
+    column_gain.push_back(column_norm[i]);  // ranks of ‖·‖ = ranks of log‖·‖
+    row_gain.push_back(row_norm[i]);
+  }
+  c.n_nodes = static_cast<int64_t>(x.size());
+  if (c.n_nodes < 3) fail("coupling: layer {} has {} nodes with a boundary score; needs at least 3", layer, c.n_nodes);
+  const uint64_t seed = options.seed + layer;
+  c.column.test = topology::spearman_test(x, column_gain, options.permutations, seed);
+  c.row.test = topology::spearman_test(x, row_gain, options.permutations, seed);
+  // Only the Schur form's departure, the symmetry index and the complex share are read: no singular vectors.
+  const OperatorMetrics metrics = operator_metrics(j, {.alignment_ks = {}});
+  c.normalized_departure = metrics.departure.schur_normalized;
+  c.symmetry_index = metrics.symmetry_index;
+  c.complex_fraction = metrics.complex_fraction;
+  return c;
+}
+
 }  // namespace
 
 CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
@@ -113,37 +144,24 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
   const bool permutation = options.permutations > 0;
   CouplingResult result;
   result.decision_p = permutation ? "permutation" : "parametric";
+  // Each layer's J̄ is read in order (from a pass file, say); the layers' tests and metrics run in parallel, a batch
+  // of layers at a time (their J̄ in memory), one per thread.
+  const auto n_layers = static_cast<int64_t>(boundary_scores.size());
+  result.layers.resize(boundary_scores.size());
+  const int64_t d = boundary_scores.empty() ? 0 : static_cast<int64_t>(boundary_scores.front().size());
+  const int64_t batch = operators_in_flight(d, 5, n_layers);
+  for (int64_t first = 0; first < n_layers; first += batch) {
+    std::vector<Matrix> batch_jacobians;
+    for (int64_t layer = first; layer < std::min(n_layers, first + batch); ++layer) batch_jacobians.push_back(mean_jacobian(static_cast<size_t>(layer)));
+    parallel_tasks(static_cast<int64_t>(batch_jacobians.size()), [&](int64_t i) {
+      const auto layer = static_cast<size_t>(first + i);
+      result.layers[layer] = layer_coupling(batch_jacobians[static_cast<size_t>(i)], boundary_scores[layer], layer, options);
+    });
+  }
   std::vector<double> p_column, p_row;
-  for (size_t layer = 0; layer < boundary_scores.size(); ++layer) {
-    const Matrix j = mean_jacobian(layer);
-    const std::vector<double>& score = boundary_scores[layer];
-    const int64_t d = static_cast<int64_t>(score.size());
-    if (j.rows() != d || j.cols() != d)
-      fail("coupling: layer {} has {} boundary scores but a {} × {} mean Jacobian", layer, d, j.rows(), j.cols());
-    LayerCoupling c;
-    const linalg::Vector column_norm = j.colwise().norm().transpose(), row_norm = j.rowwise().norm();
-    std::vector<double> x, column_gain, row_gain;
-    for (int64_t i = 0; i < d; ++i) {
-      c.log_column_gain.push_back(std::log(column_norm[i]));
-      c.log_row_gain.push_back(std::log(row_norm[i]));
-      if (std::isnan(score[i])) continue;
-      x.push_back(score[i]);
-      column_gain.push_back(column_norm[i]);  // ranks of ‖·‖ = ranks of log‖·‖
-      row_gain.push_back(row_norm[i]);
-    }
-    c.n_nodes = static_cast<int64_t>(x.size());
-    if (c.n_nodes < 3) fail("coupling: layer {} has {} nodes with a boundary score; needs at least 3", layer, c.n_nodes);
-    const uint64_t seed = options.seed + layer;
-    c.column.test = topology::spearman_test(x, column_gain, options.permutations, seed);
-    c.row.test = topology::spearman_test(x, row_gain, options.permutations, seed);
-    // Only the Schur form's departure, the symmetry index and the complex share are read: no singular vectors.
-    const OperatorMetrics metrics = operator_metrics(j, {.alignment_ks = {}});
-    c.normalized_departure = metrics.departure.schur_normalized;
-    c.symmetry_index = metrics.symmetry_index;
-    c.complex_fraction = metrics.complex_fraction;
+  for (const LayerCoupling& c : result.layers) {
     p_column.push_back(decision_p_value(c.column.test, permutation));
     p_row.push_back(decision_p_value(c.row.test, permutation));
-    result.layers.push_back(std::move(c));
   }
   if (result.layers.empty()) return result;
   result.column_fdr = topology::benjamini_hochberg(p_column, options.fdr_q);
