@@ -4,7 +4,13 @@
 //
 //   bench_operator_metrics           d = 1024
 //   bench_operator_metrics --large   also d = 4096 (Llama 3.1 8B width; one run of each, about 12 minutes on 2 cores)
+//   bench_operator_metrics --size D  d = D alone
+//   --peak GFLOPS                    the floors at this rate (bench/fma_peak's float64 FMA peak for all threads),
+//                                    not at the dgemm rate measured in the run
 //   --benchmark_repetitions=3        the table then shows the fastest repetition
+//
+// After the seconds, each row's GFLOP/s and its floor: its flop count (Golub & Van Loan's, flops() below) at the
+// reference rate, and its time as a multiple of that floor.
 //
 // Rows, by the metrics they serve:
 //   schur_form_no_vectors      eigenvalues, Henrici departure (both forms), expanding/complex fractions
@@ -12,6 +18,7 @@
 //   singular_values            condition number, effective ranks (dgesdd 'N')
 //   leading_svd_k100           every σ plus the top 100 singular vector pairs: self-alignment at k = 1, 10, 100
 //   norms_and_symmetry         ‖J‖_F and the symmetry index, O(d²)
+//   dgemm_rate                 a d × d product on BLAS's threads: the reference rate of the floors
 //   operator_metrics           the whole call as it is now
 //   operator_metrics_one_per_thread   the same, one matrix per OpenMP thread on single-threaded BLAS (per matrix):
 //                              how the jacobian's metrics phase spreads depths over the cores
@@ -34,6 +41,7 @@
 #include "bench_common.h"
 #include "kernels/serial_blas.h"
 #include "linalg/dense.h"
+#include "linalg/gemm.h"
 
 namespace {
 
@@ -99,6 +107,32 @@ void svd_with_vectors(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(tdyn::linalg::svd(a, true).u.data());
 }
 
+// The float64 product rate of this machine with BLAS's threads, the reference the floors below are taken at.
+void dgemm_rate(benchmark::State& state) {
+  const Matrix a = random_matrix(state.range(0), 1), b = random_matrix(state.range(0), 2);
+  Matrix c;
+  for (auto _ : state) {
+    tdyn::linalg::multiply(a, b, c);
+    benchmark::DoNotOptimize(c.data());
+  }
+}
+
+// Flops of each row at size d, by the operation counts of Golub & Van Loan, Matrix Computations (4th ed.), §7.5.6
+// (real Schur form: T alone 10d³, with Q 25d³) and §8.6.3 (Golub–Kahan SVD of a square matrix: Σ alone 8d³/3,
+// with U and V 17d³); a leading SVD adds the back-transformation of k vector pairs, 8d²k. Zero: no count given.
+double flops(const std::string& name, double d) {
+  const double d3 = d * d * d;
+  if (name == "schur_form_no_vectors" || name == "eigenvalues_dgeev") return 10 * d3;
+  if (name == "singular_values") return 8 * d3 / 3;
+  if (name == "leading_svd_k100") return 8 * d3 / 3 + 8 * d * d * 100;
+  if (name == "operator_metrics" || name == "operator_metrics_one_per_thread") return 10 * d3 + 8 * d3 / 3 + 8 * d * d * 100;
+  if (name == "complex_schur_with_vectors") return 25 * d3;
+  if (name == "svd_with_vectors") return 17 * d3;
+  if (name == "baseline_all_vectors") return 42 * d3;
+  if (name == "dgemm_rate") return 2 * d3;
+  return 0;
+}
+
 // The decompositions operator_metrics() computed before it went values-only. The O(d²) arithmetic after them
 // (norms, fractions, ranks) is left out: it is the same in both paths and negligible next to O(d³).
 void baseline_all_vectors(benchmark::State& state) {
@@ -125,15 +159,32 @@ class SecondsReporter : public benchmark::ConsoleReporter {
         if (!inserted) entry->second = std::min(entry->second, seconds);
       }
   }
+  // Per row: GFLOP/s and the floor, the row's flops at the reference rate (`peak` GFLOP/s when given, else the
+  // dgemm rate measured in this run), with the time against it.
+  void print_floors(const std::vector<const char*>& names, const std::vector<long>& sizes, double peak) const {
+    for (long d : sizes) {
+      const auto gemm = seconds_.find(fmt::format("dgemm_rate/{}", d));
+      const double rate = peak > 0 ? peak * 1e9 : gemm != seconds_.end() ? flops("dgemm_rate", d) / gemm->second : 0;
+      if (rate <= 0) continue;
+      fmt::print("\nd = {}: floors at {:.1f} GFLOP/s ({})\n{:<32} {:>10} {:>10} {:>10} {:>10}\n", d, rate / 1e9,
+                 peak > 0 ? "--peak" : "the dgemm rate of this run, all threads", "metric", "GFLOP", "GFLOP/s", "floor s", "x floor");
+      for (const char* name : names) {
+        const auto s = seconds_.find(fmt::format("{}/{}", name, d));
+        const double f = flops(name, static_cast<double>(d));
+        if (s == seconds_.end() || f == 0) continue;
+        fmt::print("{:<32} {:>10.1f} {:>10.1f} {:>10.3f} {:>10.2f}\n", name, f / 1e9, f / s->second / 1e9, f / rate, s->second / (f / rate));
+      }
+    }
+  }
   void print_table(const std::vector<const char*>& names, const std::vector<long>& sizes) const {
     fmt::print("\nOPENBLAS_CORETYPE = {}, OPENBLAS_NUM_THREADS = {}, OMP_NUM_THREADS = {}\n",
                tdyn::bench::env_or_unset("OPENBLAS_CORETYPE"), tdyn::bench::env_or_unset("OPENBLAS_NUM_THREADS"),
                tdyn::bench::env_or_unset("OMP_NUM_THREADS"));
-    fmt::print("seconds per matrix (fastest repetition)\n{:<28}", "metric");
+    fmt::print("seconds per matrix (fastest repetition)\n{:<32}", "metric");
     for (long d : sizes) fmt::print(" {:>12}", fmt::format("d = {}", d));
     fmt::print("\n");
     for (const char* name : names) {
-      fmt::print("{:<28}", name);
+      fmt::print("{:<32}", name);
       for (long d : sizes) {
         const auto s = seconds_.find(fmt::format("{}/{}", name, d));
         fmt::print(" {:>12}", s == seconds_.end() ? "-" : fmt::format("{:.4f}", s->second));
@@ -161,9 +212,12 @@ class SecondsReporter : public benchmark::ConsoleReporter {
 
 int main(int argc, char** argv) {
   std::vector<long> sizes = {1024};
+  double peak = 0;
   std::vector<char*> remaining;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--large") == 0) sizes.push_back(4096);
+    else if (std::strcmp(argv[i], "--size") == 0 && i + 1 < argc) sizes = {std::atol(argv[++i])};
+    else if (std::strcmp(argv[i], "--peak") == 0 && i + 1 < argc) peak = std::atof(argv[++i]);
     else remaining.push_back(argv[i]);
   }
   const std::pair<const char*, void (*)(benchmark::State&)> benchmarks[] = {
@@ -172,6 +226,7 @@ int main(int argc, char** argv) {
       {"singular_values", singular_values},
       {"leading_svd_k100", leading_svd_k100},
       {"norms_and_symmetry", norms_and_symmetry},
+      {"dgemm_rate", dgemm_rate},
       {"operator_metrics", operator_metrics},
       {"operator_metrics_one_per_thread", operator_metrics_one_per_thread},
       {"complex_schur_with_vectors", complex_schur_with_vectors},
@@ -194,6 +249,7 @@ int main(int argc, char** argv) {
   SecondsReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_table(names, sizes);
+  reporter.print_floors(names, sizes, peak);
   benchmark::Shutdown();
   return 0;
 }
