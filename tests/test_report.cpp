@@ -1068,6 +1068,30 @@ TEST(CompareCli, RunsThatDifferAreSaidAndBadInputIsRefused) {
   EXPECT_FALSE(fs::exists(dir / "c")) << "a refused comparison writes nothing";
 }
 
+// Runs of one model labelled with training steps are a checkpoint series in step order, whatever the order given.
+TEST(CompareCli, LabelsThatNameStepsMakeASeries) {
+  TDYN_REQUIRE_SHARED(kCompareStories);
+  const fs::path dir = test::scratch_dir("compare_steps");
+  const std::string stories = test::shell_quote((test::shared_dir() / kCompareStories).string());
+  for (const char* run : {"late", "early"})
+    compare_run_ok(fmt::format("power {} --samples 6 --max-len 16 --out {}", stories, (dir / run).string()));
+  compare_run_ok(fmt::format("compare {} {} --label step300 --label step20 --out {}", (dir / "late").string(), (dir / "early").string(),
+                             (dir / "cmp").string()));
+  const json results = json::parse(read_file(dir / "cmp/results.json"));
+  ASSERT_EQ(results["results"]["models"].size(), 2u);
+  EXPECT_EQ(results["results"]["models"][0]["label"], "step20");
+  EXPECT_EQ(results["results"]["models"][1]["label"], "step300");
+  bool trend = false;
+  for (const json& t : results["results"]["trends"])
+    if (t["quantity"] == "gamma") {
+      trend = true;
+      EXPECT_EQ(t["series"], "llama, 5 layers, d_model 64");
+      EXPECT_EQ(t["checkpoints"], json({"step20", "step300"}));
+      EXPECT_EQ(t["tau"], 0.0);  // one model twice
+    }
+  EXPECT_TRUE(trend) << results["results"]["trends"].dump();
+}
+
 TEST(Compare, TrainingStepIsTheNumberAfterStep) {
   EXPECT_EQ(training_step("step1000"), 1000);
   EXPECT_EQ(training_step("stage1-step471000-tokens1976B"), 471000);

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <span>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -226,6 +227,31 @@ void checkpoint_series(Comparison& c, size_t first, const json& root, const fs::
     std::stable_sort(begin, c.models.end(), [](const ComparedModel& a, const ComparedModel& b) { return a.step < b.step; });
 }
 
+// Runs of one architecture (family, depth, width) outside a series whose labels each name a training step
+// (`--label step1000`, or a hub-cache revision such as DIR@step1000 in the model's name) are a checkpoint series
+// too, named by that architecture and ordered by step; their coupled counts lie on its step axis.
+void series_from_labels(Comparison& c) {
+  std::map<std::tuple<std::string, int64_t, int64_t>, std::vector<size_t>> groups;
+  for (size_t i = 0; i < c.models.size(); ++i) {
+    const ComparedModel& m = c.models[i];
+    if (m.series.empty() && !std::isnan(training_step(m.label))) groups[{m.family, m.n_layers, m.d_model}].push_back(i);
+  }
+  for (const auto& [architecture, members] : groups) {
+    if (members.size() < 2) continue;
+    const auto& [family, n_layers, d_model] = architecture;
+    std::vector<ComparedModel> series;
+    for (size_t i : members) {
+      series.push_back(c.models[i]);
+      series.back().series = fmt::format("{}, {} layers, d_model {}", family, n_layers, d_model);
+      series.back().step = training_step(series.back().label);
+      for (CompareRow& r : c.rows)
+        if (r.model == series.back().label && r.quantity == "coupled_layers") r.at = series.back().step;
+    }
+    std::stable_sort(series.begin(), series.end(), [](const ComparedModel& a, const ComparedModel& b) { return a.step < b.step; });
+    for (size_t j = 0; j < members.size(); ++j) c.models[members[j]] = std::move(series[j]);  // in training order, in their places
+  }
+}
+
 // The parts of an analyze directory: the model's, its first initialisation's (analyze's control, drawn in the
 // report) and the sample subsets behind the intervals.
 void analyze_rows(Comparison& c, const ComparedModel& m, const fs::path& out) {
@@ -366,6 +392,7 @@ Comparison compare_runs(const std::vector<CompareInput>& runs, const fs::path& o
     else if (series) checkpoint_series(c, c.models.size() - 1, root, seen_from(file, out));
     else part_rows(PartReader{c.rows, root, seen_from(file, out), m.label, "model", part_of(root), m.n_layers}, command);
   }
+  series_from_labels(c);
   c.trends = series_trends(c);
   for (const char* key : {"samples", "data", "max_len"}) {
     std::set<std::string> values;

@@ -36,7 +36,8 @@ std::function<int()> setup_compare(CLI::App& app) {
   cmd->add_option("RUN_DIR", a->runs, "Results directories (each with a results.json)")->required()->check(CLI::ExistingDirectory);
   cmd->add_option("--label", a->labels,
                   "The models' labels, in the order of the directories (repeat the flag; default: the model's name, and for a "
-                  "checkpoint series each checkpoint's file name, whose last number is read as its training step)");
+                  "checkpoint series each checkpoint's file name, whose last number is read as its training step). Runs of one "
+                  "architecture whose labels each name a step (step1000, ckpt_200, 1500) are a checkpoint series ordered by step");
   cmd->add_option("--out", a->out, "Output directory (index.html, compare.csv, results.json, the figures)")->required();
   return [a] { return run(*a); };
 }
