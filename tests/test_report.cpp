@@ -928,16 +928,16 @@ TEST(CompareCli, EveryValueEqualsItsSourceAndSitsAtItsDepth) {
   const fs::path shared = test::shared_dir();
   const auto model = [&](const std::string& rel) { return test::shell_quote((shared / rel).string()); };
   const auto out = [&](const std::string& name) { return test::shell_quote((dir / name).string()); };
-  // stories260K (5 layers) analysed whole; aidreams260K (4) by three commands, which make one model; llama2xs (5)
-  // by power; slm4096 (4 layers, another family) by jacobian; a checkpoint series whose file names give the steps
-  // in the reverse of the order they are given.
-  compare_run_ok(fmt::format("analyze {} {} --init-seeds 2 --interval-subsets 3 --particles-tokens 8 --particles-T 2 --out {}", model(kCompareStories),
-                     kCompareSmall, out("stories")));
+  // stories260K (5 layers), llama2xs (5) and slm4096 (4 layers, another family) analysed whole; aidreams260K (4) by
+  // three commands, which make one model; a checkpoint series whose file names give the steps in the reverse of the
+  // order they are given.
+  const std::string analyze = "analyze {} {} --init-seeds 2 --interval-subsets 3 --particles-tokens 8 --particles-T 2 --out {}";
+  compare_run_ok(fmt::format(fmt::runtime(analyze), model(kCompareStories), kCompareSmall, out("stories")));
   for (const char* command : {"power", "jacobian", "topology"})
     compare_run_ok(fmt::format("{} {} {} --out {}", command, model(kCompareAidreams), kCompareSmall, out(std::string("aidreams-") + command)));
-  compare_run_ok(fmt::format("power {} {} --out {}", model(kCompareLlama2xs), kCompareSmall, out("llama2xs")));
-  compare_run_ok(fmt::format("jacobian {} {} --data {} --surgery --out {}", model(kCompareSlm), kCompareSmall, model(kCompareSlm + "/corpus.txt"),
-                             out("slm")));  // a character vocabulary: its own corpus
+  compare_run_ok(fmt::format(fmt::runtime(analyze + " --skip particles"), model(kCompareLlama2xs), kCompareSmall, out("llama2xs")));
+  compare_run_ok(fmt::format(fmt::runtime(analyze + " --skip particles --data {}"), model(kCompareSlm), kCompareSmall, out("slm"),
+                             model(kCompareSlm + "/corpus.txt")));  // a character vocabulary: its own corpus
   fs::create_directories(dir / "ckpt");
   for (const char* name : {"step200.bin", "step100.bin"}) fs::create_symlink(shared / kCompareStories, dir / "ckpt" / name);
   fs::create_symlink(shared / "models/stories260K/tok512.bin", dir / "ckpt/tok512.bin");
@@ -968,10 +968,12 @@ TEST(CompareCli, EveryValueEqualsItsSourceAndSitsAtItsDepth) {
     ++counts[row.at("model") + "/" + row.at("source") + "/" + row.at("part") + "/" + row.at("quantity")];
     const bool interval = !row.at("lo").empty();
     // (the subsets measure C_k at its first and last depth only, so the ranks between have no interval,
-    const bool analysed = row.at("model") == "stories" && row.at("source") == "model" && row.at("part") == "jacobian";
+    const bool analysed = (row.at("model") == "stories" || row.at("model") == "llama2xs" || row.at("model") == "slm4096") &&
+                          row.at("source") == "model" && row.at("part") == "jacobian";
     if (interval) EXPECT_TRUE(analysed) << from;
     // and their surgery runs α = 0 and 1 alone)
-    const bool subsets_have_it = (row.at("quantity") != "cumulative_effective_rank" || row.at("depth") == "1" || row.at("depth") == "10") &&
+    const std::string last_depth = row.at("model") == "slm4096" ? "8" : "10";
+    const bool subsets_have_it = (row.at("quantity") != "cumulative_effective_rank" || row.at("depth") == "1" || row.at("depth") == last_depth) &&
                                  (row.at("at").empty() || row.at("at") == "0" || row.at("at") == "1");
     if (analysed) EXPECT_EQ(interval, subsets_have_it) << from;
     if (interval) EXPECT_LE(std::stod(row.at("lo")), std::stod(row.at("hi"))) << from;
@@ -981,14 +983,14 @@ TEST(CompareCli, EveryValueEqualsItsSourceAndSitsAtItsDepth) {
     if (q == "gamma") EXPECT_TRUE(from.ends_with(fmt::format("/results/layers/{}/dynamics_F/gamma", depth - 1))) << from;
     if (q == "normalized_departure") EXPECT_TRUE(from.ends_with("/mean/henrici_departure/schur_normalized")) << from;
     if (q == "cumulative_effective_rank") EXPECT_TRUE(from.ends_with("/cumulative/effective_rank/roy_vetterli")) << from;
+    const double layers = row.at("model").starts_with("slm4096") || row.at("model").starts_with("aidreams") ? 4 : 5;
     if (row.at("part") == "jacobian" && depth > 0) {
-      const double layers = row.at("model").starts_with("slm4096") || row.at("model").starts_with("aidreams") ? 4 : 5;
       const int layer = (depth - 1) / 2;
       EXPECT_EQ(sublayer, depth % 2 ? "attn" : "mlp") << from;
       EXPECT_DOUBLE_EQ(std::stod(row.at("normalized_depth")), (layer + (depth % 2 ? 0.5 : 1.0)) / layers) << from;
     }
     if (row.at("part") == "power")
-      EXPECT_DOUBLE_EQ(std::stod(row.at("normalized_depth")), depth / (row.at("model") == "aidreams260K" ? 4.0 : 5.0)) << from;
+      EXPECT_DOUBLE_EQ(std::stod(row.at("normalized_depth")), depth / layers) << from;
   }
   EXPECT_EQ((counts["stories/model/power/gamma"]), 5);
   EXPECT_EQ((counts["stories/init/power/gamma"]), 5);  // the initialisation control, drawn dashed
@@ -998,6 +1000,9 @@ TEST(CompareCli, EveryValueEqualsItsSourceAndSitsAtItsDepth) {
   EXPECT_EQ((counts["aidreams260K/model/jacobian/symmetry_index"]), 8);
   EXPECT_EQ((counts["aidreams260K/model/topology/communities"]), 9);
   EXPECT_EQ((counts["slm4096/model/jacobian/surgery_effective_rank"]), 5);  // the default α
+  EXPECT_EQ((counts["llama2xs/model/power/gamma"]), 5);
+  EXPECT_EQ((counts["llama2xs/init/power/gamma"]), 5);
+  EXPECT_EQ((counts["slm4096/init/jacobian/normalized_departure"]), 8);
   EXPECT_EQ((counts["series: step100.bin/model/jacobian/cumulative_effective_rank"]), 10);
 
   // The series' trends: each quantity's mean over depths per checkpoint in training order, and their τ (one model
@@ -1016,14 +1021,21 @@ TEST(CompareCli, EveryValueEqualsItsSourceAndSitsAtItsDepth) {
     }
   EXPECT_TRUE(trend) << results["results"]["trends"].dump();
 
-  // The verdicts side by side are analyze's own.
-  const json analyzed = json::parse(read_file(dir / "stories/results.json"));
-  for (const json& v : analyzed["results"]["verdicts"]) {
-    const json& cell = results["results"]["verdicts"][v["claim"].get<std::string>()]["stories"];
-    EXPECT_EQ(cell["verdict"], v["verdict"]) << v["claim"];
-    EXPECT_EQ(cell["value"], v["value"]) << v["claim"];
+  // The verdicts side by side are each analysis's own.
+  for (const auto& [run, label] : {std::pair{"stories", "stories"}, {"llama2xs", "llama2xs"}, {"slm", "slm4096"}}) {
+    const json analyzed = json::parse(read_file(dir / run / "results.json"));
+    ASSERT_FALSE(analyzed["results"]["verdicts"].empty()) << run;
+    for (const json& v : analyzed["results"]["verdicts"]) {
+      const json& cell = results["results"]["verdicts"][v["claim"].get<std::string>()][label];
+      EXPECT_EQ(cell["verdict"], v["verdict"]) << run << " " << v["claim"];
+      EXPECT_EQ(cell["value"], v["value"]) << run << " " << v["claim"];
+    }
   }
-  // The options that differ are said (the analyze run's samples are the same; its init control is not compared).
+  // The options that differ are said: slm4096 read its own corpus (the analyze runs' samples are the same; their init
+  // controls are not compared).
+  const json& differences = results["results"]["differences"];
+  EXPECT_TRUE(std::any_of(differences.begin(), differences.end(), [](const json& d) { return d.get<std::string>().starts_with("data: "); }))
+      << differences;
   const std::string html = read_file(dir / "cmp/index.html");
   for (const char* s : {"<h2 id=\"verdicts\">", "<h2 id=\"trends\">", "<img src=\"gamma.svg\"", "<img src=\"normalized_departure_attn.svg\"",
                         "<img src=\"normalized_departure_mlp.svg\"", "<img src=\"cumulative_effective_rank.svg\"", "<img src=\"surgery.svg\"",
