@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import struct
+import tempfile
 
 import numpy as np
 
@@ -32,6 +33,17 @@ def cli():
     """The tdyn executable ($TDYN_CLI, set by ctest), or None."""
     path = os.environ.get("TDYN_CLI")
     return path if path and os.path.exists(path) else None
+
+
+def cli_scratch(test, name, *shared_paths):
+    """For a test that runs the CLI beside Python: skips `test` unless the tdyn executable is known and every one of
+    `shared_paths` exists (naming the first missing one), then returns a new scratch directory tdyn_NAME_*."""
+    if cli() is None:
+        test.skipTest("the tdyn executable is not known (TDYN_CLI is set by ctest)")
+    for relative in shared_paths:
+        if not have_shared(relative):
+            test.skipTest(missing_shared(relative))
+    return pathlib.Path(tempfile.mkdtemp(prefix=f"tdyn_{name}_"))
 
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "I64": "<i8", "I32": "<i4"}

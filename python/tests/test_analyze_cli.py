@@ -1,15 +1,13 @@
 """tdyn.analyze runs what `tdyn analyze` runs: the same files, byte for byte, in its results directory, and each
 part's returned arrays equal to the .npy files that part writes."""
 import json
-import pathlib
 import subprocess
-import tempfile
 import unittest
 
 import numpy as np
 
 import tdyn
-from support import cli, have_shared, json_numbers, missing_shared, shared
+from support import cli, cli_scratch, json_numbers, shared
 
 STORIES = "models/stories260K/stories260K.bin"
 CORPUS = "data/wikitext-2/wiki.test.raw"
@@ -32,11 +30,7 @@ def without_dir(path, root):
 
 class AnalyzeLikeTheCliTest(unittest.TestCase):
     def setUp(self):
-        if cli() is None:
-            self.skipTest("the tdyn executable is not known (TDYN_CLI is set by ctest)")
-        if not have_shared(STORIES) or not have_shared(CORPUS):
-            self.skipTest(missing_shared(STORIES))
-        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="tdyn_analyze_cli_"))
+        self.tmp = cli_scratch(self, "analyze_cli", STORIES, CORPUS)
         self.model, self.corpus = str(shared(STORIES)), str(shared(CORPUS))
 
     def test_same_files_and_arrays(self):

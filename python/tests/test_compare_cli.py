@@ -4,13 +4,12 @@ import json
 import math
 import pathlib
 import subprocess
-import tempfile
 import unittest
 
 import numpy as np
 
 import tdyn
-from support import cli, have_shared, missing_shared, shared
+from support import cli, cli_scratch, shared
 
 STORIES = "models/stories260K/stories260K.bin"
 AIDREAMS = "models/aidreams260K/aidreams260K.bin"
@@ -18,11 +17,7 @@ AIDREAMS = "models/aidreams260K/aidreams260K.bin"
 
 class CompareLikeTheCliTest(unittest.TestCase):
     def setUp(self):
-        if cli() is None:
-            self.skipTest("the tdyn executable is not known (TDYN_CLI is set by ctest)")
-        if not have_shared(STORIES) or not have_shared(AIDREAMS):
-            self.skipTest(missing_shared(AIDREAMS))
-        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="tdyn_compare_cli_"))
+        self.tmp = cli_scratch(self, "compare_cli", STORIES, AIDREAMS)
         self.runs = []
         for model, command in [(STORIES, "power"), (STORIES, "jacobian"), (AIDREAMS, "jacobian")]:
             out = self.tmp / f"{pathlib.Path(model).stem}-{command}"

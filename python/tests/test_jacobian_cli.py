@@ -2,15 +2,13 @@
 .npy files, and with out= it writes the same files, through the shared pass (structured mean) and without it
 (plain mean, mean of products, a compared checkpoint)."""
 import json
-import pathlib
 import subprocess
-import tempfile
 import unittest
 
 import numpy as np
 
 import tdyn
-from support import cli, have_shared, json_numbers, missing_shared, shared
+from support import cli, cli_scratch, json_numbers, shared
 
 STORIES = "models/stories260K/stories260K.bin"
 SAMPLES = [[1, 403, 407, 261, 378, 270, 449, 265, 407, 261],
@@ -24,12 +22,8 @@ INPUT_OPTIONS = ["model", "compare", "samples", "tokenizer", "pass"]
 
 class JacobianLikeTheCliTest(unittest.TestCase):
     def setUp(self):
-        if cli() is None:
-            self.skipTest("the tdyn executable is not known (TDYN_CLI is set by ctest)")
-        if not have_shared(STORIES):
-            self.skipTest(missing_shared(STORIES))
+        self.tmp = cli_scratch(self, "jacobian_cli", STORIES)
         self.model = str(shared(STORIES))
-        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="tdyn_jacobian_cli_"))
         self.ids_file = self.tmp / "samples.ids"
         self.ids_file.write_text("".join(",".join(map(str, s)) + "\n" for s in SAMPLES))
 

@@ -1,15 +1,13 @@
 """tdyn.topology runs what `tdyn topology` runs: its results, options and arrays equal the CLI's results.json
 and .npy files, and with out= it writes the same files."""
 import json
-import pathlib
 import subprocess
-import tempfile
 import unittest
 
 import numpy as np
 
 import tdyn
-from support import cli, have_shared, missing_shared, shared
+from support import cli, cli_scratch, shared
 from test_particles_cli import json_numbers
 
 STORIES = "models/stories260K/stories260K.bin"
@@ -24,12 +22,8 @@ COMMAND_OPTIONS = ["samples", "tokenizer", "pass", "compare", "random_init"]
 
 class TopologyLikeTheCliTest(unittest.TestCase):
     def setUp(self):
-        if cli() is None:
-            self.skipTest("the tdyn executable is not known (TDYN_CLI is set by ctest)")
-        if not have_shared(STORIES):
-            self.skipTest(missing_shared(STORIES))
+        self.tmp = cli_scratch(self, "topology_cli", STORIES)
         self.path = str(shared(STORIES))
-        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="tdyn_topology_cli_"))
 
     def run_cli(self, *args):
         out = self.tmp / "cli"
