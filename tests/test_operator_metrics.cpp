@@ -247,6 +247,22 @@ TEST(OperatorMetricsJson, HasEveryMetricAndNullForInfinity) {
   EXPECT_EQ(k["self_alignment"][2]["k"], 8);
 }
 
+// What MPI ranks send each other: every field back exactly, an infinite condition number included (the JSON of
+// both sides compared, spectra and all); a list cut short or too long is an error.
+TEST(OperatorMetricsNumbers, EveryFieldComesBackExactly) {
+  for (const Matrix& j : {Matrix(Matrix::Zero(4, 4)), random_gaussian(12, 12, 15)}) {
+    const OperatorMetrics m = operator_metrics(j);
+    const std::vector<double> numbers = m.to_doubles();
+    const OperatorMetrics back = OperatorMetrics::from_doubles(numbers);
+    EXPECT_EQ(back.to_json(true).dump(), m.to_json(true).dump());
+    EXPECT_EQ(back.to_doubles(), numbers);
+    EXPECT_THROW(OperatorMetrics::from_doubles({numbers.begin(), numbers.end() - 1}), Error);
+    std::vector<double> longer = numbers;
+    longer.push_back(0);
+    EXPECT_THROW(OperatorMetrics::from_doubles(longer), Error);
+  }
+}
+
 TEST(OperatorMetricsErrors, NonFiniteOrNonSquareInput) {
   Matrix j = Matrix::Identity(4, 4);
   j(1, 2) = NAN;

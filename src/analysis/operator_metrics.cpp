@@ -197,6 +197,50 @@ nlohmann::json OperatorMetrics::to_json(bool include_spectra) const {
   return out;
 }
 
+// The fields in declaration order; a length before each list. Indices are exact as doubles (below 2^53).
+std::vector<double> OperatorMetrics::to_doubles() const {
+  std::vector<double> out = {static_cast<double>(d), static_cast<double>(eigenvalues.size())};
+  for (const Complex& lambda : eigenvalues) out.insert(out.end(), {lambda.real(), lambda.imag()});
+  out.push_back(static_cast<double>(singular_values.size()));
+  out.insert(out.end(), singular_values.data(), singular_values.data() + singular_values.size());
+  out.insert(out.end(), {frobenius_norm, condition_number, departure.schur, departure.identity, departure.schur_normalized,
+                         departure.identity_normalized, static_cast<double>(self_alignment.size())});
+  for (const SubspaceAlignment& a : self_alignment)
+    out.insert(out.end(), {static_cast<double>(a.k_requested), static_cast<double>(a.k), a.value});
+  out.insert(out.end(), {expanding_fraction, complex_fraction, complex_tolerance, symmetry_index, effective_rank.roy_vetterli,
+                         effective_rank.participation_ratio, effective_rank.stable_rank,
+                         static_cast<double>(effective_rank.energy_rank), effective_rank.energy_fraction});
+  return out;
+}
+
+OperatorMetrics OperatorMetrics::from_doubles(const std::vector<double>& numbers) {
+  size_t at = 0;
+  auto next = [&] {
+    if (at >= numbers.size()) fail("operator metrics: {} numbers end before the last field", numbers.size());
+    return numbers[at++];
+  };
+  auto next_index = [&] { return static_cast<Index>(next()); };
+  OperatorMetrics m;
+  m.d = next_index();
+  m.eigenvalues.resize(next_index());
+  for (Complex& lambda : m.eigenvalues) {
+    const double re = next();
+    lambda = {re, next()};
+  }
+  m.singular_values.resize(next_index());
+  for (double& sigma : m.singular_values) sigma = next();
+  m.frobenius_norm = next(), m.condition_number = next();
+  m.departure.schur = next(), m.departure.identity = next();
+  m.departure.schur_normalized = next(), m.departure.identity_normalized = next();
+  m.self_alignment.resize(static_cast<size_t>(next_index()));
+  for (SubspaceAlignment& a : m.self_alignment) a.k_requested = next_index(), a.k = next_index(), a.value = next();
+  m.expanding_fraction = next(), m.complex_fraction = next(), m.complex_tolerance = next(), m.symmetry_index = next();
+  m.effective_rank.roy_vetterli = next(), m.effective_rank.participation_ratio = next(), m.effective_rank.stable_rank = next();
+  m.effective_rank.energy_rank = next_index(), m.effective_rank.energy_fraction = next();
+  if (at != numbers.size()) fail("operator metrics: {} numbers left after the last field", numbers.size() - at);
+  return m;
+}
+
 // ---- Dominant spectrum ----------------------------------------------------------------------------------
 
 DominantSpectrum dominant_spectrum(const Eigen::Ref<const Matrix>& f) {

@@ -107,6 +107,9 @@ struct OperatorMetrics {
   // Scalars for results.json; the spectra (eigenvalues as [re, im] pairs, singular values) only when asked,
   // since at d = 4096 they belong in .npy files.
   nlohmann::json to_json(bool include_spectra = false) const;
+  // Every field as a flat list of numbers and back, exactly (to send the metrics from one MPI rank to another).
+  std::vector<double> to_doubles() const;
+  static OperatorMetrics from_doubles(const std::vector<double>& numbers);
 };
 
 // Throws Error for a non-square matrix or one with NaN/Inf (naming the entry). Cost: one real Schur form

@@ -52,32 +52,54 @@ void init_ranks(int* argc, char*** argv) {
 
 const Ranks& ranks() { return g_ranks; }
 
+#ifdef TDYN_HAVE_MPI
+namespace {
+// Lengths go first; the data in blocks of at most 2^30 doubles (MPI counts are int). Messages between two ranks
+// arrive in the order they were sent, so the tags only keep these apart from other traffic.
+constexpr int64_t kBlock = int64_t{1} << 30;
+constexpr int kLengthTag = 0, kDataTag = 1;
+}  // namespace
+#endif
+
+void send_to(int rank, const std::vector<double>& data) {
+#ifdef TDYN_HAVE_MPI
+  TDYN_CHECK(g_mpi && rank != g_ranks.rank);
+  const int64_t n = static_cast<int64_t>(data.size());
+  MPI_Send(&n, 1, MPI_INT64_T, rank, kLengthTag, MPI_COMM_WORLD);
+  for (int64_t at = 0; at < n; at += kBlock)
+    MPI_Send(data.data() + at, static_cast<int>(std::min(kBlock, n - at)), MPI_DOUBLE, rank, kDataTag, MPI_COMM_WORLD);
+#else
+  (void)rank, (void)data;
+  TDYN_CHECK(false);
+#endif
+}
+
+std::vector<double> receive_from(int rank) {
+#ifdef TDYN_HAVE_MPI
+  TDYN_CHECK(g_mpi && rank != g_ranks.rank);
+  int64_t n = 0;
+  MPI_Recv(&n, 1, MPI_INT64_T, rank, kLengthTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  std::vector<double> data(static_cast<size_t>(n));
+  for (int64_t at = 0; at < n; at += kBlock)
+    MPI_Recv(data.data() + at, static_cast<int>(std::min(kBlock, n - at)), MPI_DOUBLE, rank, kDataTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  return data;
+#else
+  (void)rank;
+  TDYN_CHECK(false);
+  return {};
+#endif
+}
+
 std::vector<std::vector<double>> gather_to_root(const std::vector<double>& mine) {
   if (g_ranks.size == 1) return {mine};
-#ifdef TDYN_HAVE_MPI
   // Point to point in rank order: rank 0 decides the order of the reduction, whatever order messages arrive in.
-  // Lengths go first; the data in blocks of at most 2^30 doubles (MPI counts are int).
-  constexpr int64_t kBlock = int64_t{1} << 30;
-  if (g_ranks.root()) {
-    std::vector<std::vector<double>> all{mine};
-    for (int r = 1; r < g_ranks.size; ++r) {
-      int64_t n = 0;
-      MPI_Recv(&n, 1, MPI_INT64_T, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      std::vector<double> buffer(n);
-      for (int64_t at = 0; at < n; at += kBlock)
-        MPI_Recv(buffer.data() + at, static_cast<int>(std::min(kBlock, n - at)), MPI_DOUBLE, r, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      all.push_back(std::move(buffer));
-    }
-    return all;
+  if (!g_ranks.root()) {
+    send_to(0, mine);
+    return {};
   }
-  const int64_t n = static_cast<int64_t>(mine.size());
-  MPI_Send(&n, 1, MPI_INT64_T, 0, 0, MPI_COMM_WORLD);
-  for (int64_t at = 0; at < n; at += kBlock)
-    MPI_Send(mine.data() + at, static_cast<int>(std::min(kBlock, n - at)), MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
-  return {};
-#else
-  return {mine};
-#endif
+  std::vector<std::vector<double>> all{mine};
+  for (int r = 1; r < g_ranks.size; ++r) all.push_back(receive_from(r));
+  return all;
 }
 
 double broadcast_from_root(double value) {

@@ -25,6 +25,11 @@ bool built_with_mpi();
 // theirs and get {}. Buffers may differ in length.
 std::vector<std::vector<double>> gather_to_root(const std::vector<double>& mine);
 
+// One buffer from this rank to `rank`, of any length; receive_from(this rank) there takes it. Buffers between two
+// ranks arrive in the order they were sent. Only under several ranks.
+void send_to(int rank, const std::vector<double>& data);
+std::vector<double> receive_from(int rank);
+
 // Every rank gets rank 0's value (the others' arguments are ignored).
 double broadcast_from_root(double value);
 // Ends the run on every rank after an error on one (no-op without MPI; returns only then).

@@ -26,6 +26,7 @@ JacobianOptions resolved_options(const JacobianArgs& a) {
   o.positions = PositionSpec::parse(a.positions);
   o.structured = a.mean == "structured";
   o.mean_of_products = a.cumulative != "product-of-means";
+  o.ranks_share_metrics = true;  // every rank runs this command
   return o;
 }
 

@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "analysis/pass_source.h"
 #include "core/error.h"
 #include "core/phase_times.h"
+#include "core/ranks.h"
 #include "kernels/serial_blas.h"
 
 namespace tdyn {
@@ -103,16 +105,108 @@ uint64_t haar_seed(uint64_t seed, int64_t draw, int64_t depth) {
   return seed ^ (static_cast<uint64_t>(draw) << 40) ^ (static_cast<uint64_t>(depth) * 0x9e3779b97f4a7c15ULL);
 }
 
+// The processes that share the depths' metrics: every MPI rank when all of them run this analysis
+// (JacobianOptions::ranks_share_metrics), else this one alone. Task t of a batch is rank t mod size's.
+struct MetricRanks {
+  int rank = 0, size = 1;
+  bool root() const { return rank == 0; }
+  int owner(size_t task) const { return static_cast<int>(task % static_cast<size_t>(size)); }
+};
+
+MetricRanks metric_ranks(const JacobianOptions& options) {
+  if (!options.ranks_share_metrics || ranks().size == 1) return {};
+  return {ranks().rank, ranks().size};
+}
+
+// One operator of a batch: J̄_k (with surgery its complex Schur form serves its metrics and then the sweep) or C_k.
+struct DepthOperator {
+  int64_t k = 0;
+  bool mean = true;
+};
+
+struct DepthOutcome {
+  OperatorMetrics metrics;
+  linalg::ComplexSchur schur;  // J̄_k's, with surgery
+};
+
+std::vector<double> numbers_of(const linalg::Matrix& m) { return {m.data(), m.data() + m.size()}; }
+
+// An outcome as numbers: the metrics' count, the metrics, then the Schur form's Q and T (complex, column-major).
+std::vector<double> numbers_of(const DepthOutcome& o) {
+  std::vector<double> out = o.metrics.to_doubles();
+  out.insert(out.begin(), static_cast<double>(out.size()));
+  for (const ComplexMatrix* m : {&o.schur.q, &o.schur.t}) {
+    const double* parts = reinterpret_cast<const double*>(m->data());
+    out.insert(out.end(), parts, parts + 2 * m->size());
+  }
+  return out;
+}
+
+DepthOutcome outcome_of(const std::vector<double>& numbers, int64_t d) {
+  TDYN_CHECK(!numbers.empty());
+  const auto n_metrics = static_cast<size_t>(numbers[0]);
+  TDYN_CHECK(numbers.size() >= 1 + n_metrics);
+  DepthOutcome o;
+  o.metrics = OperatorMetrics::from_doubles({numbers.begin() + 1, numbers.begin() + 1 + static_cast<std::ptrdiff_t>(n_metrics)});
+  const size_t schur_numbers = numbers.size() - 1 - n_metrics;
+  if (schur_numbers == 0) return o;
+  TDYN_CHECK(schur_numbers == static_cast<size_t>(4 * d * d));
+  const double* at = numbers.data() + 1 + n_metrics;
+  for (ComplexMatrix* m : {&o.schur.q, &o.schur.t}) {
+    m->resize(d, d);
+    std::copy(at, at + 2 * d * d, reinterpret_cast<double*>(m->data()));
+    at += 2 * d * d;
+  }
+  return o;
+}
+
+// The metrics of one batch's operators, each rank taking its tasks one per thread on single-threaded LAPACK. Rank 0
+// holds every operator (`operators`; the other ranks pass none), sends each other rank its own, and receives their
+// outcomes. Returns every task's outcome on rank 0, none elsewhere.
+std::vector<DepthOutcome> batch_metrics(const std::vector<DepthOperator>& tasks, const std::vector<const linalg::Matrix*>& operators,
+                                        int64_t d, bool surgery, const OperatorMetricsOptions& metric_opts, const MetricRanks& share) {
+  std::vector<size_t> mine;
+  for (size_t t = 0; t < tasks.size(); ++t)
+    if (share.owner(t) == share.rank) mine.push_back(t);
+  std::vector<linalg::Matrix> received(share.root() ? 0 : tasks.size());
+  if (share.root()) {
+    for (size_t t = 0; t < tasks.size(); ++t)
+      if (share.owner(t) != 0) send_to(share.owner(t), numbers_of(*operators[t]));
+  } else {
+    for (size_t t : mine) received[t] = Eigen::Map<const linalg::Matrix>(receive_from(0).data(), d, d);
+  }
+  std::vector<DepthOutcome> outcomes(tasks.size());
+  parallel_tasks(static_cast<int64_t>(mine.size()), [&](int64_t i) {
+    const size_t t = mine[static_cast<size_t>(i)];
+    const linalg::Matrix& op = share.root() ? *operators[t] : received[t];
+    DepthOutcome& o = outcomes[t];
+    if (tasks[t].mean && surgery) {
+      o.schur = linalg::complex_schur(op);
+      o.metrics = operator_metrics(op, metric_opts, o.schur);
+    } else {
+      o.metrics = operator_metrics(op, metric_opts);
+    }
+  });
+  if (!share.root()) {
+    for (size_t t : mine) send_to(0, numbers_of(outcomes[t]));
+    return {};
+  }
+  for (size_t t = 0; t < tasks.size(); ++t)
+    if (share.owner(t) != 0) outcomes[t] = outcome_of(receive_from(share.owner(t)), d);
+  return outcomes;
+}
+
 // Depth by depth in order: J̄_k, the running C_k = J̄_k C_{k−1}, the Haar null's and the surgery's running products;
-// in between, the metrics of a batch of depths, one operator per thread on single-threaded LAPACK. The Schur form's
-// QR sweeps and the SVD's bidiagonalisation gain little from LAPACK's own threads: at d = 1024 on 2 cores one
-// operator per thread does 2.15 times the work per second of one operator at a time on OpenBLAS's threads
-// (bench_operator_metrics, operator_metrics_one_per_thread). A depth in flight holds J̄_k, C_k and LAPACK's copies
-// of them, with surgery also the complex Schur form (Q and T): about 6 d² doubles, 12 with surgery. Memory holds a
-// batch, not every depth (unless keep_matrices).
+// in between, the metrics of a batch of depths, one operator per thread on single-threaded LAPACK (and, when the
+// MPI ranks share them, over every rank's threads: rank 0 alone reads J̄_k and runs the products). The Schur form's
+// QR sweeps and the SVD's bidiagonalisation gain little from LAPACK's own threads (bench_operator_metrics,
+// operator_metrics_one_per_thread). A depth in flight holds J̄_k, C_k and LAPACK's copies of them, with surgery also
+// the complex Schur form (Q and T): about 6 d² doubles, 12 with surgery. Memory holds a batch, not every depth
+// (unless keep_matrices). `mean_at` is rank 0's alone.
 void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(int64_t)>& mean_at, int64_t K, int64_t d,
                    const JacobianOptions& options, const OperatorMetricsOptions& metric_opts, bool parallel_residual,
                    const std::string& label, ProgressSink& progress, JacobianArrays* arrays) {
+  const MetricRanks share = metric_ranks(options);
   std::optional<SurgerySweep> sweep;
   if (options.surgery) sweep.emplace(options.surgery_options, parallel_residual);
   r.mean_metrics.resize(K);
@@ -121,48 +215,48 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
   std::vector<DepthChain<linalg::Matrix>> null_chains(static_cast<size_t>(options.haar_null_draws), DepthChain<linalg::Matrix>(parallel_residual));
   r.haar_null.assign(null_chains.size(), {});
   ProgressLoop loop(progress, label + "metrics", K, "depths");
-  const int64_t batch = operators_in_flight(d, options.surgery ? 12 : 6, K);
+  // Every rank cuts the depths into the same batches: rank 0's operators in flight, times the ranks.
+  double in_flight = static_cast<double>(operators_in_flight(d, options.surgery ? 12 : 6, K));
+  if (share.size > 1) in_flight = broadcast_from_root(in_flight);
+  const int64_t batch = std::min<int64_t>(K, static_cast<int64_t>(in_flight) * share.size);
   for (int64_t first = 0; first < K; first += batch) {
     const int64_t end = std::min(K, first + batch);
     // One task per operator: J̄_k of each depth, and C_k where its metrics are wanted.
-    std::vector<linalg::Matrix> means;
-    std::vector<std::pair<int64_t, linalg::Matrix>> cumulatives;
-    means.reserve(static_cast<size_t>(end - first));
-    for (int64_t k = first; k < end; ++k) {
-      means.push_back(mean_at(k));
-      const linalg::Matrix& mean = means.back();
-      const linalg::Matrix& cumulative = chain.add(mean);
-      parallel_tasks(static_cast<int64_t>(null_chains.size()), [&](int64_t j) {
-        const linalg::Matrix q = haar_orthogonal(mean.rows(), haar_seed(options.haar_null_seed, j, k));
-        const linalg::Matrix& c = null_chains[static_cast<size_t>(j)].add(linalg::multiply(linalg::multiply(q, mean), q.transpose()));
-        if (k == 0) r.haar_null[static_cast<size_t>(j)].first = effective_ranks(linalg::singular_values(c));
-        if (k == K - 1) r.haar_null[static_cast<size_t>(j)].second = effective_ranks(linalg::singular_values(c));
-      });
-      if (!options.cumulative_ends_only || k == 0 || k == K - 1) cumulatives.emplace_back(k, cumulative);
-      if (arrays) arrays->depth(r, mean, cumulative);
-      if (options.keep_matrices) r.mean.push_back(mean), r.cumulative.push_back(cumulative);
-    }
-    // With surgery, J̄_k's Schur form serves its metrics and then the sweep.
-    std::vector<linalg::ComplexSchur> schurs(sweep ? means.size() : 0);
-    const auto n_means = static_cast<int64_t>(means.size());
-    parallel_tasks(n_means + static_cast<int64_t>(cumulatives.size()), [&](int64_t t) {
-      const auto i = static_cast<size_t>(t);
-      if (t < n_means && sweep) {
-        schurs[i] = linalg::complex_schur(means[i]);
-        r.mean_metrics[first + t] = operator_metrics(means[i], metric_opts, schurs[i]);
-      } else if (t < n_means) {
-        r.mean_metrics[first + t] = operator_metrics(means[i], metric_opts);
-      } else {
-        const auto& [k, cumulative] = cumulatives[i - means.size()];
-        r.cumulative_metrics[k] = operator_metrics(cumulative, metric_opts);
+    std::vector<DepthOperator> tasks;
+    for (int64_t k = first; k < end; ++k) tasks.push_back({k, true});
+    for (int64_t k = first; k < end; ++k)
+      if (!options.cumulative_ends_only || k == 0 || k == K - 1) tasks.push_back({k, false});
+    std::vector<linalg::Matrix> means, cumulatives;
+    std::vector<const linalg::Matrix*> operators;
+    if (share.root()) {
+      means.reserve(static_cast<size_t>(end - first));
+      for (int64_t k = first; k < end; ++k) {
+        means.push_back(mean_at(k));
+        const linalg::Matrix& mean = means.back();
+        const linalg::Matrix& cumulative = chain.add(mean);
+        parallel_tasks(static_cast<int64_t>(null_chains.size()), [&](int64_t j) {
+          const linalg::Matrix q = haar_orthogonal(mean.rows(), haar_seed(options.haar_null_seed, j, k));
+          const linalg::Matrix& c = null_chains[static_cast<size_t>(j)].add(linalg::multiply(linalg::multiply(q, mean), q.transpose()));
+          if (k == 0) r.haar_null[static_cast<size_t>(j)].first = effective_ranks(linalg::singular_values(c));
+          if (k == K - 1) r.haar_null[static_cast<size_t>(j)].second = effective_ranks(linalg::singular_values(c));
+        });
+        if (!options.cumulative_ends_only || k == 0 || k == K - 1) cumulatives.push_back(cumulative);
+        if (arrays) arrays->depth(r, mean, cumulative);
+        if (options.keep_matrices) r.mean.push_back(mean), r.cumulative.push_back(cumulative);
       }
-    });
+      for (const linalg::Matrix& m : means) operators.push_back(&m);
+      for (const linalg::Matrix& m : cumulatives) operators.push_back(&m);
+    }
+    std::vector<DepthOutcome> outcomes = batch_metrics(tasks, operators, d, sweep.has_value(), metric_opts, share);
+    if (!share.root()) continue;
+    for (size_t t = 0; t < tasks.size(); ++t)
+      (tasks[t].mean ? r.mean_metrics : r.cumulative_metrics)[tasks[t].k] = std::move(outcomes[t].metrics);
     for (size_t i = 0; i < means.size(); ++i) {
-      if (sweep) sweep->add(means[i], schurs[i]);
+      if (sweep) sweep->add(means[i], outcomes[i].schur);
       loop.advance();
     }
   }
-  if (sweep) r.surgery = sweep->points();
+  if (sweep && share.root()) r.surgery = sweep->points();
   if (options.mean_of_products) {
     r.product_mean_metrics.resize(K);
     parallel_tasks(K, [&](int64_t k) { r.product_mean_metrics[k] = operator_metrics(r.mean_of_products[k], metric_opts); });
@@ -206,13 +300,20 @@ JacobianResult run_jacobian(const std::vector<JacobianCheckpoint>& checkpoints, 
     JacobianModel jm(transformer);
     if (arrays) arrays->begin(r, K, result.d);
     std::function<linalg::Matrix(int64_t)> mean_at;
+    bool worker = false;  // an MPI worker rank whose share of the pass is with rank 0
     timed(result.timings, r.prefix + "mean_jacobians", [&] {
-      mean_at = compute_means(r, *transformer, jm, samples, options, label, progress, pass_source, arrays);
+      try {
+        mean_at = compute_means(r, *transformer, jm, samples, options, label, progress, pass_source, arrays);
+      } catch (const WorkerShareDone&) {
+        if (!options.ranks_share_metrics) throw;
+        worker = true;
+      }
     });
     progress.note(fmt::format("{}metrics of {} mean Jacobians and cumulative products{}", label, K, options.surgery ? ", surgery" : ""));
     timed(result.timings, r.prefix + "metrics", [&] {
       depth_metrics(r, mean_at, K, transformer->config().d_model, options, metric_opts, transformer->config().parallel_residual, label, progress, arrays);
     });
+    if (worker) throw WorkerShareDone{};  // its share of the metrics is with rank 0 too
     if (arrays) arrays->end(r);
   }
   return result;

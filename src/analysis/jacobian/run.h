@@ -41,6 +41,10 @@ struct JacobianOptions {
   // about 7 d³ flops per depth (a QR and three products).
   int64_t haar_null_draws = 0;
   uint64_t haar_null_seed = 0;
+  // Every MPI rank runs this analysis (`tdyn jacobian` under mpirun), so the ranks share the depths' metrics: rank 0
+  // sends each other rank its share of the operators and receives their metrics. False where rank 0 analyses alone
+  // (analyze's parts run once the other ranks have left). No effect in one process.
+  bool ranks_share_metrics = false;
 
   // The structured mean is a sum over samples: the shared pass computes it, with checkpoints and MPI. The other
   // modes keep per-sample Jacobians and run in one process.
