@@ -8,6 +8,7 @@
 #include "core/npy.h"
 #include "model/loader.h"
 #include "pipeline/parts.h"
+#include "random_matrix.h"
 #include "test_util.h"
 
 namespace tdyn {
@@ -59,6 +60,39 @@ TEST(JacobianSurgery, DepartureScalesWithAlphaOnARealMeanJacobian) {
     EXPECT_EQ(last_only[a].control.back().stable_rank, sweep[a].control.back().stable_rank) << "alpha " << sweep[a].alpha;
     EXPECT_TRUE(std::isnan(last_only[a].surgery.front().roy_vetterli));
     EXPECT_EQ(last_only[a].to_json(), sweep[a].to_json());
+  }
+}
+
+// The sweep split over processes as MPI ranks split it: three shares, each running its own tasks on every depth,
+// give from their numbers the points one sweep gives, at every depth and with the further control draws.
+TEST(JacobianCli, SurgerySweepSharesGiveTheWholeSweepsPoints) {
+  std::vector<linalg::Matrix> means;
+  for (uint64_t k = 0; k < 4; ++k) means.push_back(0.4 * test::random_gaussian(12, 12, 30 + k));
+  for (bool full_depth_only : {false, true}) {
+    SurgeryOptions options{{0, 0.5, 1}, 7};
+    options.control_draws = 4;  // tasks: 3 αs and 3 further draws, so every share has both kinds
+    options.full_depth_only = full_depth_only;
+    SurgerySweep whole(options);
+    std::vector<SurgerySweep> shares;
+    for (int64_t i = 0; i < 3; ++i) shares.emplace_back(options, false, TaskShare{i, 3});
+    for (const linalg::Matrix& mean : means) {
+      const linalg::ComplexSchur schur = linalg::complex_schur(mean);
+      whole.add(mean, schur);
+      for (SurgerySweep& share : shares) share.add(mean, schur);
+    }
+    std::vector<std::vector<double>> numbers;
+    for (const SurgerySweep& share : shares) numbers.push_back(share.share_numbers());
+    const std::vector<SurgeryPoint> expected = whole.points(), got = shares[0].points_from_shares(numbers);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t a = 0; a < got.size(); ++a) {
+      EXPECT_EQ(got[a].to_json(), expected[a].to_json()) << "alpha " << expected[a].alpha;
+      EXPECT_EQ(got[a].departure_ratio, expected[a].departure_ratio);
+      ASSERT_EQ(got[a].surgery.size(), means.size());
+      for (size_t k = 0; k + 1 < means.size(); ++k)
+        EXPECT_EQ(std::isnan(got[a].control[k].stable_rank) ? -1 : got[a].control[k].stable_rank,
+                  std::isnan(expected[a].control[k].stable_rank) ? -1 : expected[a].control[k].stable_rank);
+    }
+    EXPECT_EQ(got[2].control_draws.size(), 4u);
   }
 }
 

@@ -109,6 +109,19 @@ double broadcast_from_root(double value) {
   return value;
 }
 
+void broadcast_from_root(std::vector<double>& data) {
+#ifdef TDYN_HAVE_MPI
+  if (g_ranks.size == 1) return;
+  int64_t n = static_cast<int64_t>(data.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  data.resize(static_cast<size_t>(n));
+  for (int64_t at = 0; at < n; at += kBlock)
+    MPI_Bcast(data.data() + at, static_cast<int>(std::min(kBlock, n - at)), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+#else
+  (void)data;
+#endif
+}
+
 void abort_ranks(int code) {
 #ifdef TDYN_HAVE_MPI
   if (g_mpi && g_ranks.size > 1) MPI_Abort(MPI_COMM_WORLD, code);

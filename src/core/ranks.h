@@ -32,6 +32,8 @@ std::vector<double> receive_from(int rank);
 
 // Every rank gets rank 0's value (the others' arguments are ignored).
 double broadcast_from_root(double value);
+// Every rank's `data` becomes rank 0's, of any length.
+void broadcast_from_root(std::vector<double>& data);
 // Ends the run on every rank after an error on one (no-op without MPI; returns only then).
 void abort_ranks(int code);
 // Finalises MPI before a normal exit (no-op without MPI).

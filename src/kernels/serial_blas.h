@@ -29,4 +29,12 @@ class SerialBlas {
 // ended the exception of the lowest task that threw is rethrown here (every task below it has run: they start in order).
 void parallel_tasks(int64_t n, const std::function<void(int64_t)>& task);
 
+// One process's share of tasks that `count` processes (MPI ranks) split: task t is process t mod count's.
+struct TaskShare {
+  int64_t index = 0, count = 1;
+  bool root() const { return index == 0; }
+  int64_t owner(int64_t task) const { return task % count; }
+  bool mine(int64_t task) const { return owner(task) == index; }
+};
+
 }  // namespace tdyn

@@ -165,7 +165,8 @@ static uint64_t control_draw_seed(uint64_t seed, int64_t draw) {
   return seed + (static_cast<uint64_t>(draw) << 32);
 }
 
-SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool parallel_residual) : options_(options) {
+SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool parallel_residual, TaskShare share)
+    : share_(share), options_(options) {
   for (double alpha : options.alphas) {
     if (std::abs(alpha - 1) < 1e-12) unit_alpha_ = static_cast<int64_t>(points_.size());
     points_.push_back({alpha, {}, {}, {}, 0, {}});
@@ -183,8 +184,11 @@ void SurgerySweep::add(const Matrix& mean, const linalg::ComplexSchur& schur) {
   const uint64_t seed = options_.seed + static_cast<uint64_t>(depth_);
   // One task per α and per further control draw: the complex SVDs that rank each depth gain little from BLAS's threads.
   const size_t n_points = points_.size();
-  parallel_tasks(static_cast<int64_t>(n_points + draws_.size()), [&](int64_t task) {
-    const auto a = static_cast<size_t>(task);
+  std::vector<size_t> mine;
+  for (size_t t = 0; t < n_points + draws_.size(); ++t)
+    if (share_.mine(static_cast<int64_t>(t))) mine.push_back(t);
+  parallel_tasks(static_cast<int64_t>(mine.size()), [&](int64_t i) {
+    const size_t a = mine[static_cast<size_t>(i)];
     if (a >= n_points) {
       const size_t j = a - n_points;
       draws_[j].add(schur_surgery_control(schur, 1.0, control_draw_seed(seed, static_cast<int64_t>(j) + 1)));
@@ -197,33 +201,125 @@ void SurgerySweep::add(const Matrix& mean, const linalg::ComplexSchur& schur) {
     p.max_imaginary_fraction = std::max(p.max_imaginary_fraction, imaginary_fraction(modified));
     auto& [product, control_product] = products_[a];
     const ComplexMatrix& c = product.add(modified);
-    // At α = 0 the control drops its random N as the surgery drops N: the same matrices, so the same ranks (points()).
+    // At α = 0 the control drops its random N as the surgery drops N: the same matrices, so the same ranks (point()).
     const ComplexMatrix* c_control = p.alpha == 0 ? nullptr : &control_product.add(schur_surgery_control(schur, p.alpha, seed));
-    if (options_.full_depth_only) return;  // points() ranks the last products
+    if (options_.full_depth_only) return;  // point() ranks the last products
     p.surgery.push_back(effective_ranks(linalg::singular_values(c)));
     p.control.push_back(c_control ? effective_ranks(linalg::singular_values(*c_control)) : p.surgery.back());
   });
   ++depth_;
 }
 
-std::vector<SurgeryPoint> SurgerySweep::points() const {
-  std::vector<SurgeryPoint> out = points_;
+SurgeryPoint SurgerySweep::point(size_t a) const {
+  SurgeryPoint p = points_[a];
   if (options_.full_depth_only && depth_ > 0) {
     const EffectiveRanks not_computed{NAN, NAN, NAN, 0, 0.9};
-    for (size_t a = 0; a < out.size(); ++a) {
-      out[a].surgery.assign(static_cast<size_t>(depth_ - 1), not_computed);
-      out[a].control = out[a].surgery;
-      out[a].surgery.push_back(effective_ranks(linalg::singular_values(products_[a].first.product())));
-      out[a].control.push_back(out[a].alpha == 0 ? out[a].surgery.back()
-                                                 : effective_ranks(linalg::singular_values(products_[a].second.product())));
-    }
+    p.surgery.assign(static_cast<size_t>(depth_ - 1), not_computed);
+    p.control = p.surgery;
+    p.surgery.push_back(effective_ranks(linalg::singular_values(products_[a].first.product())));
+    p.control.push_back(p.alpha == 0 ? p.surgery.back() : effective_ranks(linalg::singular_values(products_[a].second.product())));
   }
+  return p;
+}
+
+EffectiveRanks SurgerySweep::draw(size_t j) const { return effective_ranks(linalg::singular_values(draws_[j].product())); }
+
+// α = 1's control draws: its own control, then the further draws'.
+std::vector<SurgeryPoint> SurgerySweep::assemble(std::vector<SurgeryPoint> points, const std::vector<EffectiveRanks>& draws) const {
   if (unit_alpha_ >= 0 && depth_ > 0) {
-    SurgeryPoint& p = out[static_cast<size_t>(unit_alpha_)];
+    SurgeryPoint& p = points[static_cast<size_t>(unit_alpha_)];
     p.control_draws = {p.control.back()};
-    for (const auto& chain : draws_) p.control_draws.push_back(effective_ranks(linalg::singular_values(chain.product())));
+    p.control_draws.insert(p.control_draws.end(), draws.begin(), draws.end());
+  }
+  return points;
+}
+
+std::vector<SurgeryPoint> SurgerySweep::points() const {
+  TDYN_CHECK(share_.count == 1);
+  std::vector<SurgeryPoint> points;
+  for (size_t a = 0; a < points_.size(); ++a) points.push_back(point(a));
+  std::vector<EffectiveRanks> draws;
+  if (depth_ > 0)
+    for (size_t j = 0; j < draws_.size(); ++j) draws.push_back(draw(j));
+  return assemble(std::move(points), draws);
+}
+
+namespace {
+
+void append_ranks(std::vector<double>& out, const EffectiveRanks& e) {
+  out.insert(out.end(), {e.roy_vetterli, e.participation_ratio, e.stable_rank, static_cast<double>(e.energy_rank), e.energy_fraction});
+}
+
+void append_ranks(std::vector<double>& out, const std::vector<EffectiveRanks>& list) {
+  out.push_back(static_cast<double>(list.size()));
+  for (const EffectiveRanks& e : list) append_ranks(out, e);
+}
+
+// Reads what share_numbers wrote, in order.
+struct NumberReader {
+  const std::vector<double>& numbers;
+  size_t at = 0;
+  double next() {
+    TDYN_CHECK(at < numbers.size());
+    return numbers[at++];
+  }
+  size_t count() { return static_cast<size_t>(next()); }
+  EffectiveRanks ranks() {
+    EffectiveRanks e;
+    e.roy_vetterli = next(), e.participation_ratio = next(), e.stable_rank = next();
+    e.energy_rank = static_cast<Index>(next()), e.energy_fraction = next();
+    return e;
+  }
+  std::vector<EffectiveRanks> ranks_list() {
+    std::vector<EffectiveRanks> list(count());
+    for (EffectiveRanks& e : list) e = ranks();
+    return list;
+  }
+};
+
+}  // namespace
+
+// Per task of the share in order: an α's point (its departure ratios, largest imaginary fraction and the ranks of
+// both products), or a further draw's full-depth ranks.
+std::vector<double> SurgerySweep::share_numbers() const {
+  std::vector<double> out;
+  for (size_t t = 0; t < points_.size() + draws_.size(); ++t) {
+    if (!share_.mine(static_cast<int64_t>(t))) continue;
+    if (t >= points_.size()) {
+      append_ranks(out, draw(t - points_.size()));
+      continue;
+    }
+    const SurgeryPoint p = point(t);
+    out.push_back(static_cast<double>(p.departure_ratio.size()));
+    out.insert(out.end(), p.departure_ratio.begin(), p.departure_ratio.end());
+    out.push_back(p.max_imaginary_fraction);
+    append_ranks(out, p.surgery);
+    append_ranks(out, p.control);
   }
   return out;
+}
+
+std::vector<SurgeryPoint> SurgerySweep::points_from_shares(const std::vector<std::vector<double>>& shares) const {
+  TDYN_CHECK(static_cast<int64_t>(shares.size()) == share_.count);
+  std::vector<NumberReader> readers;
+  for (const auto& numbers : shares) readers.push_back({numbers});
+  std::vector<SurgeryPoint> points = points_;
+  std::vector<EffectiveRanks> draws(draws_.size());
+  for (size_t t = 0; t < points_.size() + draws_.size(); ++t) {
+    NumberReader& in = readers[static_cast<size_t>(share_.owner(static_cast<int64_t>(t)))];
+    if (t >= points_.size()) {
+      draws[t - points_.size()] = in.ranks();
+      continue;
+    }
+    SurgeryPoint& p = points[t];
+    p.departure_ratio.resize(in.count());
+    for (double& r : p.departure_ratio) r = in.next();
+    p.max_imaginary_fraction = in.next();
+    p.surgery = in.ranks_list();
+    p.control = in.ranks_list();
+  }
+  for (const NumberReader& in : readers) TDYN_CHECK(in.at == in.numbers.size());
+  return assemble(std::move(points), depth_ > 0 ? draws : std::vector<EffectiveRanks>{});
 }
 
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<Matrix>& means, const SurgeryOptions& options,

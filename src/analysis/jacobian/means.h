@@ -12,6 +12,7 @@
 #include "analysis/operator_metrics.h"
 #include "analysis/samples.h"
 #include "core/progress.h"
+#include "kernels/serial_blas.h"
 #include "linalg/gemm.h"
 
 namespace tdyn {
@@ -120,15 +121,28 @@ struct SurgeryPoint {
 
 // The sweep over depths one J̄_k at a time, in order: memory holds two running products per α (the surgery's
 // and the control's), whatever the depth.
+//
+// Its tasks, one per thread: one per α (the surgery's and the control's products), then one per further control
+// draw at α = 1. Processes that share them (`share`: MPI ranks, each given every J̄_k and its Schur form) run only
+// their own; rank 0's points_from_shares then assembles the points from every share's numbers.
 class SurgerySweep {
  public:
   // parallel_residual: chain the depths as DepthChain does for parallel blocks.
-  explicit SurgerySweep(const SurgeryOptions& options, bool parallel_residual = false);
+  explicit SurgerySweep(const SurgeryOptions& options, bool parallel_residual = false, TaskShare share = {});
   void add(const linalg::Matrix& mean);  // J̄_k of the next depth k
   void add(const linalg::Matrix& mean, const linalg::ComplexSchur& schur);  // with its complex Schur form
-  std::vector<SurgeryPoint> points() const;  // per α, with the control draws' effective ranks at the last depth
+  std::vector<SurgeryPoint> points() const;  // per α, with the control draws' effective ranks at the last depth (all tasks)
+
+  // What this share's tasks found, as numbers; and from every share's (shares[i] of index i) the points.
+  std::vector<double> share_numbers() const;
+  std::vector<SurgeryPoint> points_from_shares(const std::vector<std::vector<double>>& shares) const;
 
  private:
+  SurgeryPoint point(size_t a) const;     // α's point, finished (control_draws not yet)
+  EffectiveRanks draw(size_t j) const;    // further draw j's full-depth ranks
+  std::vector<SurgeryPoint> assemble(std::vector<SurgeryPoint> points, const std::vector<EffectiveRanks>& draws) const;
+
+  TaskShare share_;
   SurgeryOptions options_;
   int64_t depth_ = 0;
   std::vector<SurgeryPoint> points_;  // per α

@@ -106,14 +106,8 @@ uint64_t haar_seed(uint64_t seed, int64_t draw, int64_t depth) {
 }
 
 // The processes that share the depths' metrics: every MPI rank when all of them run this analysis
-// (JacobianOptions::ranks_share_metrics), else this one alone. Task t of a batch is rank t mod size's.
-struct MetricRanks {
-  int rank = 0, size = 1;
-  bool root() const { return rank == 0; }
-  int owner(size_t task) const { return static_cast<int>(task % static_cast<size_t>(size)); }
-};
-
-MetricRanks metric_ranks(const JacobianOptions& options) {
+// (JacobianOptions::ranks_share_metrics), else this one alone.
+TaskShare metric_share(const JacobianOptions& options) {
   if (!options.ranks_share_metrics || ranks().size == 1) return {};
   return {ranks().rank, ranks().size};
 }
@@ -129,16 +123,35 @@ struct DepthOutcome {
   linalg::ComplexSchur schur;  // J̄_k's, with surgery
 };
 
-std::vector<double> numbers_of(const linalg::Matrix& m) { return {m.data(), m.data() + m.size()}; }
-
-// An outcome as numbers: the metrics' count, the metrics, then the Schur form's Q and T (complex, column-major).
-std::vector<double> numbers_of(const DepthOutcome& o) {
-  std::vector<double> out = o.metrics.to_doubles();
-  out.insert(out.begin(), static_cast<double>(out.size()));
-  for (const ComplexMatrix* m : {&o.schur.q, &o.schur.t}) {
+// Matrices as the numbers ranks send each other (column-major; a complex entry as its real and imaginary parts),
+// appended to `out`, and read back from `at` onwards.
+void append_numbers(std::vector<double>& out, const linalg::Matrix& m) { out.insert(out.end(), m.data(), m.data() + m.size()); }
+void append_numbers(std::vector<double>& out, const linalg::ComplexSchur& schur) {
+  for (const ComplexMatrix* m : {&schur.q, &schur.t}) {
     const double* parts = reinterpret_cast<const double*>(m->data());
     out.insert(out.end(), parts, parts + 2 * m->size());
   }
+}
+linalg::Matrix matrix_at(const std::vector<double>& numbers, size_t at, int64_t d) {
+  TDYN_CHECK(numbers.size() >= at + static_cast<size_t>(d * d));
+  return Eigen::Map<const linalg::Matrix>(numbers.data() + at, d, d);
+}
+linalg::ComplexSchur schur_at(const std::vector<double>& numbers, size_t at, int64_t d) {
+  TDYN_CHECK(numbers.size() == at + static_cast<size_t>(4 * d * d));
+  linalg::ComplexSchur schur;
+  for (ComplexMatrix* m : {&schur.q, &schur.t}) {
+    m->resize(d, d);
+    std::copy_n(numbers.data() + at, 2 * d * d, reinterpret_cast<double*>(m->data()));
+    at += static_cast<size_t>(2 * d * d);
+  }
+  return schur;
+}
+
+// An outcome as numbers: the metrics' count, the metrics, then the Schur form (none without surgery).
+std::vector<double> numbers_of(const DepthOutcome& o) {
+  std::vector<double> out = o.metrics.to_doubles();
+  out.insert(out.begin(), static_cast<double>(out.size()));
+  append_numbers(out, o.schur);
   return out;
 }
 
@@ -148,15 +161,7 @@ DepthOutcome outcome_of(const std::vector<double>& numbers, int64_t d) {
   TDYN_CHECK(numbers.size() >= 1 + n_metrics);
   DepthOutcome o;
   o.metrics = OperatorMetrics::from_doubles({numbers.begin() + 1, numbers.begin() + 1 + static_cast<std::ptrdiff_t>(n_metrics)});
-  const size_t schur_numbers = numbers.size() - 1 - n_metrics;
-  if (schur_numbers == 0) return o;
-  TDYN_CHECK(schur_numbers == static_cast<size_t>(4 * d * d));
-  const double* at = numbers.data() + 1 + n_metrics;
-  for (ComplexMatrix* m : {&o.schur.q, &o.schur.t}) {
-    m->resize(d, d);
-    std::copy(at, at + 2 * d * d, reinterpret_cast<double*>(m->data()));
-    at += 2 * d * d;
-  }
+  if (numbers.size() > 1 + n_metrics) o.schur = schur_at(numbers, 1 + n_metrics, d);
   return o;
 }
 
@@ -164,16 +169,20 @@ DepthOutcome outcome_of(const std::vector<double>& numbers, int64_t d) {
 // holds every operator (`operators`; the other ranks pass none), sends each other rank its own, and receives their
 // outcomes. Returns every task's outcome on rank 0, none elsewhere.
 std::vector<DepthOutcome> batch_metrics(const std::vector<DepthOperator>& tasks, const std::vector<const linalg::Matrix*>& operators,
-                                        int64_t d, bool surgery, const OperatorMetricsOptions& metric_opts, const MetricRanks& share) {
+                                        int64_t d, bool surgery, const OperatorMetricsOptions& metric_opts, const TaskShare& share) {
   std::vector<size_t> mine;
   for (size_t t = 0; t < tasks.size(); ++t)
-    if (share.owner(t) == share.rank) mine.push_back(t);
+    if (share.mine(static_cast<int64_t>(t))) mine.push_back(t);
   std::vector<linalg::Matrix> received(share.root() ? 0 : tasks.size());
   if (share.root()) {
     for (size_t t = 0; t < tasks.size(); ++t)
-      if (share.owner(t) != 0) send_to(share.owner(t), numbers_of(*operators[t]));
+      if (!share.mine(static_cast<int64_t>(t))) {
+        std::vector<double> numbers;
+        append_numbers(numbers, *operators[t]);
+        send_to(static_cast<int>(share.owner(static_cast<int64_t>(t))), numbers);
+      }
   } else {
-    for (size_t t : mine) received[t] = Eigen::Map<const linalg::Matrix>(receive_from(0).data(), d, d);
+    for (size_t t : mine) received[t] = matrix_at(receive_from(0), 0, d);
   }
   std::vector<DepthOutcome> outcomes(tasks.size());
   parallel_tasks(static_cast<int64_t>(mine.size()), [&](int64_t i) {
@@ -192,7 +201,7 @@ std::vector<DepthOutcome> batch_metrics(const std::vector<DepthOperator>& tasks,
     return {};
   }
   for (size_t t = 0; t < tasks.size(); ++t)
-    if (share.owner(t) != 0) outcomes[t] = outcome_of(receive_from(share.owner(t)), d);
+    if (!share.mine(static_cast<int64_t>(t))) outcomes[t] = outcome_of(receive_from(static_cast<int>(share.owner(static_cast<int64_t>(t)))), d);
   return outcomes;
 }
 
@@ -206,9 +215,9 @@ std::vector<DepthOutcome> batch_metrics(const std::vector<DepthOperator>& tasks,
 void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(int64_t)>& mean_at, int64_t K, int64_t d,
                    const JacobianOptions& options, const OperatorMetricsOptions& metric_opts, bool parallel_residual,
                    const std::string& label, ProgressSink& progress, JacobianArrays* arrays) {
-  const MetricRanks share = metric_ranks(options);
+  const TaskShare share = metric_share(options);
   std::optional<SurgerySweep> sweep;
-  if (options.surgery) sweep.emplace(options.surgery_options, parallel_residual);
+  if (options.surgery) sweep.emplace(options.surgery_options, parallel_residual, share);
   r.mean_metrics.resize(K);
   r.cumulative_metrics.resize(K);
   DepthChain<linalg::Matrix> chain(parallel_residual);
@@ -217,8 +226,8 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
   ProgressLoop loop(progress, label + "metrics", K, "depths");
   // Every rank cuts the depths into the same batches: rank 0's operators in flight, times the ranks.
   double in_flight = static_cast<double>(operators_in_flight(d, options.surgery ? 12 : 6, K));
-  if (share.size > 1) in_flight = broadcast_from_root(in_flight);
-  const int64_t batch = std::min<int64_t>(K, static_cast<int64_t>(in_flight) * share.size);
+  if (share.count > 1) in_flight = broadcast_from_root(in_flight);
+  const int64_t batch = std::min<int64_t>(K, static_cast<int64_t>(in_flight) * share.count);
   for (int64_t first = 0; first < K; first += batch) {
     const int64_t end = std::min(K, first + batch);
     // One task per operator: J̄_k of each depth, and C_k where its metrics are wanted.
@@ -248,15 +257,27 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
       for (const linalg::Matrix& m : cumulatives) operators.push_back(&m);
     }
     std::vector<DepthOutcome> outcomes = batch_metrics(tasks, operators, d, sweep.has_value(), metric_opts, share);
-    if (!share.root()) continue;
-    for (size_t t = 0; t < tasks.size(); ++t)
-      (tasks[t].mean ? r.mean_metrics : r.cumulative_metrics)[tasks[t].k] = std::move(outcomes[t].metrics);
-    for (size_t i = 0; i < means.size(); ++i) {
-      if (sweep) sweep->add(means[i], outcomes[i].schur);
+    if (share.root())
+      for (size_t t = 0; t < tasks.size(); ++t)
+        (tasks[t].mean ? r.mean_metrics : r.cumulative_metrics)[tasks[t].k] = std::move(outcomes[t].metrics);
+    for (size_t i = 0; i < tasks.size() && tasks[i].mean; ++i) {
+      if (sweep && share.count == 1) {
+        sweep->add(means[i], outcomes[i].schur);
+      } else if (sweep) {  // every rank runs its share of the sweep's tasks on J̄_k and its Schur form from rank 0
+        std::vector<double> numbers;
+        if (share.root()) append_numbers(numbers, means[i]), append_numbers(numbers, outcomes[i].schur);
+        broadcast_from_root(numbers);
+        sweep->add(matrix_at(numbers, 0, d), schur_at(numbers, static_cast<size_t>(d * d), d));
+      }
       loop.advance();
     }
   }
-  if (sweep && share.root()) r.surgery = sweep->points();
+  if (sweep && share.count > 1) {
+    const std::vector<std::vector<double>> shares = gather_to_root(sweep->share_numbers());
+    if (share.root()) r.surgery = sweep->points_from_shares(shares);
+  } else if (sweep) {
+    r.surgery = sweep->points();
+  }
   if (options.mean_of_products) {
     r.product_mean_metrics.resize(K);
     parallel_tasks(K, [&](int64_t k) { r.product_mean_metrics[k] = operator_metrics(r.mean_of_products[k], metric_opts); });
