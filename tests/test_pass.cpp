@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "analysis/sample_pass.h"
@@ -555,6 +556,17 @@ TEST_P(MpiCommand, TwoRanksWriteWhatOneProcessWrites) {
   EXPECT_GT(arrays, 4);
   const fs::path pass_user = command == "analyze" ? dir / "two" / "jacobian" : dir / "two";  // analyze: a part's own
   EXPECT_EQ(nlohmann::json::parse(read_file(pass_user / "results.json"))["options"]["pass"]["ranks"], 2);
+  if (command != "analyze") return;
+  // analyze's jacobian part as its command line gives it (--from-pass, which rank 0 alone reads), on two ranks that
+  // share its metrics (surgery and Haar null included): the part's own results.
+  const auto part = nlohmann::json::parse(read_file(dir / "two" / "results.json"))["results"]["parts"]["jacobian"];
+  std::vector<std::string> argv = part["argv"].get<std::vector<std::string>>();
+  argv.erase(argv.begin());  // the program
+  argv.back() = (dir / "from_pass").string();  // after --out
+  ASSERT_EQ(run_two_ranks(fmt::format("{}", fmt::join(argv, " ")), dir / "from_pass.log"), 0)  // argv has --threads 1
+      << read_file(dir / "from_pass.log");
+  EXPECT_EQ(nlohmann::json::parse(read_file(dir / "from_pass" / "results.json"))["results"],
+            nlohmann::json::parse(read_file(dir / "two" / "jacobian" / "results.json"))["results"]);
 }
 
 INSTANTIATE_TEST_SUITE_P(PassCommands, MpiCommand,
