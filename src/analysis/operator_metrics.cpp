@@ -197,9 +197,29 @@ nlohmann::json OperatorMetrics::to_json(bool include_spectra) const {
   return out;
 }
 
-// The fields in declaration order; a length before each list. Indices are exact as doubles (below 2^53).
-std::vector<double> OperatorMetrics::to_doubles() const {
-  std::vector<double> out = {static_cast<double>(d), static_cast<double>(eigenvalues.size())};
+double NumberReader::next() {
+  if (at_ >= numbers_->size()) fail("{}: {} numbers end before the last field", what_, numbers_->size());
+  return (*numbers_)[at_++];
+}
+
+EffectiveRanks NumberReader::ranks() {
+  EffectiveRanks e;
+  e.roy_vetterli = next(), e.participation_ratio = next(), e.stable_rank = next();
+  e.energy_rank = index(), e.energy_fraction = next();
+  return e;
+}
+
+void NumberReader::finish() const {
+  if (at_ != numbers_->size()) fail("{}: {} numbers left after the last field", what_, numbers_->size() - at_);
+}
+
+void append_numbers(std::vector<double>& out, const EffectiveRanks& e) {
+  out.insert(out.end(), {e.roy_vetterli, e.participation_ratio, e.stable_rank, static_cast<double>(e.energy_rank), e.energy_fraction});
+}
+
+// The fields in declaration order; a length before each list.
+void OperatorMetrics::append_numbers(std::vector<double>& out) const {
+  out.insert(out.end(), {static_cast<double>(d), static_cast<double>(eigenvalues.size())});
   for (const Complex& lambda : eigenvalues) out.insert(out.end(), {lambda.real(), lambda.imag()});
   out.push_back(static_cast<double>(singular_values.size()));
   out.insert(out.end(), singular_values.data(), singular_values.data() + singular_values.size());
@@ -207,37 +227,27 @@ std::vector<double> OperatorMetrics::to_doubles() const {
                          departure.identity_normalized, static_cast<double>(self_alignment.size())});
   for (const SubspaceAlignment& a : self_alignment)
     out.insert(out.end(), {static_cast<double>(a.k_requested), static_cast<double>(a.k), a.value});
-  out.insert(out.end(), {expanding_fraction, complex_fraction, complex_tolerance, symmetry_index, effective_rank.roy_vetterli,
-                         effective_rank.participation_ratio, effective_rank.stable_rank,
-                         static_cast<double>(effective_rank.energy_rank), effective_rank.energy_fraction});
-  return out;
+  out.insert(out.end(), {expanding_fraction, complex_fraction, complex_tolerance, symmetry_index});
+  tdyn::append_numbers(out, effective_rank);
 }
 
-OperatorMetrics OperatorMetrics::from_doubles(const std::vector<double>& numbers) {
-  size_t at = 0;
-  auto next = [&] {
-    if (at >= numbers.size()) fail("operator metrics: {} numbers end before the last field", numbers.size());
-    return numbers[at++];
-  };
-  auto next_index = [&] { return static_cast<Index>(next()); };
+OperatorMetrics OperatorMetrics::read_numbers(NumberReader& in) {
   OperatorMetrics m;
-  m.d = next_index();
-  m.eigenvalues.resize(next_index());
+  m.d = in.index();
+  m.eigenvalues.resize(in.index());
   for (Complex& lambda : m.eigenvalues) {
-    const double re = next();
-    lambda = {re, next()};
+    const double re = in.next();
+    lambda = {re, in.next()};
   }
-  m.singular_values.resize(next_index());
-  for (double& sigma : m.singular_values) sigma = next();
-  m.frobenius_norm = next(), m.condition_number = next();
-  m.departure.schur = next(), m.departure.identity = next();
-  m.departure.schur_normalized = next(), m.departure.identity_normalized = next();
-  m.self_alignment.resize(static_cast<size_t>(next_index()));
-  for (SubspaceAlignment& a : m.self_alignment) a.k_requested = next_index(), a.k = next_index(), a.value = next();
-  m.expanding_fraction = next(), m.complex_fraction = next(), m.complex_tolerance = next(), m.symmetry_index = next();
-  m.effective_rank.roy_vetterli = next(), m.effective_rank.participation_ratio = next(), m.effective_rank.stable_rank = next();
-  m.effective_rank.energy_rank = next_index(), m.effective_rank.energy_fraction = next();
-  if (at != numbers.size()) fail("operator metrics: {} numbers left after the last field", numbers.size() - at);
+  m.singular_values.resize(in.index());
+  for (double& sigma : m.singular_values) sigma = in.next();
+  m.frobenius_norm = in.next(), m.condition_number = in.next();
+  m.departure.schur = in.next(), m.departure.identity = in.next();
+  m.departure.schur_normalized = in.next(), m.departure.identity_normalized = in.next();
+  m.self_alignment.resize(static_cast<size_t>(in.index()));
+  for (SubspaceAlignment& a : m.self_alignment) a.k_requested = in.index(), a.k = in.index(), a.value = in.next();
+  m.expanding_fraction = in.next(), m.complex_fraction = in.next(), m.complex_tolerance = in.next(), m.symmetry_index = in.next();
+  m.effective_rank = in.ranks();
   return m;
 }
 

@@ -60,6 +60,27 @@ struct EffectiveRanks {
 // round-off in the sums.
 EffectiveRanks effective_ranks(const Vector& singular_values, double energy_fraction = 0.9);
 
+// ---- Flat lists of numbers: what MPI ranks send each other ------------------------------------------------
+
+// Reads a list of numbers in the order it was written. Reading past its end, or finish() with numbers left over,
+// is an Error naming `what`.
+class NumberReader {
+ public:
+  NumberReader(const std::vector<double>& numbers, const char* what) : numbers_(&numbers), what_(what) {}
+  double next();
+  Index index() { return static_cast<Index>(next()); }  // a count or an index (exact as a double below 2^53)
+  EffectiveRanks ranks();
+  size_t position() const { return at_; }
+  void finish() const;
+
+ private:
+  const std::vector<double>* numbers_;
+  const char* what_;
+  size_t at_ = 0;
+};
+
+void append_numbers(std::vector<double>& out, const EffectiveRanks& e);  // NumberReader::ranks reads them back
+
 // ---- Metrics of many operators at once ---------------------------------------------------------------------
 
 // How many d × d operators (of `n`) to hold and decompose at once, one per thread (kernels/serial_blas.h's
@@ -107,9 +128,9 @@ struct OperatorMetrics {
   // Scalars for results.json; the spectra (eigenvalues as [re, im] pairs, singular values) only when asked,
   // since at d = 4096 they belong in .npy files.
   nlohmann::json to_json(bool include_spectra = false) const;
-  // Every field as a flat list of numbers and back, exactly (to send the metrics from one MPI rank to another).
-  std::vector<double> to_doubles() const;
-  static OperatorMetrics from_doubles(const std::vector<double>& numbers);
+  // Every field appended to a flat list of numbers, and read back exactly (to send the metrics between MPI ranks).
+  void append_numbers(std::vector<double>& out) const;
+  static OperatorMetrics read_numbers(NumberReader& in);
 };
 
 // Throws Error for a non-square matrix or one with NaN/Inf (naming the entry). Cost: one real Schur form

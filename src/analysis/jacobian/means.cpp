@@ -246,36 +246,16 @@ std::vector<SurgeryPoint> SurgerySweep::points() const {
 
 namespace {
 
-void append_ranks(std::vector<double>& out, const EffectiveRanks& e) {
-  out.insert(out.end(), {e.roy_vetterli, e.participation_ratio, e.stable_rank, static_cast<double>(e.energy_rank), e.energy_fraction});
-}
-
 void append_ranks(std::vector<double>& out, const std::vector<EffectiveRanks>& list) {
   out.push_back(static_cast<double>(list.size()));
-  for (const EffectiveRanks& e : list) append_ranks(out, e);
+  for (const EffectiveRanks& e : list) append_numbers(out, e);
 }
 
-// Reads what share_numbers wrote, in order.
-struct NumberReader {
-  const std::vector<double>& numbers;
-  size_t at = 0;
-  double next() {
-    TDYN_CHECK(at < numbers.size());
-    return numbers[at++];
-  }
-  size_t count() { return static_cast<size_t>(next()); }
-  EffectiveRanks ranks() {
-    EffectiveRanks e;
-    e.roy_vetterli = next(), e.participation_ratio = next(), e.stable_rank = next();
-    e.energy_rank = static_cast<Index>(next()), e.energy_fraction = next();
-    return e;
-  }
-  std::vector<EffectiveRanks> ranks_list() {
-    std::vector<EffectiveRanks> list(count());
-    for (EffectiveRanks& e : list) e = ranks();
-    return list;
-  }
-};
+std::vector<EffectiveRanks> read_ranks(NumberReader& in) {
+  std::vector<EffectiveRanks> list(static_cast<size_t>(in.index()));
+  for (EffectiveRanks& e : list) e = in.ranks();
+  return list;
+}
 
 }  // namespace
 
@@ -286,7 +266,7 @@ std::vector<double> SurgerySweep::share_numbers() const {
   for (size_t t = 0; t < points_.size() + draws_.size(); ++t) {
     if (!share_.mine(static_cast<int64_t>(t))) continue;
     if (t >= points_.size()) {
-      append_ranks(out, draw(t - points_.size()));
+      append_numbers(out, draw(t - points_.size()));
       continue;
     }
     const SurgeryPoint p = point(t);
@@ -302,7 +282,7 @@ std::vector<double> SurgerySweep::share_numbers() const {
 std::vector<SurgeryPoint> SurgerySweep::points_from_shares(const std::vector<std::vector<double>>& shares) const {
   TDYN_CHECK(static_cast<int64_t>(shares.size()) == share_.count);
   std::vector<NumberReader> readers;
-  for (const auto& numbers : shares) readers.push_back({numbers});
+  for (const auto& numbers : shares) readers.emplace_back(numbers, "the surgery sweep's share");
   std::vector<SurgeryPoint> points = points_;
   std::vector<EffectiveRanks> draws(draws_.size());
   for (size_t t = 0; t < points_.size() + draws_.size(); ++t) {
@@ -312,13 +292,13 @@ std::vector<SurgeryPoint> SurgerySweep::points_from_shares(const std::vector<std
       continue;
     }
     SurgeryPoint& p = points[t];
-    p.departure_ratio.resize(in.count());
+    p.departure_ratio.resize(static_cast<size_t>(in.index()));
     for (double& r : p.departure_ratio) r = in.next();
     p.max_imaginary_fraction = in.next();
-    p.surgery = in.ranks_list();
-    p.control = in.ranks_list();
+    p.surgery = read_ranks(in);
+    p.control = read_ranks(in);
   }
-  for (const NumberReader& in : readers) TDYN_CHECK(in.at == in.numbers.size());
+  for (const NumberReader& in : readers) in.finish();
   return assemble(std::move(points), depth_ > 0 ? draws : std::vector<EffectiveRanks>{});
 }
 

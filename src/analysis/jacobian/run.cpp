@@ -147,21 +147,19 @@ linalg::ComplexSchur schur_at(const std::vector<double>& numbers, size_t at, int
   return schur;
 }
 
-// An outcome as numbers: the metrics' count, the metrics, then the Schur form (none without surgery).
+// An outcome as numbers: the metrics, then the Schur form (none without surgery).
 std::vector<double> numbers_of(const DepthOutcome& o) {
-  std::vector<double> out = o.metrics.to_doubles();
-  out.insert(out.begin(), static_cast<double>(out.size()));
+  std::vector<double> out;
+  o.metrics.append_numbers(out);
   append_numbers(out, o.schur);
   return out;
 }
 
 DepthOutcome outcome_of(const std::vector<double>& numbers, int64_t d) {
-  TDYN_CHECK(!numbers.empty());
-  const auto n_metrics = static_cast<size_t>(numbers[0]);
-  TDYN_CHECK(numbers.size() >= 1 + n_metrics);
+  NumberReader in(numbers, "a rank's operator metrics");
   DepthOutcome o;
-  o.metrics = OperatorMetrics::from_doubles({numbers.begin() + 1, numbers.begin() + 1 + static_cast<std::ptrdiff_t>(n_metrics)});
-  if (numbers.size() > 1 + n_metrics) o.schur = schur_at(numbers, 1 + n_metrics, d);
+  o.metrics = OperatorMetrics::read_numbers(in);
+  if (in.position() < numbers.size()) o.schur = schur_at(numbers, in.position(), d);
   return o;
 }
 
