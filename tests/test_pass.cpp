@@ -128,7 +128,8 @@ TEST_F(StoriesPass, TemporaryPassFileGoesWithItsReader) {
 // inputs (Gemma 4), and for every other family: the pass's mean Jacobians and correlations equal those of whole
 // forward passes (JacobianModel::run and mean_jacobians, the reference path).
 TEST(FixturePass, LayerMajorEqualsWholeForwardPasses) {
-  for (const char* name : {"gemma4", "llama", "gpt2", "bert", "albert", "olmo3"}) {
+  // llama/bf16: the pass reads each layer's float32 copy (with_float32_layer), whole forward passes the bf16 rows.
+  for (const char* name : {"gemma4", "llama", "llama/bf16", "gpt2", "bert", "albert", "olmo3"}) {
     const fs::path dir = test::shared_dir() / "fixtures" / name;
     if (!fs::exists(dir)) GTEST_SKIP() << "shared test data not found: " << dir;
     auto model = load_model(dir);
@@ -162,6 +163,33 @@ TEST(FixturePass, LayerMajorEqualsWholeForwardPasses) {
           << name << " " << b.hook;
     }
   }
+}
+
+// A layer's float32 copy holds the stored values; the other layers and a float32 checkpoint are left as they are.
+TEST(FixturePass, Float32LayerHoldsTheStoredValues) {
+  TDYN_REQUIRE_SHARED("fixtures/llama/bf16");
+  const auto model = load_model(test::shared_dir() / "fixtures/llama/bf16");
+  const auto variant = with_float32_layer(model, 1);
+  ASSERT_NE(variant.get(), model.get());
+  for (int64_t l = 0; l < model->config.n_layers; ++l) {
+    const LayerWeights &stored = model->weights.layers[l], &widened = variant->weights.layers[l];
+    for (auto member : {&LayerWeights::q, &LayerWeights::k, &LayerWeights::v, &LayerWeights::o, &LayerWeights::gate,
+                        &LayerWeights::up, &LayerWeights::down}) {
+      const Linear &a = stored.*member, &b = widened.*member;
+      ASSERT_EQ(a.w.dtype, DType::BF16);
+      if (l != 1) {
+        EXPECT_EQ(b.w.data, a.w.data) << "layer " << l;
+        continue;
+      }
+      ASSERT_NE(b.w.f32(), nullptr);
+      ASSERT_EQ(b.w.rows, a.w.rows);
+      ASSERT_EQ(b.w.cols, a.w.cols);
+      for (int64_t r = 0; r < a.w.rows; ++r)
+        for (int64_t c = 0; c < a.w.cols; ++c) ASSERT_EQ(b.w.at(r, c), a.w.at(r, c)) << "layer 1, row " << r << ", column " << c;
+    }
+  }
+  const auto float32 = load_model(test::shared_dir() / "fixtures/llama");
+  EXPECT_EQ(with_float32_layer(float32, 0).get(), float32.get());
 }
 
 // An interruption at any point, resumed, gives the uninterrupted file bit for bit, and leaves no working buffer.

@@ -1,6 +1,10 @@
 #include "analysis/layer_matrix.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 
@@ -22,14 +26,26 @@ const Linear& value_projection(const Model& model, int64_t layer) {
 }  // namespace
 
 linalg::Matrix dense_matrix(const Linear& linear) {
-  linalg::Matrix d(linear.out, linear.in);
-  const StoredMatrix& w = linear.w;
-  std::vector<float> row(w.cols);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    w.row_floats(r, 0, w.cols, row.data());
-    for (int64_t c = 0; c < w.cols; ++c) (linear.in_out ? d(c, r) : d(r, c)) = row[c];
-  }
+  linalg::Matrix d;
+  dense_matrix(linear, d);
   return d;
+}
+
+void dense_matrix(const Linear& linear, linalg::Matrix& d) {
+  d.resize(linear.out, linear.in);
+  const StoredMatrix& w = linear.w;
+  // Blocks of stored rows over the threads, each widened to float32 and then written into the column-major result.
+  constexpr int64_t kBlock = 64;
+  const int64_t n_blocks = (w.rows + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel() && n_blocks > 1)
+  for (int64_t block = 0; block < n_blocks; ++block) {
+    const int64_t first = block * kBlock, n = std::min(kBlock, w.rows - first);
+    std::vector<float> rows(n * w.cols);
+    for (int64_t r = 0; r < n; ++r) w.row_floats(first + r, 0, w.cols, rows.data() + r * w.cols);
+    const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> stored(rows.data(), n, w.cols);
+    if (linear.in_out) d.middleCols(first, n) = stored.transpose().cast<double>();  // storage row r is column r
+    else d.middleRows(first, n) = stored.cast<double>();
+  }
 }
 
 linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer) {

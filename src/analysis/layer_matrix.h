@@ -31,6 +31,8 @@ struct LayerMatrix {
 
 // A projection's matrix W in the nn.Linear convention [out, in], widened to float64, whatever its storage.
 linalg::Matrix dense_matrix(const Linear& linear);
+// The same into `into`, whose buffer is reused when it has the size already.
+void dense_matrix(const Linear& linear, linalg::Matrix& into);
 
 // The expanded value projection V_t [n_heads * d_head, d_model] in float64 (block h = KV head h / group).
 linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer);

@@ -383,6 +383,9 @@ class LayerRunner {
     int64_t failed = -1;
     std::exception_ptr error;
 
+    if (spec_.jacobians) jacobians_->prepare_layer(layer);
+    // The layer's projections widened to float32 once, not again by every sample's products.
+    const Transformer layer_model(with_float32_layer(t_.shared_model(), layer));
     SerialBlas serial_blas(n_threads > 1);  // the threads take one sample each
 #pragma omp parallel num_threads(n_threads)
     {
@@ -390,7 +393,7 @@ class LayerRunner {
 #pragma omp for schedule(static, 1)
       for (int64_t i = 0; i < n_mine; ++i) {
         try {
-          const SequenceState state = step(layer, i);
+          const SequenceState state = step(layer_model, layer, i);
           for (size_t q = 0; q < plan.probes.size(); ++q) {
             const TokenProbe& probe = spec_.probes[plan.probes[q]];
             const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[plan.probe_slot[q]]], layer);
@@ -457,28 +460,29 @@ class LayerRunner {
   }
 
  private:
-  // Runs layer `layer` of this rank's i-th sample: its residual state comes from the working buffer (the
-  // embeddings at layer 0) and goes back to the other half of it; keys/values that later layers read are kept.
-  SequenceState step(int64_t layer, int64_t i) const {
-    const ModelConfig& c = t_.config();
+  // Runs layer `layer` of this rank's i-th sample through `t` (the pass's model with that layer in float32): its
+  // residual state comes from the working buffer (the embeddings at layer 0) and goes back to the other half of it;
+  // keys/values that later layers read are kept.
+  SequenceState step(const Transformer& t, int64_t layer, int64_t i) const {
+    const ModelConfig& c = t.config();
     const int64_t d = c.d_model, n = rows_.offset[i + 1] - rows_.offset[i], n_rows = rows_.offset.back();
     const std::vector<int32_t>& ids = samples_[rows_.samples[i]].ids;
     const bool per_layer_inputs = c.d_per_layer_input > 0;
     Tensor x;
     if (layer == 0) {
-      x = t_.embed(ids, 0);
+      x = t.embed(ids, 0);
     } else {
       x = Tensor({n, d});
       std::memcpy(x.ptr(), states_ + ((layer % 2) * n_rows + rows_.offset[i]) * d, x.data.size() * sizeof(float));
     }
-    const Tensor embeddings = per_layer_inputs ? (layer == 0 ? x : t_.embed(ids, 0)) : Tensor();
+    const Tensor embeddings = per_layer_inputs ? (layer == 0 ? x : t.embed(ids, 0)) : Tensor();
 
     KVCache kv;
     kv.k.assign(c.n_layers, Tensor());
     kv.v.assign(c.n_layers, Tensor());
-    const int64_t src = t_.layer_config(layer).kv_source;
+    const int64_t src = t.layer_config(layer).kv_source;
     const auto slot = kv_slot_.find(src);
-    const int64_t kv_dim = c.n_kv_heads * t_.layer_config(src).d_head;
+    const int64_t kv_dim = c.n_kv_heads * t.layer_config(src).d_head;
     float* kept_k = slot == kv_slot_.end() ? nullptr : kv_ + 2 * slot->second * n_rows * kv_stride_ + rows_.offset[i] * kv_dim;
     float* kept_v = kept_k ? kept_k + n_rows * kv_stride_ : nullptr;
     if (kept_k) {
@@ -490,7 +494,7 @@ class LayerRunner {
       }
     }
     SequenceState state;
-    run_layer(t_, layer, ids, embeddings, x, kv, &state);
+    run_layer(t, layer, ids, embeddings, x, kv, &state);
     if (kept_k && src == layer) {
       std::memcpy(kept_k, kv.k[src].ptr(), n * kv_dim * sizeof(float));
       std::memcpy(kept_v, kv.v[src].ptr(), n * kv_dim * sizeof(float));
@@ -747,7 +751,7 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
 
     for (int64_t layer = first_layer; layer < c.n_layers; ++layer) {
       LayerSums sums = runner.run(layer, control.progress);
-      if (jacobians) jacobians->release_layer(layer);
+      if (jacobians) jacobians->release_layer(layer, layer + 1 < c.n_layers);
       if (me.size > 1) {
         const std::vector<std::vector<double>> shares = gather_to_root(sums.to_buffer());
         for (size_t r = 1; r < shares.size(); ++r) sums.add(shares[r]);

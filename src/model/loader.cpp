@@ -1,5 +1,7 @@
 #include "model/loader.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -131,6 +133,34 @@ ModelConfig llama2c_config(const TensorStore& store) {
   c.eos_id = 2;
   c.source = h;
   return c;
+}
+
+std::shared_ptr<const Model> with_float32_layer(std::shared_ptr<const Model> base, int64_t layer) {
+  TDYN_CHECK(layer >= 0 && layer < static_cast<int64_t>(base->weights.layers.size()));
+  struct Variant {
+    std::shared_ptr<const Model> base;  // keeps the mappings the other weights point into
+    Model model;
+  };
+  auto holder = std::make_shared<Variant>();
+  holder->base = base;
+  holder->model = *base;  // the weights are views into the base's storage, shared, not copied
+  Model& m = holder->model;
+  LayerWeights& L = m.weights.layers[layer];
+  bool widened = false;
+  for (Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.ple_gate, &L.ple_proj}) {
+    // Left as stored: float32 (read in place, or widened a panel at a time only when misaligned) and the Conv1D
+    // layout [in, out], whose panels split each output's sum along the inputs where a product over the whole copy
+    // would not, so that its values would move by round-off. The others' products are the same either way.
+    if (!*l || l->w.dtype == DType::F32 || l->in_out) continue;
+    const StoredMatrix w = l->w;
+    auto storage = std::make_shared<std::vector<float>>(w.rows * w.cols);
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    for (int64_t r = 0; r < w.rows; ++r) w.row_floats(r, 0, w.cols, storage->data() + r * w.cols);
+    l->w = StoredMatrix::of_floats(storage->data(), w.rows, w.cols, w.cols);
+    m.weights.owners.push_back(std::move(storage));
+    widened = true;
+  }
+  return widened ? std::shared_ptr<const Model>(holder, &holder->model) : base;
 }
 
 int64_t Model::parameter_count() const {

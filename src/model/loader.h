@@ -32,6 +32,12 @@ struct Model {
 // @REVISION (io/hub_cache.h). Model::path is the resolved directory or file.
 std::shared_ptr<const Model> load_model(const fs::path& spec, const LoadOptions& options = {});
 
+// A variant of `base` whose layer `layer` reads float32 copies of its stored [out, in] projections (bf16, f16,
+// quantized), the same values in the same layout: products then read them in place instead of widening the stored
+// rows again on every product. Worth the layer's float32 size in memory when many sequences
+// run through one layer in turn (the sample pass). `base` itself when there is nothing to widen.
+std::shared_ptr<const Model> with_float32_layer(std::shared_ptr<const Model> base, int64_t layer);
+
 // Builds the config of a llama2.c legacy checkpoint from its header (llama2.c semantics: RMSNorm eps 1e-5,
 // interleaved RoPE with theta 10000, SwiGLU, tied classifier when vocab_size > 0).
 ModelConfig llama2c_config(const TensorStore& store);

@@ -62,6 +62,7 @@ class Transformer {
 
   const ModelConfig& config() const { return model_->config; }
   const Model& model() const { return *model_; }
+  const std::shared_ptr<const Model>& shared_model() const { return model_; }
   const LayerConfig& layer_config(int64_t layer) const { return layers_.at(layer); }
 
   // Evaluates tokens `ids` at positions cache->length .. + ids.size() - 1 (0.. without a cache) and returns

@@ -159,8 +159,12 @@ class JacobianModel {
   // The same J in factored form (structured path).
   StepStructure structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
 
-  // Drops the float64 copy of `layer`'s weights (its stored layer's, shared by ALBERT's layers).
-  void release_layer(int64_t layer) const;
+  // Makes the float64 copy of `layer`'s weights now, with every core (called outside a parallel region; the
+  // other members make it on first use, on the calling thread alone).
+  void prepare_layer(int64_t layer) const;
+  // Drops the float64 copy of `layer`'s weights (its stored layer's, shared by ALBERT's layers). With
+  // keep_buffers, the next layer's copy is written into its buffers; without, they are freed too.
+  void release_layer(int64_t layer, bool keep_buffers) const;
 
   struct Weights;  // float64 copies, per stored layer
 
@@ -170,6 +174,7 @@ class JacobianModel {
   std::shared_ptr<const Transformer> transformer_;
   mutable std::mutex mutex_;                               // guards weights_
   mutable std::vector<std::unique_ptr<Weights>> weights_;  // per stored layer, or null while not in use
+  mutable std::unique_ptr<Weights> spare_;                 // a released layer's, whose buffers the next one reuses
   std::vector<std::vector<double>> inv_freq_;              // per layer
 };
 
