@@ -2,6 +2,11 @@
 // matrices once), as text and JSON; and the global flags every command shares.
 #include <unistd.h>
 
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
@@ -92,6 +97,34 @@ TEST(GlobalFlags, VersionListsTheCpusAlsoWhenThreadsAreBound) {
   EXPECT_EQ(cpus(bound), cpus(unbound));
 }
 
+// tdyn starts again with a short OpenMP spin and malloc on huge pages unless the user chose otherwise, keeping the
+// user's other glibc tunables (tools/tdyn/main.cpp); --version shows what the running process has.
+TEST(GlobalFlags, RestartAddsTheRuntimeSettingsTheUserDidNotChoose) {
+  const char* names[] = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "GLIBC_TUNABLES"};
+  std::map<std::string, std::optional<std::string>> saved;
+  for (const char* name : names) {
+    if (const char* value = std::getenv(name)) saved[name] = value;
+    else saved[name] = std::nullopt;
+    ::unsetenv(name);
+  }
+  const auto runtime = [](const std::string& gomp_spincount, const std::string& glibc_tunables) {
+    if (!gomp_spincount.empty()) ::setenv("GOMP_SPINCOUNT", gomp_spincount.c_str(), 1);
+    if (!glibc_tunables.empty()) ::setenv("GLIBC_TUNABLES", glibc_tunables.c_str(), 1);
+    std::string out;
+    EXPECT_EQ(test::run_cli("--version", &out), 0);
+    ::unsetenv("GOMP_SPINCOUNT");
+    ::unsetenv("GLIBC_TUNABLES");
+    const size_t at = out.find("runtime: ");
+    return at == std::string::npos ? out : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_EQ(runtime("", ""), "runtime: GOMP_SPINCOUNT=1000 OMP_WAIT_POLICY=(unset) GLIBC_TUNABLES=glibc.malloc.hugetlb=1");
+  EXPECT_EQ(runtime("5", "glibc.malloc.arena_max=4"),
+            "runtime: GOMP_SPINCOUNT=5 OMP_WAIT_POLICY=(unset) GLIBC_TUNABLES=glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1");
+  EXPECT_EQ(runtime("", "glibc.malloc.hugetlb=0"),
+            "runtime: GOMP_SPINCOUNT=1000 OMP_WAIT_POLICY=(unset) GLIBC_TUNABLES=glibc.malloc.hugetlb=0");
+  for (const auto& [name, value] : saved)
+    if (value) ::setenv(name.c_str(), value->c_str(), 1);
+}
 
 // A bad number or data path is refused before any work, with a message that names the flag and the value given.
 TEST(GlobalFlags, BadNumbersAndDataSayWhatIsWrong) {

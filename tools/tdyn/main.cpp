@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -104,28 +106,46 @@ static cpu_set_t process_cpus() {
   return cpus;
 }
 
+// Settings that libgomp and glibc read only as the process starts; unless the user chose them, the process starts
+// again once with them set.
+//
 // OpenMP threads that spin long while they wait take the cores from each other and from OpenBLAS's threads where
 // cores are few, shared or virtual: a two-thread prefill of a d = 768 model measured 180-200 tok/s with libgomp's
 // default spin against 670-870 with a short one. Sleeping at once (OMP_WAIT_POLICY=passive) prefills as fast but
 // woke too slowly for decoding's short parallel loops: 118-126 tok/s against 159-172 with a spin of 1000 (bf16,
-// two threads; a decoding step now keeps a team of threads of its own, kernels/team.h). libgomp reads these
-// variables when it loads, before main, so unless the user chose a policy or a spin count the process starts again
-// with GOMP_SPINCOUNT=1000.
+// two threads; a decoding step now keeps a team of threads of its own, kernels/team.h). Hence GOMP_SPINCOUNT=1000.
+//
+// Large buffers (a layer's float64 weights, d x d sums and products) are mapped afresh as they are allocated, and
+// faulting them in 4 KiB pages can cost more than writing them (the sample pass at the Llama 3.1 8B shape ran 2.2
+// times as fast on huge pages: docs/scale.md). Where the kernel gives transparent huge pages to the regions that
+// ask for them (its madvise mode), glibc.malloc.hugetlb=1 makes malloc ask.
 //
 // With OMP_PROC_BIND set, libgomp has also bound this thread to the first OpenMP place as it loaded; the new
 // process would inherit that one place's CPUs and run every thread on them (a two-thread decoding step then ran at
 // 5 tok/s instead of 200). It gets back the CPUs of all places first.
-static void restart_with_short_spins(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+static void restart_with_runtime_settings(char** argv) {
+  bool restart = false;
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    ::setenv("GOMP_SPINCOUNT", "1000", 1);
+    restart = true;
+  }
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (!tunables || !std::strstr(tunables, "glibc.malloc.hugetlb")) {
+    const std::string with_huge_pages =
+        (tunables && *tunables ? std::string(tunables) + ":" : std::string()) + "glibc.malloc.hugetlb=1";
+    ::setenv("GLIBC_TUNABLES", with_huge_pages.c_str(), 1);
+    restart = true;
+  }
+  if (!restart) return;
   if (omp_get_num_places() > 0) {
     const cpu_set_t cpus = process_cpus();
     ::sched_setaffinity(0, sizeof cpus, &cpus);
   }
-  ::setenv("GOMP_SPINCOUNT", "1000", 1);
-  ::execv("/proc/self/exe", argv);  // returns only if it failed: run on with the default spin
+  ::execv("/proc/self/exe", argv);  // returns only if it failed: run on with the defaults
 }
 
-// --version: the version, the optional parts this build has, and the CPUs this process may run on.
+// --version: the version, the optional parts this build has, the CPUs this process may run on and the runtime
+// settings it started with.
 static std::string version_text() {
   const cpu_set_t cpus = process_cpus();
   std::string allowed;
@@ -136,13 +156,18 @@ static std::string version_text() {
     allowed += (allowed.empty() ? "" : ",") + (last == cpu ? fmt::format("{}", cpu) : fmt::format("{}-{}", cpu, last));
   }
   const char* mpi = tdyn::built_with_mpi() ? "yes" : "no";
-  return fmt::format("tdyn {}\nsmall float64 products: {}; MPI: {}\nCPUs: {} ({} OpenMP threads by default)", TDYN_VERSION,
-                     tdyn::linalg::small_product_kernels(), mpi, allowed.empty() ? "unknown" : allowed, omp_get_max_threads());
+  const auto setting = [](const char* name) {
+    const char* value = std::getenv(name);
+    return fmt::format("{}={}", name, value ? value : "(unset)");
+  };
+  return fmt::format("tdyn {}\nsmall float64 products: {}; MPI: {}\nCPUs: {} ({} OpenMP threads by default)\nruntime: {} {} {}",
+                     TDYN_VERSION, tdyn::linalg::small_product_kernels(), mpi, allowed.empty() ? "unknown" : allowed,
+                     omp_get_max_threads(), setting("GOMP_SPINCOUNT"), setting("OMP_WAIT_POLICY"), setting("GLIBC_TUNABLES"));
 }
 
 int main(int argc, char** argv) {
   using namespace tdyn::cli;
-  restart_with_short_spins(argv);
+  restart_with_runtime_settings(argv);
   tdyn::init_ranks(&argc, &argv);
   g_invocation.assign(argv, argv + argc);
   CLI::App app{"tdyn " TDYN_VERSION " - transformers as dynamical systems.\n"
