@@ -135,16 +135,21 @@ ModelConfig llama2c_config(const TensorStore& store) {
   return c;
 }
 
-std::shared_ptr<const Model> with_float32_layer(std::shared_ptr<const Model> base, int64_t layer) {
-  TDYN_CHECK(layer >= 0 && layer < static_cast<int64_t>(base->weights.layers.size()));
+std::shared_ptr<Model> model_variant(std::shared_ptr<const Model> base) {
   struct Variant {
-    std::shared_ptr<const Model> base;  // keeps the mappings the other weights point into
+    std::shared_ptr<const Model> base;  // owns the storage the views point into
     Model model;
   };
   auto holder = std::make_shared<Variant>();
   holder->base = base;
   holder->model = *base;  // the weights are views into the base's storage, shared, not copied
-  Model& m = holder->model;
+  return std::shared_ptr<Model>(holder, &holder->model);
+}
+
+std::shared_ptr<const Model> with_float32_layer(std::shared_ptr<const Model> base, int64_t layer) {
+  TDYN_CHECK(layer >= 0 && layer < static_cast<int64_t>(base->weights.layers.size()));
+  const std::shared_ptr<Model> variant = model_variant(base);
+  Model& m = *variant;
   LayerWeights& L = m.weights.layers[layer];
   bool widened = false;
   for (Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.ple_gate, &L.ple_proj}) {
@@ -153,14 +158,14 @@ std::shared_ptr<const Model> with_float32_layer(std::shared_ptr<const Model> bas
     // would not, so that its values would move by round-off. The others' products are the same either way.
     if (!*l || l->w.dtype == DType::F32 || l->in_out) continue;
     const StoredMatrix w = l->w;
-    auto storage = std::make_shared<std::vector<float>>(w.rows * w.cols);
+    std::shared_ptr<float[]> storage(new float[w.rows * w.cols]);  // every element written below
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
-    for (int64_t r = 0; r < w.rows; ++r) w.row_floats(r, 0, w.cols, storage->data() + r * w.cols);
-    l->w = StoredMatrix::of_floats(storage->data(), w.rows, w.cols, w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) w.row_floats(r, 0, w.cols, storage.get() + r * w.cols);
+    l->w = StoredMatrix::of_floats(storage.get(), w.rows, w.cols, w.cols);
     m.weights.owners.push_back(std::move(storage));
     widened = true;
   }
-  return widened ? std::shared_ptr<const Model>(holder, &holder->model) : base;
+  return widened ? variant : base;
 }
 
 int64_t Model::parameter_count() const {

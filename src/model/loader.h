@@ -32,6 +32,10 @@ struct Model {
 // @REVISION (io/hub_cache.h). Model::path is the resolved directory or file.
 std::shared_ptr<const Model> load_model(const fs::path& spec, const LoadOptions& options = {});
 
+// A copy of `base` to rebind some weights of: its weights are views into the base's storage, which the copy keeps
+// alive (a new matrix goes into weights.owners).
+std::shared_ptr<Model> model_variant(std::shared_ptr<const Model> base);
+
 // A variant of `base` whose layer `layer` reads float32 copies of its stored [out, in] projections (bf16, f16,
 // quantized), the same values in the same layout: products then read them in place instead of widening the stored
 // rows again on every product. Worth the layer's float32 size in memory when many sequences

@@ -48,8 +48,8 @@ struct JacobianModel::Weights {
 
 namespace {
 
-// The float64 copies are written into what `d` / `f` hold from an earlier layer of the same shapes: a fresh
-// buffer costs its page faults, about 15 times the writing itself (a 470 MB matrix: 2.3 s against 0.16 s).
+// The float64 copies are written into what `d` / `f` hold from an earlier layer of the same shapes: faulting in a
+// fresh buffer can cost more than writing it (docs/scale.md).
 void to_dense(const Linear& l, DenseLinear& d) {
   if (!l) {
     d = {};

@@ -38,20 +38,9 @@ RankOneSteering rank_one_steering(const Model& model, int64_t layer, const Vecto
   return s;
 }
 
-namespace {
-
-struct SteeredModel {
-  std::shared_ptr<const Model> base;  // owns the storage the views point into
-  Model model;
-};
-
-}  // namespace
-
 std::shared_ptr<const Model> steered_model(std::shared_ptr<const Model> base, const RankOneSteering& s, double c) {
-  auto holder = std::make_shared<SteeredModel>();
-  holder->base = base;
-  holder->model = *base;  // the weights are views into the base's storage, shared, not copied
-  Model& m = holder->model;
+  const std::shared_ptr<Model> variant = model_variant(base);
+  Model& m = *variant;
   const Linear& o = base->weights.layers.at(s.layer).o;  // [d_model, n_heads * d_head]
   TDYN_CHECK(s.u.size() == o.out && s.w.size() == o.in);
   // O' = O + c u wᵀ as float32 in the base's layout ([out, in], or GPT-2 Conv1D [in, out]): for a float32 O the
@@ -63,7 +52,7 @@ std::shared_ptr<const Model> steered_model(std::shared_ptr<const Model> base, co
   m.weights.owners.push_back(storage);
   m.weights.layers[s.layer].o.w = o.in_out ? StoredMatrix::of_floats(storage->data(), o.in, o.out, o.out)
                                            : StoredMatrix::of_floats(storage->data(), o.out, o.in, o.in);
-  return std::shared_ptr<const Model>(holder, &holder->model);
+  return variant;
 }
 
 Vector random_direction(Index d, uint64_t seed) {
