@@ -11,6 +11,7 @@
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "io/llama2c.h"
+#include "analysis/jacobian/jacobian_model.h"
 #include "io/safetensors.h"
 #include "model/finite.h"
 #include "model/init.h"
@@ -275,6 +276,39 @@ TEST_F(NonFinite, ActivationOverflowNamesLayerHookPositionAndSublayer) {
   // Generation runs the same checks.
   KVCache cache = t.new_cache(8);
   expect_has(error_of([&] { t.forward(ids, nullptr, &cache); }), "blocks.1.attn.hook_out_proj");
+}
+
+// The pass runs several sequences' MLP steps as one product: a NaN in the second sequence is still reported at its
+// own position, and the finite sequences' results equal their steps taken one at a time.
+TEST_F(NonFinite, StackedMlpStepsNameThePositionWithinTheSequence) {
+  const Transformer t(load_model(tiny("stacked")));
+  const std::vector<std::vector<int32_t>> ids = {{1, 2, 3, 4}, {5, 6, 7}, {8, 9}};
+  std::vector<Tensor> xs, alone;
+  std::vector<SequenceState> states(ids.size()), alone_states(ids.size());
+  std::vector<Tensor*> x_of;
+  std::vector<SequenceState*> state_of;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    KVCache kv = kv_sources(t, static_cast<int64_t>(ids[i].size()));
+    xs.push_back(t.embed(ids[i], 0));
+    run_attention_half(t, 0, ids[i], xs[i], xs[i], kv, states[i]);
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    x_of.push_back(&xs[i]), state_of.push_back(&states[i]);
+    alone.push_back(xs[i]), alone_states[i] = states[i];
+    Tensor* const x_alone[] = {&alone[i]};
+    SequenceState* const state_alone[] = {&alone_states[i]};
+    run_mlp_half(t, 0, x_alone, state_alone);
+  }
+  std::vector<Tensor> mids = xs;
+  run_mlp_half(t, 0, x_of, state_of);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    test::expect_close(xs[i].data, alone[i].data, 1e-6, 1e-6, fmt::format("sequence {} stacked vs alone", i));
+    EXPECT_EQ(states[i].resid_post[0].data, xs[i].data);
+  }
+  mids[1].row(2)[3] = NAN;
+  for (size_t i = 0; i < ids.size(); ++i) xs[i] = mids[i];
+  const std::string msg = error_of([&] { run_mlp_half(t, 0, x_of, state_of); });
+  expect_has(msg, "non-finite activation in layer 0: blocks.0.mlp.hook_out_proj is nan at position 2,");
 }
 
 TEST(NonFiniteCheck, MessageNamesHookPositionUnitValueAndCount) {

@@ -100,14 +100,15 @@ TEST_F(StoriesPass, RepeatsBitForBitAndChunkingChangesOnlyRoundOff) {
   PassSpec one_chunk = spec;
   one_chunk.chunk = 1000;
   const PassFile whole = run_pass(*transformer, jacobians.get(), samples, one_chunk, {});
-  EXPECT_EQ(first.probe("axis0"), whole.probe("axis0"));  // per token: the chunking does not touch them
+  // One chunk stacks more samples' rows in each MLP product, which may round differently in float32.
+  test::expect_close(first.probe("axis0"), whole.probe("axis0"), 1e-6, 1e-5, "axis0 probe, chunks of 16 vs one chunk");
   for (size_t k = 0; k < spec.boundaries.size(); ++k) {
     const std::string& hook = spec.boundaries[k].hook;
     if (k + 1 < spec.boundaries.size()) {
       const linalg::Matrix a = first.mean_jacobian(hook), b = whole.mean_jacobian(hook);
-      EXPECT_LE((a - b).cwiseAbs().maxCoeff(), 1e-12 * b.cwiseAbs().maxCoeff()) << hook;
+      EXPECT_LE((a - b).cwiseAbs().maxCoeff(), 1e-6 * b.cwiseAbs().maxCoeff()) << hook;
     }
-    test::expect_close(first.correlation(hook).correlation().values, whole.correlation(hook).correlation().values, 0, 1e-12,
+    test::expect_close(first.correlation(hook).correlation().values, whole.correlation(hook).correlation().values, 1e-6, 1e-5,
                        "correlation at " + hook);
   }
 }
@@ -126,7 +127,9 @@ TEST_F(StoriesPass, TemporaryPassFileGoesWithItsReader) {
 
 // Layer by layer with KV-shared layers (whose keys come from an earlier layer, kept between layers) and per-layer
 // inputs (Gemma 4), and for every other family: the pass's mean Jacobians and correlations equal those of whole
-// forward passes (JacobianModel::run and mean_jacobians, the reference path).
+// forward passes (JacobianModel::run and mean_jacobians, the reference path) — to float64 round-off when each sample
+// is a chunk of its own, to float32 round-off when a chunk's samples run their MLP steps as one product (whose
+// float32 sums the product's shape may round differently).
 TEST(FixturePass, LayerMajorEqualsWholeForwardPasses) {
   // llama/bf16: the pass reads each layer's float32 copy (with_float32_layer), whole forward passes the bf16 rows.
   for (const char* name : {"gemma4", "llama", "llama/bf16", "gpt2", "bert", "albert", "olmo3"}) {
@@ -138,29 +141,37 @@ TEST(FixturePass, LayerMajorEqualsWholeForwardPasses) {
     const std::vector<Sample> samples = random_samples(5, std::min<int64_t>(model->config.d_vocab, 200), 11);
     PassSpec spec;
     spec.boundaries = residual_boundaries(model->config.n_layers, BoundarySet::Sublayers);
-    spec.chunk = 2;
     spec.positions = PositionSpec::parse("all");
-    const PassFile pass = run_pass(*transformer, &jacobians, samples, spec, {});
     MeanJacobianOptions options;
     options.positions = spec.positions;
     const MeanJacobians reference = mean_jacobians(jacobians, samples, options);
-    for (const ResidualBoundary& b : spec.boundaries) {
-      std::vector<float> rows;
-      for (const Sample& s : samples) {
-        const SequenceState state = jacobians.run(s.ids);
-        const Tensor& x = b.sublayer < 0 ? state.resid_post.back() : b.sublayer % 2 == 0 ? state.resid_pre[b.layer] : state.resid_mid[b.layer];
-        rows.insert(rows.end(), x.data.begin(), x.data.end());
+    std::vector<SequenceState> states;
+    for (const Sample& s : samples) states.push_back(jacobians.run(s.ids));
+    struct Run {
+      int64_t chunk;
+      double tolerance, jacobian_tolerance;
+    };
+    for (const auto& [chunk, tolerance, jacobian_tolerance] : {Run{1, 1e-12, 1e-10}, Run{5, 1e-5, 1e-6}}) {
+      spec.chunk = chunk;
+      const std::string what = fmt::format("{}, chunks of {}, ", name, chunk);
+      const PassFile pass = run_pass(*transformer, &jacobians, samples, spec, {});
+      for (const ResidualBoundary& b : spec.boundaries) {
+        std::vector<float> rows;
+        for (const SequenceState& state : states) {
+          const Tensor& x = b.sublayer < 0 ? state.resid_post.back() : b.sublayer % 2 == 0 ? state.resid_pre[b.layer] : state.resid_mid[b.layer];
+          rows.insert(rows.end(), x.data.begin(), x.data.end());
+        }
+        topology::CorrelationAccumulator direct(model->config.d_model);
+        direct.add_rows(std::span<const float>(rows));
+        const topology::CorrelationAccumulator sums = pass.correlation(b.hook);
+        EXPECT_EQ(sums.n_rows(), direct.n_rows()) << what << b.hook;
+        test::expect_close(sums.means(), direct.means(), tolerance, tolerance, what + "means at " + b.hook);
+        test::expect_close(sums.correlation().values, direct.correlation().values, tolerance, tolerance, what + "correlation at " + b.hook);
+        if (b.sublayer < 0) continue;
+        const linalg::Matrix& expected = reference.mean[b.sublayer];
+        EXPECT_LE((pass.mean_jacobian(b.hook) - expected).cwiseAbs().maxCoeff(), jacobian_tolerance * (1 + expected.cwiseAbs().maxCoeff()))
+            << what << b.hook;
       }
-      topology::CorrelationAccumulator direct(model->config.d_model);
-      direct.add_rows(std::span<const float>(rows));
-      const topology::CorrelationAccumulator sums = pass.correlation(b.hook);
-      EXPECT_EQ(sums.n_rows(), direct.n_rows()) << name << " " << b.hook;
-      test::expect_close(sums.means(), direct.means(), 1e-12, 1e-12, std::string(name) + " means at " + b.hook);
-      test::expect_close(sums.correlation().values, direct.correlation().values, 1e-12, 1e-12, std::string(name) + " correlation at " + b.hook);
-      if (b.sublayer < 0) continue;
-      const linalg::Matrix& expected = reference.mean[b.sublayer];
-      EXPECT_LE((pass.mean_jacobian(b.hook) - expected).cwiseAbs().maxCoeff(), 1e-10 * (1 + expected.cwiseAbs().maxCoeff()))
-          << name << " " << b.hook;
     }
   }
 }

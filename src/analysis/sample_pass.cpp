@@ -380,66 +380,64 @@ class LayerRunner {
       t.means.resize(n_slots);
     }
     std::vector<std::vector<std::vector<double>>> probes(n_mine, std::vector<std::vector<double>>(plan.probes.size()));
-    int64_t failed = -1;
-    std::exception_ptr error;
 
     if (spec_.jacobians) jacobians_->prepare_layer(layer);
     // The layer's projections widened to float32 once, not again by every sample's products.
     const Transformer layer_model(with_float32_layer(t_.shared_model(), layer));
-    SerialBlas serial_blas(n_threads > 1);  // the threads take one sample each
-#pragma omp parallel num_threads(n_threads)
-    {
-      ThreadSums& mine = threads[omp_get_thread_num()];
-#pragma omp for schedule(static, 1)
-      for (int64_t i = 0; i < n_mine; ++i) {
-        try {
-          const SequenceState state = step(layer_model, layer, i);
-          for (size_t q = 0; q < plan.probes.size(); ++q) {
-            const TokenProbe& probe = spec_.probes[plan.probes[q]];
-            const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[plan.probe_slot[q]]], layer);
-            if (probe.covariance_layer >= 0) {
-              const linalg::Matrix tokens =
-                  Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.ptr(), x.dim(0), x.dim(1))
-                      .cast<double>();
-              probes[i][q] = token_covariance_alignments(tokens, probe.basis.cols(),
-                                                         token_covariance_seed(probe.covariance_layer, rows_.samples[i]));
-              continue;
-            }
-            for (int64_t r = 0; r < x.dim(0); ++r) {
-              const linalg::Vector row = Eigen::Map<const Eigen::VectorXf>(x.row(r), x.dim(1)).cast<double>();
-              probes[i][q].push_back(probe.basis.size() == 0 ? row.norm() : alignment(row, probe.basis));
-            }
+    for (const auto& [begin, end] : groups()) {
+      // The attention half one sample per thread, the MLP half on the group's rows stacked (one product per
+      // projection over all threads), then each sample's measurements one per thread.
+      std::vector<Tensor> xs(end - begin);
+      std::vector<SequenceState> states(end - begin);
+      on_samples(begin, end, n_threads, [&](int64_t i) { xs[i - begin] = enter(layer_model, layer, i, states[i - begin]); });
+      std::vector<Tensor*> x_of;
+      std::vector<SequenceState*> state_of;
+      for (int64_t j = 0; j < end - begin; ++j) x_of.push_back(&xs[j]), state_of.push_back(&states[j]);
+      run_mlp_half(layer_model, layer, x_of, state_of);
+      on_samples(begin, end, n_threads, [&](int64_t i) {
+        const SequenceState& state = states[i - begin];
+        leave(layer, i, xs[i - begin]);
+        ThreadSums& mine = threads[omp_get_thread_num()];
+        for (size_t q = 0; q < plan.probes.size(); ++q) {
+          const TokenProbe& probe = spec_.probes[plan.probes[q]];
+          const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[plan.probe_slot[q]]], layer);
+          if (probe.covariance_layer >= 0) {
+            const linalg::Matrix tokens =
+                Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.ptr(), x.dim(0), x.dim(1))
+                    .cast<double>();
+            probes[i][q] = token_covariance_alignments(tokens, probe.basis.cols(),
+                                                       token_covariance_seed(probe.covariance_layer, rows_.samples[i]));
+            continue;
           }
-          if (spec_.correlations)
-            for (int64_t s = 0; s < n_slots; ++s) {
-              const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[s]], layer);
-              mine.correlations[s].add_rows(std::span<const float>(x.ptr(), x.data.size()));
-            }
-          if (spec_.jacobians)
-            for (int64_t pos : spec_.positions.resolve(state.n_pos))
-              for (int64_t s = 0; s < n_slots; ++s) {
-                const ResidualBoundary& b = spec_.boundaries[plan.boundaries[s]];
-                if (b.sublayer < 0) continue;
-                mine.means[s].add(jacobians_->structure(state, layer, b.sublayer % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp, pos));
-              }
-          if (progress) {
-            std::exception_ptr stop;  // nothing may leave an OpenMP critical section by an exception
-#pragma omp critical(tdyn_pass_progress)
-            try {
-              progress(1);
-            } catch (...) {
-              stop = std::current_exception();
-            }
-            if (stop) std::rethrow_exception(stop);
+          for (int64_t r = 0; r < x.dim(0); ++r) {
+            const linalg::Vector row = Eigen::Map<const Eigen::VectorXf>(x.row(r), x.dim(1)).cast<double>();
+            probes[i][q].push_back(probe.basis.size() == 0 ? row.norm() : alignment(row, probe.basis));
           }
-        } catch (...) {
-#pragma omp critical(tdyn_pass_error)
-          if (failed < 0 || i < failed) failed = i, error = std::current_exception();
         }
-      }
+        if (spec_.correlations)
+          for (int64_t s = 0; s < n_slots; ++s) {
+            const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[s]], layer);
+            mine.correlations[s].add_rows(std::span<const float>(x.ptr(), x.data.size()));
+          }
+        if (spec_.jacobians)
+          for (int64_t pos : spec_.positions.resolve(state.n_pos))
+            for (int64_t s = 0; s < n_slots; ++s) {
+              const ResidualBoundary& b = spec_.boundaries[plan.boundaries[s]];
+              if (b.sublayer < 0) continue;
+              mine.means[s].add(jacobians_->structure(state, layer, b.sublayer % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp, pos));
+            }
+        if (progress) {
+          std::exception_ptr stop;  // nothing may leave an OpenMP critical section by an exception
+#pragma omp critical(tdyn_pass_progress)
+          try {
+            progress(1);
+          } catch (...) {
+            stop = std::current_exception();
+          }
+          if (stop) std::rethrow_exception(stop);
+        }
+      });
     }
-    serial_blas.restore();
-    if (error) std::rethrow_exception(error);  // the first failing sample's error, whatever the timing
 
     LayerSums sums;
     if (spec_.correlations) sums.correlations.assign(n_slots, CorrelationAccumulator(c.d_model));
@@ -460,10 +458,49 @@ class LayerRunner {
   }
 
  private:
-  // Runs layer `layer` of this rank's i-th sample through `t` (the pass's model with that layer in float32): its
-  // residual state comes from the working buffer (the embeddings at layer 0) and goes back to the other half of it;
-  // keys/values that later layers read are kept.
-  SequenceState step(const Transformer& t, int64_t layer, int64_t i) const {
+  // The rows the MLP half stacks: enough for the products to run near the machine's peak (a d × 14336 projection
+  // gains little beyond), few enough that the group's activations stay small beside the layer's weights.
+  static constexpr int64_t kGroupRows = 2048;
+
+  // This rank's samples in groups [begin, end) of consecutive ones inside one chunk, so that a sample meets the same
+  // neighbours in one process and under MPI (ranks take whole chunks), with at most kGroupRows rows unless alone.
+  std::vector<std::pair<int64_t, int64_t>> groups() const {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    const auto n = static_cast<int64_t>(rows_.samples.size());
+    for (int64_t begin = 0, end = 1; begin < n; begin = end++) {
+      while (end < n && rows_.samples[end] / spec_.chunk == rows_.samples[begin] / spec_.chunk &&
+             rows_.offset[end + 1] - rows_.offset[begin] <= kGroupRows)
+        ++end;
+      out.emplace_back(begin, end);
+    }
+    return out;
+  }
+
+  // Runs task(i) for the samples [begin, end), one per thread with serial BLAS (sample j of the group on thread
+  // j mod n_threads, so each thread's sums take the same samples in every run). The first failing sample's error
+  // is rethrown, whatever the timing.
+  static void on_samples(int64_t begin, int64_t end, int n_threads, const std::function<void(int64_t)>& task) {
+    n_threads = std::max<int>(1, std::min<int64_t>(n_threads, end - begin));
+    int64_t failed = -1;
+    std::exception_ptr error;
+    SerialBlas serial_blas(n_threads > 1);
+#pragma omp parallel for num_threads(n_threads) schedule(static, 1)
+    for (int64_t i = begin; i < end; ++i) {
+      try {
+        task(i);
+      } catch (...) {
+#pragma omp critical(tdyn_pass_error)
+        if (failed < 0 || i < failed) failed = i, error = std::current_exception();
+      }
+    }
+    serial_blas.restore();
+    if (error) std::rethrow_exception(error);
+  }
+
+  // The attention half of layer `layer` for this rank's i-th sample through `t` (the pass's model with that layer in
+  // float32): its residual state comes from the working buffer (the embeddings at layer 0) and is returned at
+  // hook_resid_mid; keys/values that later layers read are kept.
+  Tensor enter(const Transformer& t, int64_t layer, int64_t i, SequenceState& state) const {
     const ModelConfig& c = t.config();
     const int64_t d = c.d_model, n = rows_.offset[i + 1] - rows_.offset[i], n_rows = rows_.offset.back();
     const std::vector<int32_t>& ids = samples_[rows_.samples[i]].ids;
@@ -493,14 +530,18 @@ class LayerRunner {
         std::memcpy(kv.v[src].ptr(), kept_v, n * kv_dim * sizeof(float));
       }
     }
-    SequenceState state;
-    run_layer(t, layer, ids, embeddings, x, kv, &state);
+    run_attention_half(t, layer, ids, embeddings, x, kv, state);
     if (kept_k && src == layer) {
       std::memcpy(kept_k, kv.k[src].ptr(), n * kv_dim * sizeof(float));
       std::memcpy(kept_v, kv.v[src].ptr(), n * kv_dim * sizeof(float));
     }
-    std::memcpy(states_ + (((layer + 1) % 2) * n_rows + rows_.offset[i]) * d, x.ptr(), x.data.size() * sizeof(float));
-    return state;
+    return x;
+  }
+
+  // Stores the i-th sample's hook_resid_post, the next layer's input, in the other half of the working buffer.
+  void leave(int64_t layer, int64_t i, const Tensor& x) const {
+    const int64_t n_rows = rows_.offset.back();
+    std::memcpy(states_ + (((layer + 1) % 2) * n_rows + rows_.offset[i]) * x.dim(1), x.ptr(), x.data.size() * sizeof(float));
   }
 
   const Transformer& t_;

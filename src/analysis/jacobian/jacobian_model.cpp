@@ -293,40 +293,91 @@ KVCache kv_sources(const Transformer& t, int64_t n_pos) {
   return kv;
 }
 
-void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings, Tensor& x,
-               KVCache& kv, SequenceState* state) {
+void run_attention_half(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings,
+                        Tensor& x, KVCache& kv, SequenceState& state) {
   const ModelConfig& c = t.config();
-  const int64_t n = x.dim(0), src = t.layer_config(layer).kv_source;
+  const int64_t src = t.layer_config(layer).kv_source;
   const bool own = src == layer;
-  std::unique_ptr<ActivationCache> hooks;
-  if (state && own) hooks = std::make_unique<ActivationCache>(fmt::format("blocks.{0}.attn.hook_k,blocks.{0}.attn.hook_v", layer));
-  if (state) {
-    if (state->resid_pre.empty()) {
-      state->n_pos = n;
-      for (auto* v : {&state->resid_pre, &state->resid_mid, &state->resid_post, &state->keys, &state->values, &state->per_layer_inputs})
-        v->assign(c.n_layers, Tensor());
-    }
-    state->resid_pre[layer] = x;
+  if (state.resid_pre.empty()) {
+    state.n_pos = x.dim(0);
+    for (auto* v : {&state.resid_pre, &state.resid_mid, &state.resid_post, &state.keys, &state.values, &state.per_layer_inputs})
+      v->assign(c.n_layers, Tensor());
   }
-  const Tensor resid_pre = c.parallel_residual ? x : Tensor();  // a parallel block's MLP reads it
+  state.resid_pre[layer] = x;
+  std::unique_ptr<ActivationCache> hooks;
+  if (own) hooks = std::make_unique<ActivationCache>(fmt::format("blocks.{0}.attn.hook_k,blocks.{0}.attn.hook_v", layer));
   t.attention_block(layer, x, 0, &kv, hooks.get());
-  const Tensor per_layer = t.per_layer_input(layer, ids, embeddings);
-  if (state) state->resid_mid[layer] = x;
-  t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), nullptr, 0, &resid_pre);
-  if (!state) return;
-  state->resid_post[layer] = x;
-  if (!per_layer.data.empty()) state->per_layer_inputs[layer] = per_layer;
+  state.resid_mid[layer] = x;
+  state.per_layer_inputs[layer] = t.per_layer_input(layer, ids, embeddings);
   auto flat = [](Tensor tensor) {
     if (tensor.shape.size() == 3) tensor.shape = {tensor.dim(0), tensor.dim(1) * tensor.dim(2)};
     return tensor;
   };
   if (own) {
-    state->keys[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_k", layer)));
-    state->values[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_v", layer)));
-  } else if (state->keys[src].data.empty()) {  // a KV-shared layer reads its source's keys and values
-    state->keys[src] = kv.k[src];
-    state->values[src] = kv.v[src];
+    state.keys[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_k", layer)));
+    state.values[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_v", layer)));
+  } else if (state.keys[src].data.empty()) {  // a KV-shared layer reads its source's keys and values
+    state.keys[src] = kv.k[src];
+    state.values[src] = kv.v[src];
   }
+}
+
+namespace {
+
+// The MLP step of one sequence, or of several whose rows are stacked; x enters as hook_resid_mid.
+void mlp_step(const Transformer& t, int64_t layer, Tensor& x, const Tensor& resid_pre, const Tensor& per_layer) {
+  t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), nullptr, 0, &resid_pre);
+}
+
+// The rows of `parts` one after another.
+Tensor stack_rows(std::span<const Tensor* const> parts) {
+  int64_t rows = 0;
+  for (const Tensor* p : parts) rows += p->dim(0);
+  Tensor out({rows, parts.front()->dim(1)});
+  float* at = out.ptr();
+  for (const Tensor* p : parts) at = std::copy(p->data.begin(), p->data.end(), at);
+  return out;
+}
+
+}  // namespace
+
+void run_mlp_half(const Transformer& t, int64_t layer, std::span<Tensor* const> xs, std::span<SequenceState* const> states) {
+  TDYN_CHECK(xs.size() == states.size() && !xs.empty());
+  const bool parallel = t.config().parallel_residual, per_layer = t.config().d_per_layer_input > 0;
+  auto finish = [&](size_t i) { states[i]->resid_post[layer] = *xs[i]; };
+  auto one_by_one = [&] {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      mlp_step(t, layer, *xs[i], parallel ? states[i]->resid_pre[layer] : Tensor(), states[i]->per_layer_inputs[layer]);
+      finish(i);
+    }
+  };
+  if (xs.size() == 1) return one_by_one();
+  std::vector<const Tensor*> mids, pres, inputs;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    mids.push_back(xs[i]);
+    pres.push_back(&states[i]->resid_pre[layer]);
+    inputs.push_back(&states[i]->per_layer_inputs[layer]);
+  }
+  Tensor x = stack_rows(mids);
+  try {
+    mlp_step(t, layer, x, parallel ? stack_rows(pres) : Tensor(), per_layer ? stack_rows(inputs) : Tensor());
+  } catch (const Error&) {
+    return one_by_one();  // again sequence by sequence, for the error of the first one that fails
+  }
+  const float* at = x.ptr();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    std::copy(at, at + xs[i]->size(), xs[i]->data.begin());
+    at += xs[i]->size();
+    finish(i);
+  }
+}
+
+void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings, Tensor& x,
+               KVCache& kv, SequenceState& state) {
+  run_attention_half(t, layer, ids, embeddings, x, kv, state);
+  Tensor* const xs[] = {&x};
+  SequenceState* const states[] = {&state};
+  run_mlp_half(t, layer, xs, states);
 }
 
 SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const int32_t> token_types) const {
@@ -334,7 +385,7 @@ SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const i
   const Tensor embeddings = config().d_per_layer_input > 0 ? x : Tensor();
   KVCache kv = kv_sources(*transformer_, x.dim(0));
   SequenceState s;
-  for (int64_t l = 0; l < config().n_layers; ++l) run_layer(*transformer_, l, ids, embeddings, x, kv, &s);
+  for (int64_t l = 0; l < config().n_layers; ++l) run_layer(*transformer_, l, ids, embeddings, x, kv, s);
   return s;
 }
 

@@ -69,11 +69,20 @@ struct SequenceState {
 KVCache kv_sources(const Transformer& t, int64_t n_pos);
 
 // One layer of the float32 forward pass (JacobianModel::run is these in order): x enters as `layer`'s
-// hook_resid_pre and leaves as its hook_resid_post. With `state`, that layer's entries are filled (every vector
+// hook_resid_pre and leaves as its hook_resid_post, and that layer's entries of `state` are filled (every vector
 // sized n_layers on first use; on a KV-shared layer the source's keys/values are copied from `kv`). kv: from
 // kv_sources; embeddings: the layer-0 input (Gemma 4 per-layer inputs, else ignored).
 void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings, Tensor& x,
-               KVCache& kv, SequenceState* state);
+               KVCache& kv, SequenceState& state);
+
+// run_layer in two halves, for a caller that runs the MLP step of several sequences as one product per projection.
+// The attention half leaves x at hook_resid_mid and fills state's resid_pre, resid_mid, keys/values and per-layer
+// input; the MLP half takes each sequence from there to hook_resid_post and fills resid_post. Rows do not interact in
+// the MLP step, so stacking changes only the products' shapes; an error names the position within its own sequence
+// (the first sequence that fails).
+void run_attention_half(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings,
+                        Tensor& x, KVCache& kv, SequenceState& state);
+void run_mlp_half(const Transformer& t, int64_t layer, std::span<Tensor* const> xs, std::span<SequenceState* const> states);
 
 // The norm Jacobian of one norm at one input, as a scale and a low-rank projector: N'(x) = diag(w) s (I − U Uᵀ).
 struct NormJacobian {

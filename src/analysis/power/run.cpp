@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/pass_source.h"
 #include "analysis/power/pass.h"
 #include "core/error.h"
 #include "core/phase_times.h"
@@ -83,20 +84,25 @@ void measure_spectra(const Model& model, const PowerOptions& options, ProgressSi
   }
 }
 
-void measure_token_dynamics(const Transformer& transformer, const std::vector<Sample>& samples, const PowerOptions& options,
-                    ProgressSink& progress, const PowerPassSource& pass, PowerResult& r) {
+void measure_token_dynamics(const Transformer& transformer, const std::string& path, const std::vector<Sample>& samples,
+                            const PowerOptions& options, ProgressSink& progress, const PowerPassSource& pass, PowerResult& r) {
   PhaseClock clock(r.timings, "token_dynamics");
   const ModelConfig& c = transformer.config();
-  if (!pass) {
+  if (options.dynamics.mode != DynamicsMode::Full || !options.dynamics.residual) {
+    if (pass) fail("token dynamics from a pass need dynamics mode full with the residual");
     r.dynamics = token_dynamics(transformer, samples, r.spectra, options.dynamics, progress);
   } else {
-    // The per-token alignments were measured by a shared pass (tdyn analyze): probes at the layer boundaries.
-    if (options.dynamics.mode != DynamicsMode::Full || !options.dynamics.residual)
-      fail("token dynamics from a pass need dynamics mode full with the residual");
+    // The model's own dynamics are per-token probes of the sample pass: tdyn analyze's shared one, or one run here,
+    // so that power alone measures what analyze does, bit for bit (the pass stacks a chunk's MLP rows, which may
+    // round differently from one sample's).
     PassSpec spec;
+    spec.boundaries = residual_boundaries(c.n_layers, BoundarySet::Layers);  // where the probes are taken
     spec.correlations = spec.jacobians = false;
     spec.probes = token_dynamics_probes(r.spectra);
-    r.dynamics = token_dynamics_from_pass(pass(spec), samples, c.causal, r.spectra, c.d_model, options.dynamics);
+    const PassFile file = pass ? pass(spec)
+                               : obtain_pass(PassSource{}, transformer, nullptr, samples, spec,
+                                             pass_model_identity(path, transformer.model()), "", false, "token dynamics", progress);
+    r.dynamics = token_dynamics_from_pass(file, samples, c.causal, r.spectra, c.d_model, options.dynamics);
   }
   const int64_t L = static_cast<int64_t>(r.spectra.size());
   std::vector<double> gamma, relative_gap;
@@ -156,7 +162,7 @@ PowerResult run_power(std::shared_ptr<const Model> model, const std::string& pat
              {"n_kv_heads", c.n_kv_heads}, {"d_vocab", c.d_vocab}, {"stored_layers", c.n_stored_layers()}};
   const Transformer transformer(model);
   measure_spectra(*model, options, progress, r);
-  measure_token_dynamics(transformer, samples, options, progress, pass, r);
+  measure_token_dynamics(transformer, path, samples, options, progress, pass, r);
   run_iteration(transformer, samples, options, progress, r);
   run_steering(model, samples, options, progress, tokenizer, r);
   if (!options.save_matrices)

@@ -68,7 +68,8 @@ struct PowerResult {
 };
 
 // The pass holding the probes of `spec` (tdyn analyze's shared pass): the token dynamics are then read from it
-// instead of running the samples. Only in the full mode with the residual.
+// instead of from a pass of their own. Only in the full mode with the residual (the other modes run the samples
+// through their idealised layers, token_dynamics.h).
 using PowerPassSource = std::function<PassFile(const PassSpec& spec)>;
 
 // Runs the analysis of `model` (loaded from `path`, which results.json records) on `samples`. `tokenizer` (may be
