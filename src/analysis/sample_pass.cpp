@@ -384,7 +384,8 @@ class LayerRunner {
     if (spec_.jacobians) jacobians_->prepare_layer(layer);
     // The layer's projections widened to float32 once, not again by every sample's products.
     const Transformer layer_model(with_float32_layer(t_.shared_model(), layer));
-    for (const auto& [begin, end] : groups()) {
+    for (const auto& group : groups()) {
+      const int64_t begin = group.first, end = group.second;  // plain variables: the lambdas below capture them
       // The attention half one sample per thread, the MLP half on the group's rows stacked (one product per
       // projection over all threads), then each sample's measurements one per thread.
       std::vector<Tensor> xs(end - begin);
