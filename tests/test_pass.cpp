@@ -125,6 +125,26 @@ TEST_F(StoriesPass, TemporaryPassFileGoesWithItsReader) {
   EXPECT_FALSE(fs::exists(path));
 }
 
+// A temporary pass that fails (here: interrupted after three samples) leaves neither its file nor its working buffers.
+TEST_F(StoriesPass, FailedTemporaryPassLeavesNoFiles) {
+  const std::string prefix = fmt::format("tdyn-pass-{}-", ::getpid());
+  auto leftovers = [&] {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(fs::temp_directory_path()))
+      if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path().string());
+    return found;
+  };
+  ASSERT_EQ(leftovers(), std::vector<std::string>{});
+  PassControl control;
+  int64_t done = 0;
+  control.progress = [&](int64_t n) {
+    EXPECT_FALSE(leftovers().empty());  // the file and its buffers exist while it runs
+    if ((done += n) == 3) fail("interrupted");
+  };
+  EXPECT_THROW(run_pass(*transformer, jacobians.get(), samples, spec, {}, control), Error);
+  EXPECT_EQ(leftovers(), std::vector<std::string>{});
+}
+
 // Layer by layer with KV-shared layers (whose keys come from an earlier layer, kept between layers) and per-layer
 // inputs (Gemma 4), and for every other family: the pass's mean Jacobians and correlations equal those of whole
 // forward passes (JacobianModel::run and mean_jacobians, the reference path) — to float64 round-off when each sample

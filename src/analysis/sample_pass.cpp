@@ -558,6 +558,20 @@ class LayerRunner {
 
 std::atomic<int64_t> g_temporary_passes{0};
 
+// Removes its paths when it goes, unless kept: a temporary pass's files.
+struct RemovedUnlessKept {
+  std::vector<fs::path> paths;
+  bool kept = false;
+  RemovedUnlessKept() = default;
+  RemovedUnlessKept(const RemovedUnlessKept&) = delete;
+  RemovedUnlessKept& operator=(const RemovedUnlessKept&) = delete;
+  ~RemovedUnlessKept() {
+    std::error_code ignored;
+    if (!kept)
+      for (const fs::path& p : paths) fs::remove(p, ignored);
+  }
+};
+
 }  // namespace
 
 // ---- PassFile ---------------------------------------------------------------------------------------------
@@ -633,15 +647,8 @@ std::vector<double> PassFile::probe(const std::string& name) const {
 
 void PassFile::remove_when_done() {
   if (remove_) return;  // already set: replacing it would remove the file now, while this PassFile still reads it
-  struct Remover {
-    fs::path path;
-    ~Remover() {
-      std::error_code ignored;
-      fs::remove(path, ignored);
-    }
-  };
-  auto remover = std::make_shared<Remover>();
-  remover->path = path_;
+  auto remover = std::make_shared<RemovedUnlessKept>();
+  remover->paths = {path_};
   remove_ = std::move(remover);
 }
 
@@ -749,6 +756,11 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
                             ? fs::temp_directory_path() / fmt::format("tdyn-pass-{}-{}.tdynpass", ::getpid(), g_temporary_passes++)
                             : control.file;
   const nlohmann::json header = {{"identity", identity}, {"spec", spec.to_json()}, {"ranks", me.size}};
+  // Working buffers beside the file, one set per rank.
+  const std::string stem = path.string() + (me.size > 1 ? fmt::format(".rank{}of{}", me.rank, me.size) : "");
+  // A temporary pass that fails leaves nothing behind: no run could resume it.
+  RemovedUnlessKept temporary;
+  if (control.file.empty()) temporary.paths = {path, stem + ".states", stem + ".kv"};
 
   // Rank 0 owns the file: it starts it, or continues an unfinished one of the same run after its last layer.
   std::unique_ptr<PassWriter> writer;
@@ -776,8 +788,7 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
   first_layer = static_cast<int64_t>(broadcast_from_root(static_cast<double>(first_layer)));
 
   if (first_layer < c.n_layers) {
-    // Working buffers, one set per rank: the residual states (two halves) and the kept keys/values.
-    const std::string stem = path.string() + (me.size > 1 ? fmt::format(".rank{}of{}", me.rank, me.size) : "");
+    // The working buffers: the residual states (two halves) and the kept keys/values.
     std::map<int64_t, int64_t> kv_slot;  // KV-source layer -> slot
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const int64_t src = transformer.layer_config(l).kv_source;
@@ -818,6 +829,7 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
     writer->section(kComplete, 0, totals);
     writer->sync();
   }
+  temporary.kept = true;
   if (!me.root()) return PassFile::worker_share();
   PassFile file = PassFile::open(path);
   if (control.file.empty()) file.remove_when_done();
