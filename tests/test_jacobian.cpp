@@ -60,8 +60,9 @@ TEST_P(JacobianFixture, MatchesReferencesAndStructuredForm) {
   std::vector<int32_t> types;
   if (f.refs.contains("seq0.token_type_ids")) types = ints32(f.refs.ints("seq0.token_type_ids"));
   const SequenceState state = m.run(ints32(f.refs.ints("seq0.input_ids")), types);
-  double worst = 0, worst_structured = 0;
+  double worst = 0, worst_structured = 0, worst_projected = 0;
   std::string worst_key;
+  const StatePosition both[] = {{&state, 5}, {&state, 23}};
   for (int64_t pos : {5, 23}) {
     for (int64_t l = 0; l < m.config().n_layers; ++l) {
       const std::string prefix = fmt::format("seq0.pos{}.blocks.{}.", pos, l);
@@ -71,15 +72,22 @@ TEST_P(JacobianFixture, MatchesReferencesAndStructuredForm) {
         const double r = ref_ratio(f.refs, prefix + name, j);
         if (r > worst) worst = r, worst_key = prefix + name;
       }
-      for (Sublayer which : {Sublayer::Attention, Sublayer::Mlp})
-        worst_structured = std::max(worst_structured, relative_error(m.structure(state, l, which, pos).dense(),
-                                                                     m.jacobian_by_tangents(state, l, which, pos)));
+      for (Sublayer which : {Sublayer::Attention, Sublayer::Mlp}) {
+        const Matrix structured = m.structure(state, l, which, pos).dense();
+        worst_structured = std::max(worst_structured, relative_error(structured, m.jacobian_by_tangents(state, l, which, pos)));
+        // The input projections made for both positions in one product each give the same structure.
+        const std::vector<StepProjections> projected = m.project_inputs(both, l, which);
+        worst_projected = std::max(
+            worst_projected, relative_error(m.structure(state, l, which, pos, &projected[pos == 5 ? 0 : 1]).dense(), structured));
+      }
     }
   }
   EXPECT_LE(worst, 1.0) << family << ": worst error/tolerance at " << worst_key;
   EXPECT_LE(worst_structured, 1e-12) << family << ": structured form vs tangent propagation";
-  std::cout << fmt::format("[ jacobian ] {}: worst error/tolerance {:.3g} ({}), structured vs tangents {:.2g}\n", family,
-                           worst, worst_key, worst_structured);
+  EXPECT_LE(worst_projected, 1e-13) << family << ": structured form from projections made together vs one by one";
+  std::cout << fmt::format("[ jacobian ] {}: worst error/tolerance {:.3g} ({}), structured vs tangents {:.2g}, projections "
+                           "made together vs alone {:.2g}\n",
+                           family, worst, worst_key, worst_structured, worst_projected);
 }
 
 INSTANTIATE_TEST_SUITE_P(JacobianFamilies, JacobianFixture,

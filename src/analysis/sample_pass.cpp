@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -384,10 +385,59 @@ class LayerRunner {
     if (spec_.jacobians) jacobians_->prepare_layer(layer);
     // The layer's projections widened to float32 once, not again by every sample's products.
     const Transformer layer_model(with_float32_layer(t_.shared_model(), layer));
+    // Sample i's probes, correlations and Jacobian structures (the structures' input projections from `projected`,
+    // its entries from `pair` on), into the calling thread's sums.
+    auto measure = [&](int64_t i, const SequenceState& state, const Projected& projected, int64_t pair) {
+      ThreadSums& mine = threads[omp_get_thread_num()];
+      for (size_t q = 0; q < plan.probes.size(); ++q) {
+        const TokenProbe& probe = spec_.probes[plan.probes[q]];
+        const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[plan.probe_slot[q]]], layer);
+        if (probe.covariance_layer >= 0) {
+          const linalg::Matrix tokens =
+              Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.ptr(), x.dim(0), x.dim(1))
+                  .cast<double>();
+          probes[i][q] = token_covariance_alignments(tokens, probe.basis.cols(),
+                                                     token_covariance_seed(probe.covariance_layer, rows_.samples[i]));
+          continue;
+        }
+        for (int64_t r = 0; r < x.dim(0); ++r) {
+          const linalg::Vector row = Eigen::Map<const Eigen::VectorXf>(x.row(r), x.dim(1)).cast<double>();
+          probes[i][q].push_back(probe.basis.size() == 0 ? row.norm() : alignment(row, probe.basis));
+        }
+      }
+      if (spec_.correlations)
+        for (int64_t s = 0; s < n_slots; ++s) {
+          const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[s]], layer);
+          mine.correlations[s].add_rows(std::span<const float>(x.ptr(), x.data.size()));
+        }
+      if (spec_.jacobians) {
+        for (int64_t pos : spec_.positions.resolve(state.n_pos)) {
+          for (int64_t s = 0; s < n_slots; ++s) {
+            const ResidualBoundary& b = spec_.boundaries[plan.boundaries[s]];
+            if (b.sublayer < 0) continue;
+            const Sublayer which = sublayer_of(b);
+            mine.means[s].add(jacobians_->structure(state, layer, which, pos, &projected.of[static_cast<int>(which)][pair]));
+          }
+          ++pair;
+        }
+      }
+      if (progress) {
+        std::exception_ptr stop;  // nothing may leave an OpenMP critical section by an exception
+#pragma omp critical(tdyn_pass_progress)
+        try {
+          progress(1);
+        } catch (...) {
+          stop = std::current_exception();
+        }
+        if (stop) std::rethrow_exception(stop);
+      }
+    };
+
     for (const auto& group : groups()) {
       const int64_t begin = group.first, end = group.second;  // plain variables: the lambdas below capture them
       // The attention half one sample per thread, the MLP half on the group's rows stacked (one product per
-      // projection over all threads), then each sample's measurements one per thread.
+      // projection over all threads), then each sample's measurements one per thread, slice by slice after the
+      // slice's Jacobian positions' input projections (again one product per projection).
       std::vector<Tensor> xs(end - begin);
       std::vector<SequenceState> states(end - begin);
       on_samples(begin, end, n_threads, [&](int64_t i) { xs[i - begin] = enter(layer_model, layer, i, states[i - begin]); });
@@ -395,49 +445,14 @@ class LayerRunner {
       std::vector<SequenceState*> state_of;
       for (int64_t j = 0; j < end - begin; ++j) x_of.push_back(&xs[j]), state_of.push_back(&states[j]);
       run_mlp_half(layer_model, layer, x_of, state_of);
-      on_samples(begin, end, n_threads, [&](int64_t i) {
-        const SequenceState& state = states[i - begin];
-        leave(layer, i, xs[i - begin]);
-        ThreadSums& mine = threads[omp_get_thread_num()];
-        for (size_t q = 0; q < plan.probes.size(); ++q) {
-          const TokenProbe& probe = spec_.probes[plan.probes[q]];
-          const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[plan.probe_slot[q]]], layer);
-          if (probe.covariance_layer >= 0) {
-            const linalg::Matrix tokens =
-                Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.ptr(), x.dim(0), x.dim(1))
-                    .cast<double>();
-            probes[i][q] = token_covariance_alignments(tokens, probe.basis.cols(),
-                                                       token_covariance_seed(probe.covariance_layer, rows_.samples[i]));
-            continue;
-          }
-          for (int64_t r = 0; r < x.dim(0); ++r) {
-            const linalg::Vector row = Eigen::Map<const Eigen::VectorXf>(x.row(r), x.dim(1)).cast<double>();
-            probes[i][q].push_back(probe.basis.size() == 0 ? row.norm() : alignment(row, probe.basis));
-          }
-        }
-        if (spec_.correlations)
-          for (int64_t s = 0; s < n_slots; ++s) {
-            const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[s]], layer);
-            mine.correlations[s].add_rows(std::span<const float>(x.ptr(), x.data.size()));
-          }
-        if (spec_.jacobians)
-          for (int64_t pos : spec_.positions.resolve(state.n_pos))
-            for (int64_t s = 0; s < n_slots; ++s) {
-              const ResidualBoundary& b = spec_.boundaries[plan.boundaries[s]];
-              if (b.sublayer < 0) continue;
-              mine.means[s].add(jacobians_->structure(state, layer, b.sublayer % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp, pos));
-            }
-        if (progress) {
-          std::exception_ptr stop;  // nothing may leave an OpenMP critical section by an exception
-#pragma omp critical(tdyn_pass_progress)
-          try {
-            progress(1);
-          } catch (...) {
-            stop = std::current_exception();
-          }
-          if (stop) std::rethrow_exception(stop);
-        }
-      });
+      for (const auto& slice : slices(begin, end, states)) {
+        const int64_t first = slice.first, last = slice.second;
+        const Projected projected = project(layer, plan, begin, first, last, states);
+        on_samples(first, last, n_threads, [&](int64_t i) {
+          leave(layer, i, xs[i - begin]);
+          measure(i, states[i - begin], projected, spec_.jacobians ? projected.first_pair[i - first] : 0);
+        });
+      }
     }
 
     LayerSums sums;
@@ -473,6 +488,52 @@ class LayerRunner {
              rows_.offset[end + 1] - rows_.offset[begin] <= kGroupRows)
         ++end;
       out.emplace_back(begin, end);
+    }
+    return out;
+  }
+
+  // The Jacobian positions whose input projections are made in one product (per projection and sublayer): enough to
+  // pass over the float64 weights once for many positions, few enough that the products stay small (a d_mlp × 256
+  // float64 matrix) when every position of a sample is asked for.
+  static constexpr int64_t kProjectedPairs = 256;
+
+  static Sublayer sublayer_of(const ResidualBoundary& b) { return b.sublayer % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp; }
+
+  // The group [begin, end) (states[j] is sample begin + j's) in slices [first, last) of consecutive samples with at
+  // most kProjectedPairs Jacobian positions, unless alone.
+  std::vector<std::pair<int64_t, int64_t>> slices(int64_t begin, int64_t end, const std::vector<SequenceState>& states) const {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    auto pairs = [&](int64_t i) {
+      return spec_.jacobians ? static_cast<int64_t>(spec_.positions.resolve(states[i - begin].n_pos).size()) : 0;
+    };
+    for (int64_t first = begin, last = begin + 1; first < end; first = last++) {
+      for (int64_t n = pairs(first); last < end && n + pairs(last) <= kProjectedPairs; ++last) n += pairs(last);
+      out.emplace_back(first, last);
+    }
+    return out;
+  }
+
+  // The input projections of the slice's Jacobian positions, per sublayer kind the layer's boundaries ask for, in
+  // the order samples then positions; first_pair[j]: sample first + j's first entry.
+  struct Projected {
+    std::array<std::vector<StepProjections>, 2> of;  // [Sublayer]
+    std::vector<int64_t> first_pair;
+  };
+  Projected project(int64_t layer, const LayerPlan& plan, int64_t begin, int64_t first, int64_t last,
+                    const std::vector<SequenceState>& states) const {
+    Projected out;
+    if (!spec_.jacobians) return out;
+    std::vector<StatePosition> at;
+    for (int64_t i = first; i < last; ++i) {
+      out.first_pair.push_back(static_cast<int64_t>(at.size()));
+      const SequenceState& state = states[i - begin];
+      for (int64_t pos : spec_.positions.resolve(state.n_pos)) at.push_back({&state, pos});
+    }
+    for (int64_t slot : plan.boundaries) {
+      const ResidualBoundary& b = spec_.boundaries[slot];
+      if (b.sublayer < 0) continue;
+      std::vector<StepProjections>& of = out.of[static_cast<int>(sublayer_of(b))];
+      if (of.empty() && !at.empty()) of = jacobians_->project_inputs(at, layer, sublayer_of(b));
     }
     return out;
   }

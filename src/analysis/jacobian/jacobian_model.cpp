@@ -95,6 +95,12 @@ struct Dual {
   Matrix t;  // [n, m]
 };
 
+// A projection's value made beforehand (project_inputs), for a step that carries no tangents.
+Dual given(const Vector& value, const Dual& x) {
+  TDYN_CHECK(x.t.cols() == 0 && value.size() > 0);
+  return Dual{value, Matrix(value.size(), 0)};
+}
+
 // Through BLAS: these products are the step's passes over the float64 weights (one per projection and sample
 // in the structured mean).
 Dual linear(const DenseLinear& l, const Dual& x) {
@@ -426,7 +432,7 @@ Dual residual_step(const ModelConfig& c, const Dual& x, Dual f, const DenseNorm&
 // The local attention step at `pos` (transformer.cpp attention_block / attention, ops.cpp attention).
 Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W,
                     const std::vector<double>& inv_freq, const SequenceState& s, int64_t layer, int64_t pos, const Dual& x,
-                    AttentionTrace* trace, NormJacobian* post) {
+                    AttentionTrace* trace, NormJacobian* post, const StepProjections* projected = nullptr) {
   const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd;
   const int64_t m = x.t.cols();
   const bool own = lc.kv_source == layer;
@@ -434,7 +440,7 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
   Dual h = x;  // sublayer input [d]
   if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, W.attn_norm, c.norm_eps, h, trace ? &trace->pre : nullptr);
 
-  Dual q = linear(W.q, h);  // [n_heads * d_head]
+  Dual q = projected ? given(projected->q, h) : linear(W.q, h);  // [n_heads * d_head]
   if (trace) trace->q_raw = q.v;
   if (c.qk_norm == QKNorm::FullProjection) norm_inplace(c.norm, W.q_norm, c.norm_eps, q);
   if (c.qk_norm == QKNorm::PerHead)
@@ -443,8 +449,8 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
 
   Dual k, v;  // position p's own key and value [n_kv_heads * d_head]
   if (own) {
-    k = linear(W.k, h);
-    v = linear(W.v, h);
+    k = projected ? given(projected->k, h) : linear(W.k, h);
+    v = projected ? given(projected->v, h) : linear(W.v, h);
     if (trace) trace->k_raw = k.v, trace->v_raw = v.v;
     if (c.qk_norm == QKNorm::FullProjection) norm_inplace(c.norm, W.k_norm, c.norm_eps, k);
     if (c.qk_norm == QKNorm::PerHead)
@@ -522,14 +528,15 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
 
 // The local MLP step at `pos` (transformer.cpp mlp_block / mlp), up to hook_resid_post.
 Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W, const SequenceState& s,
-              int64_t layer, int64_t pos, const Dual& x, MlpTrace* trace, NormJacobian* post, NormJacobian* ple_post) {
+              int64_t layer, int64_t pos, const Dual& x, MlpTrace* trace, NormJacobian* post, NormJacobian* ple_post,
+              const StepProjections* projected = nullptr) {
   (void)lc;
   Dual h = x;
   if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, W.mlp_norm, c.norm_eps, h, trace ? &trace->pre : nullptr);
-  Dual up = linear(W.up, h);  // [d_mlp]
+  Dual up = projected ? given(projected->up, h) : linear(W.up, h);  // [d_mlp]
   Dual hidden;
   if (c.gated_mlp) {
-    Dual gate = linear(W.gate, h);
+    Dual gate = projected ? given(projected->gate, h) : linear(W.gate, h);
     const Vector act = gate.v.unaryExpr([&](double g) { return activate64(c.activation, g); });
     const Vector dact = gate.v.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); });
     hidden.v = act.cwiseProduct(up.v);
@@ -594,6 +601,37 @@ Matrix JacobianModel::jacobian_by_tangents(const SequenceState& s, int64_t layer
   return mlp_step(config(), lc, W, s, layer, pos, in, nullptr, nullptr, nullptr).t;
 }
 
+std::vector<StepProjections> JacobianModel::project_inputs(std::span<const StatePosition> at, int64_t layer,
+                                                           Sublayer which) const {
+  const ModelConfig& c = config();
+  const Weights& W = weights(layer);
+  const int64_t n = static_cast<int64_t>(at.size()), d = d_model();
+  const bool attention = which == Sublayer::Attention;
+  Matrix h(d, n);  // each position's step input after the pre-norm, as attention_step / mlp_step make it
+  for (int64_t j = 0; j < n; ++j) {
+    Dual x{input(*at[j].state, layer, which, at[j].pos), Matrix(d, 0)};
+    if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, attention ? W.attn_norm : W.mlp_norm, c.norm_eps, x);
+    h.col(j) = x.v;
+  }
+  std::vector<StepProjections> out(n);
+  auto project = [&](const DenseLinear& l, Vector StepProjections::*field) {
+    Matrix y = linalg::multiply(l.w, h);
+    if (l.b.size()) y.colwise() += l.b;
+    for (int64_t j = 0; j < n; ++j) out[j].*field = y.col(j);
+  };
+  if (attention) {
+    project(W.q, &StepProjections::q);
+    if (transformer_->layer_config(layer).kv_source == layer) {
+      project(W.k, &StepProjections::k);
+      project(W.v, &StepProjections::v);
+    }
+  } else {
+    project(W.up, &StepProjections::up);
+    if (c.gated_mlp) project(W.gate, &StepProjections::gate);
+  }
+  return out;
+}
+
 namespace {
 
 // In V for a branch from its projection's forward value, without a pass over In: the pre-norm's output is
@@ -628,7 +666,8 @@ BranchMiddle block_middle(int64_t n_blocks, int64_t block_rows, int64_t cols) {
 
 }  // namespace
 
-StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
+StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos,
+                                       const StepProjections* projected) const {
   const ModelConfig& c = config();
   const LayerConfig& lc = transformer_->layer_config(layer);
   const Weights& W = weights(layer);
@@ -645,7 +684,7 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
 
   if (which == Sublayer::Attention) {
     AttentionTrace tr;
-    attention_step(c, lc, W, inv_freq_[layer], s, layer, pos, in, &tr, &st.post);
+    attention_step(c, lc, W, inv_freq_[layer], s, layer, pos, in, &tr, &st.post, projected);
     st.pre = tr.pre;
     st.out = &W.o.w;
     const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd, kv_dim = G * hd;
@@ -714,7 +753,7 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
   } else {
     MlpTrace tr;
     NormJacobian ple_post;
-    mlp_step(c, lc, W, s, layer, pos, in, &tr, &st.post, &ple_post);
+    mlp_step(c, lc, W, s, layer, pos, in, &tr, &st.post, &ple_post, projected);
     st.pre = tr.pre;
     st.out = &W.down.w;
     if (c.gated_mlp) {

@@ -34,8 +34,9 @@
 // d × k factors, k ≤ 2) gathered over a batch of samples and added to one d × d sum by dgemm. The pre-norm
 // side needs In V, which the forward values give without a pass over In (see in_times_v in jacobian_model.cpp); the
 // post-norm side needs Uᵀ Out and then In, taken by dgemm for the whole batch. Per sample that leaves the
-// float64 step at position p (one pass over each weight matrix, as the forward pass makes for one token), and
-// memory of a few d × d matrices whatever r (= d_mlp) is.
+// float64 step at position p, whose input projections (one pass over each weight matrix, as the forward pass makes
+// for one token) project_inputs() makes for many positions in one product, and memory of a few d × d matrices
+// whatever r (= d_mlp) is.
 //
 // Sublayer order ("depth") everywhere: k = 2l (attention of layer l), k = 2l + 1 (MLP of layer l).
 #pragma once
@@ -137,6 +138,19 @@ struct StepStructure {
   int64_t bytes() const;  // what a copy holds (the weights it points to not counted)
 };
 
+// The raw projections of a step's input after its pre-norm at one position (q, k, v of an attention step, k and v
+// only where the layer computes its own keys; gate and up of an MLP step, gate only when gated). The structured
+// form reads them (and nothing else of the weights) per position: made for many positions in one product per
+// projection, they cost one pass over the float64 weights for all, instead of one each.
+struct StepProjections {
+  linalg::Vector q, k, v, gate, up;
+};
+
+struct StatePosition {
+  const SequenceState* state = nullptr;
+  int64_t pos = 0;
+};
+
 class JacobianModel {
  public:
   // The float64 copy of a layer's weights (about 2.5 × that layer's float32 size) is made when the layer is first
@@ -165,8 +179,12 @@ class JacobianModel {
   linalg::Matrix jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
   // The same J by batched JVPs whatever the sublayer: the independent reference the factored form is tested against.
   linalg::Matrix jacobian_by_tangents(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
-  // The same J in factored form (structured path).
-  StepStructure structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
+  // The same J in factored form (structured path). `projected`, when given, holds the step's input projections at
+  // this position from project_inputs() (else each is one pass over its float64 weights).
+  StepStructure structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos,
+                          const StepProjections* projected = nullptr) const;
+  // The input projections of the step at each (sequence, position) pair, one product per projection for all of them.
+  std::vector<StepProjections> project_inputs(std::span<const StatePosition> at, int64_t layer, Sublayer which) const;
 
   // Makes the float64 copy of `layer`'s weights now, with every core (called outside a parallel region; the
   // other members make it on first use, on the calling thread alone).
