@@ -278,36 +278,47 @@ TEST_F(NonFinite, ActivationOverflowNamesLayerHookPositionAndSublayer) {
   expect_has(error_of([&] { t.forward(ids, nullptr, &cache); }), "blocks.1.attn.hook_out_proj");
 }
 
-// The pass runs several sequences' MLP steps as one product: a NaN in the second sequence is still reported at its
-// own position, and the finite sequences' results equal their steps taken one at a time.
-TEST_F(NonFinite, StackedMlpStepsNameThePositionWithinTheSequence) {
+// The pass runs several sequences' layer steps as one product per projection: a NaN in the second sequence is still
+// reported at its own position, and the finite sequences' results equal their steps taken one at a time.
+TEST_F(NonFinite, StackedLayerStepsNameThePositionWithinTheSequence) {
   const Transformer t(load_model(tiny("stacked")));
   const std::vector<std::vector<int32_t>> ids = {{1, 2, 3, 4}, {5, 6, 7}, {8, 9}};
-  std::vector<Tensor> xs, alone;
-  std::vector<SequenceState> states(ids.size()), alone_states(ids.size());
-  std::vector<Tensor*> x_of;
-  std::vector<SequenceState*> state_of;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    KVCache kv = kv_sources(t, static_cast<int64_t>(ids[i].size()));
-    xs.push_back(t.embed(ids[i], 0));
-    run_attention_half(t, 0, ids[i], xs[i], xs[i], kv, states[i]);
+  const size_t n = ids.size();
+  std::vector<Tensor> inputs, xs(n), alone(n);
+  std::vector<KVCache> kvs, alone_kvs;
+  std::vector<SequenceState> states(n), alone_states(n);
+  std::vector<LayerEntry> entries;
+  for (size_t i = 0; i < n; ++i) {
+    inputs.push_back(t.embed(ids[i], 0));
+    kvs.push_back(kv_sources(t, static_cast<int64_t>(ids[i].size())));
+    alone_kvs.push_back(kvs.back());
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    x_of.push_back(&xs[i]), state_of.push_back(&states[i]);
-    alone.push_back(xs[i]), alone_states[i] = states[i];
-    Tensor* const x_alone[] = {&alone[i]};
-    SequenceState* const state_alone[] = {&alone_states[i]};
-    run_mlp_half(t, 0, x_alone, state_alone);
+  for (size_t i = 0; i < n; ++i) {
+    entries.push_back({ids[i], &inputs[i], &xs[i], &kvs[i], &states[i]});
+    alone[i] = inputs[i];
+    run_layer(t, 0, ids[i], inputs[i], alone[i], alone_kvs[i], alone_states[i]);
   }
-  std::vector<Tensor> mids = xs;
-  run_mlp_half(t, 0, x_of, state_of);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    test::expect_close(xs[i].data, alone[i].data, 1e-6, 1e-6, fmt::format("sequence {} stacked vs alone", i));
+  auto run_stacked = [&](std::vector<Tensor> from) {
+    for (size_t i = 0; i < n; ++i) xs[i] = from[i], states[i] = SequenceState();
+    run_attention_half(t, 0, entries);
+    run_mlp_half(t, 0, entries);
+  };
+  run_stacked(inputs);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string what = fmt::format("sequence {} stacked vs alone", i);
+    test::expect_close(xs[i].data, alone[i].data, 1e-6, 1e-6, what);
+    test::expect_close(states[i].resid_mid[0].data, alone_states[i].resid_mid[0].data, 1e-6, 1e-6, what + ", resid_mid");
+    test::expect_close(states[i].keys[0].data, alone_states[i].keys[0].data, 1e-6, 1e-6, what + ", keys");
     EXPECT_EQ(states[i].resid_post[0].data, xs[i].data);
   }
-  mids[1].row(2)[3] = NAN;
-  for (size_t i = 0; i < ids.size(); ++i) xs[i] = mids[i];
-  const std::string msg = error_of([&] { run_mlp_half(t, 0, x_of, state_of); });
+  // A NaN entering the attention step, then one entering the MLP step.
+  std::vector<Tensor> bad = inputs;
+  bad[1].row(2)[3] = NAN;
+  expect_has(error_of([&] { run_stacked(bad); }), "non-finite activation in layer 0: blocks.0.attn.hook_out_proj is nan at position 2,");
+  run_stacked(inputs);
+  for (size_t i = 0; i < n; ++i) xs[i] = states[i].resid_mid[0];
+  xs[1].row(2)[3] = NAN;
+  const std::string msg = error_of([&] { run_mlp_half(t, 0, entries); });
   expect_has(msg, "non-finite activation in layer 0: blocks.0.mlp.hook_out_proj is nan at position 2,");
 }
 

@@ -438,18 +438,21 @@ class LayerRunner {
       // The attention half one sample per thread, the MLP half on the group's rows stacked (one product per
       // projection over all threads), then each sample's measurements one per thread, slice by slice after the
       // slice's Jacobian positions' input projections (again one product per projection).
-      std::vector<Tensor> xs(end - begin);
+      std::vector<Tensor> xs(end - begin), embeddings(end - begin);
+      std::vector<KVCache> kvs(end - begin);
       std::vector<SequenceState> states(end - begin);
-      on_samples(begin, end, n_threads, [&](int64_t i) { xs[i - begin] = enter(layer_model, layer, i, states[i - begin]); });
-      std::vector<Tensor*> x_of;
-      std::vector<SequenceState*> state_of;
-      for (int64_t j = 0; j < end - begin; ++j) x_of.push_back(&xs[j]), state_of.push_back(&states[j]);
-      run_mlp_half(layer_model, layer, x_of, state_of);
+      on_samples(begin, end, n_threads,
+                 [&](int64_t i) { enter(layer_model, layer, i, xs[i - begin], embeddings[i - begin], kvs[i - begin]); });
+      std::vector<LayerEntry> entries;
+      for (int64_t j = 0; j < end - begin; ++j)
+        entries.push_back({samples_[rows_.samples[begin + j]].ids, &embeddings[j], &xs[j], &kvs[j], &states[j]});
+      run_attention_half(layer_model, layer, entries);
+      run_mlp_half(layer_model, layer, entries);
       for (const auto& slice : slices(begin, end, states)) {
         const int64_t first = slice.first, last = slice.second;
         const Projected projected = project(layer, plan, begin, first, last, states);
         on_samples(first, last, n_threads, [&](int64_t i) {
-          leave(layer, i, xs[i - begin]);
+          leave(layer, i, xs[i - begin], kvs[i - begin]);
           measure(i, states[i - begin], projected, spec_.jacobians ? projected.first_pair[i - first] : 0);
         });
       }
@@ -559,51 +562,54 @@ class LayerRunner {
     if (error) std::rethrow_exception(error);
   }
 
-  // The attention half of layer `layer` for this rank's i-th sample through `t` (the pass's model with that layer in
-  // float32): its residual state comes from the working buffer (the embeddings at layer 0) and is returned at
-  // hook_resid_mid; keys/values that later layers read are kept.
-  Tensor enter(const Transformer& t, int64_t layer, int64_t i, SequenceState& state) const {
+  // Where this rank's i-th sample enters layer `layer` of `t` (the pass's model with that layer in float32): its
+  // residual state from the working buffer (the embeddings at layer 0), the embeddings themselves where per-layer
+  // inputs read them, and its KV storage for the layer's source (with the keys kept there when an earlier layer is
+  // the source).
+  void enter(const Transformer& t, int64_t layer, int64_t i, Tensor& x, Tensor& embeddings, KVCache& kv) const {
     const ModelConfig& c = t.config();
     const int64_t d = c.d_model, n = rows_.offset[i + 1] - rows_.offset[i], n_rows = rows_.offset.back();
     const std::vector<int32_t>& ids = samples_[rows_.samples[i]].ids;
-    const bool per_layer_inputs = c.d_per_layer_input > 0;
-    Tensor x;
     if (layer == 0) {
       x = t.embed(ids, 0);
     } else {
       x = Tensor({n, d});
       std::memcpy(x.ptr(), states_ + ((layer % 2) * n_rows + rows_.offset[i]) * d, x.data.size() * sizeof(float));
     }
-    const Tensor embeddings = per_layer_inputs ? (layer == 0 ? x : t.embed(ids, 0)) : Tensor();
+    if (c.d_per_layer_input > 0) embeddings = layer == 0 ? x : t.embed(ids, 0);
 
-    KVCache kv;
     kv.k.assign(c.n_layers, Tensor());
     kv.v.assign(c.n_layers, Tensor());
     const int64_t src = t.layer_config(layer).kv_source;
-    const auto slot = kv_slot_.find(src);
+    float* kept_k = kept_keys(i, src);
+    if (!kept_k) return;
     const int64_t kv_dim = c.n_kv_heads * t.layer_config(src).d_head;
-    float* kept_k = slot == kv_slot_.end() ? nullptr : kv_ + 2 * slot->second * n_rows * kv_stride_ + rows_.offset[i] * kv_dim;
-    float* kept_v = kept_k ? kept_k + n_rows * kv_stride_ : nullptr;
-    if (kept_k) {
-      kv.k[src] = Tensor({n, kv_dim});
-      kv.v[src] = Tensor({n, kv_dim});
-      if (src != layer) {
-        std::memcpy(kv.k[src].ptr(), kept_k, n * kv_dim * sizeof(float));
-        std::memcpy(kv.v[src].ptr(), kept_v, n * kv_dim * sizeof(float));
-      }
+    kv.k[src] = Tensor({n, kv_dim});
+    kv.v[src] = Tensor({n, kv_dim});
+    if (src != layer) {
+      std::memcpy(kv.k[src].ptr(), kept_k, n * kv_dim * sizeof(float));
+      std::memcpy(kv.v[src].ptr(), kept_k + n_rows * kv_stride_, n * kv_dim * sizeof(float));
     }
-    run_attention_half(t, layer, ids, embeddings, x, kv, state);
-    if (kept_k && src == layer) {
-      std::memcpy(kept_k, kv.k[src].ptr(), n * kv_dim * sizeof(float));
-      std::memcpy(kept_v, kv.v[src].ptr(), n * kv_dim * sizeof(float));
-    }
-    return x;
   }
 
-  // Stores the i-th sample's hook_resid_post, the next layer's input, in the other half of the working buffer.
-  void leave(int64_t layer, int64_t i, const Tensor& x) const {
+  // Where the i-th sample's keys of KV-source layer `src` are kept (its values n_rows · kv_stride floats on), or null
+  // when no later layer reads them.
+  float* kept_keys(int64_t i, int64_t src) const {
+    const auto slot = kv_slot_.find(src);
+    if (slot == kv_slot_.end()) return nullptr;
+    const int64_t kv_dim = t_.config().n_kv_heads * t_.layer_config(src).d_head;
+    return kv_ + 2 * slot->second * rows_.offset.back() * kv_stride_ + rows_.offset[i] * kv_dim;
+  }
+
+  // Stores the i-th sample's hook_resid_post, the next layer's input, in the other half of the working buffer, and
+  // the keys and values of `layer` where later layers read them.
+  void leave(int64_t layer, int64_t i, const Tensor& x, const KVCache& kv) const {
     const int64_t n_rows = rows_.offset.back();
     std::memcpy(states_ + (((layer + 1) % 2) * n_rows + rows_.offset[i]) * x.dim(1), x.ptr(), x.data.size() * sizeof(float));
+    float* kept_k = t_.layer_config(layer).kv_source == layer ? kept_keys(i, layer) : nullptr;
+    if (!kept_k) return;
+    std::memcpy(kept_k, kv.k[layer].ptr(), kv.k[layer].size() * sizeof(float));
+    std::memcpy(kept_k + n_rows * kv_stride_, kv.v[layer].ptr(), kv.v[layer].size() * sizeof(float));
   }
 
   const Transformer& t_;

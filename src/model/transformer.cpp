@@ -208,23 +208,41 @@ std::vector<Tensor> Transformer::per_layer_inputs(std::span<const int32_t> ids, 
   return inputs;
 }
 
-Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks) const {
+Transformer::AttentionProjections Transformer::project_qkv(int64_t l, const Tensor& input) const {
   const ModelConfig& c = config();
   const LayerWeights& L = model_->weights.layers[l];
   const LayerConfig& lc = layers_[l];
-  const int64_t n = input.dim(0), hd = lc.d_head, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  const int64_t n = input.dim(0), hd = lc.d_head;
+  AttentionProjections p;
+  p.q = Tensor({n, c.n_heads * hd});  // [pos, n_heads * d_head]
+  if (lc.kv_source != l) {
+    L.q.apply(input.ptr(), n, p.q.ptr());
+    return p;
+  }
+  p.k = Tensor({n, c.n_kv_heads * hd});  // [pos, n_kv_heads * d_head]
+  p.v = Tensor({n, c.n_kv_heads * hd});
+  apply_each(input.ptr(), n, {{L.q, p.q.ptr()}, {L.k, p.k.ptr()}, {L.v, p.v.ptr()}});
+  return p;
+}
+
+Transformer::AttentionProjections Transformer::attention_in(int64_t l, const Tensor& x, ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  if (!has_pre_norm(c.norm_placement)) return project_qkv(l, x);
+  const int64_t n = x.dim(0), d = c.d_model;
+  Tensor h({n, d});  // normalised stream
+  apply_norm(c.norm, x.ptr(), n, d, model_->weights.layers[l].attn_norm, c.norm_eps, h.ptr());
+  hook(hooks, l, "ln1.hook_normalized", h.ptr(), {n, d});
+  return project_qkv(l, h);
+}
+
+Tensor Transformer::attention_mix(int64_t l, AttentionProjections p, int64_t start, KVCache* cache, ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  const LayerWeights& L = model_->weights.layers[l];
+  const LayerConfig& lc = layers_[l];
+  const int64_t n = p.q.dim(0), hd = lc.d_head, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
   const int64_t src = lc.kv_source;
   const bool own_kv = src == l;
-
-  Tensor q({n, q_dim});  // [pos, n_heads * d_head]
-  Tensor k, v;           // [pos, n_kv_heads * d_head], this chunk's own keys/values
-  if (own_kv) {
-    k = Tensor({n, kv_dim});
-    v = Tensor({n, kv_dim});
-    apply_each(input.ptr(), n, {{L.q, q.ptr()}, {L.k, k.ptr()}, {L.v, v.ptr()}});
-  } else {
-    L.q.apply(input.ptr(), n, q.ptr());
-  }
+  Tensor &q = p.q, &k = p.k, &v = p.v;  // k, v: this chunk's own keys/values
   // QK-norm before RoPE: OLMo 3 over the whole projection, Gemma 4 per head.
   if (c.qk_norm == QKNorm::FullProjection) rms_norm(q.ptr(), n, q_dim, L.q_norm, c.norm_eps, q.ptr());
   if (c.qk_norm == QKNorm::PerHead) rms_norm(q.ptr(), n * c.n_heads, hd, L.q_norm, c.norm_eps, q.ptr());
@@ -264,11 +282,30 @@ Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVC
   tdyn::attention(shape, q.ptr(), keys, values, z.ptr(), want_pattern ? pattern.ptr() : nullptr);
   if (want_pattern) hook(hooks, l, "attn.hook_pattern", pattern.ptr(), pattern.shape);
   hook(hooks, l, "attn.hook_z", z.ptr(), {n, c.n_heads, hd});
-  Tensor out({n, c.d_model});
-  L.o.apply(z.ptr(), n, out.ptr());
+  return z;
+}
+
+Tensor Transformer::project_out(int64_t l, const Tensor& z, int64_t start, ActivationCache* hooks) const {
+  const int64_t n = z.dim(0), d = config().d_model;
+  Tensor out({n, d});
+  model_->weights.layers[l].o.apply(z.ptr(), n, out.ptr());
   check_finite(out, start, l, "attn.hook_out_proj", "the attention sublayer");
-  hook(hooks, l, "attn.hook_out_proj", out.ptr(), {n, c.d_model});
+  hook(hooks, l, "attn.hook_out_proj", out.ptr(), {n, d});
   return out;
+}
+
+void Transformer::attention_out(int64_t l, Tensor& x, const Tensor& z, int64_t start, ActivationCache* hooks) const {
+  const ModelConfig& c = config();
+  const int64_t n = x.dim(0), d = c.d_model;
+  Tensor added = residual_step(c, x, project_out(l, z, start, hooks), model_->weights.layers[l].attn_post_norm);
+  check_finite(x, start, l, "hook_resid_mid",
+               "the attention step's residual add or post-norm (the attention output was finite)");
+  hook(hooks, l, "hook_attn_out", added.ptr(), {n, d});
+  hook(hooks, l, "hook_resid_mid", x.ptr(), {n, d});
+}
+
+Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks) const {
+  return project_out(l, attention_mix(l, project_qkv(l, input), start, cache, hooks), start, hooks);
 }
 
 Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks, int64_t start) const {
@@ -296,23 +333,7 @@ Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks, 
 }
 
 void Transformer::attention_block(int64_t l, Tensor& x, int64_t start, KVCache* cache, ActivationCache* hooks) const {
-  const ModelConfig& c = config();
-  const LayerWeights& L = model_->weights.layers[l];
-  const int64_t n = x.dim(0), d = c.d_model;
-  Tensor f;
-  if (has_pre_norm(c.norm_placement)) {
-    Tensor h({n, d});  // normalised stream
-    apply_norm(c.norm, x.ptr(), n, d, L.attn_norm, c.norm_eps, h.ptr());
-    hook(hooks, l, "ln1.hook_normalized", h.ptr(), {n, d});
-    f = attention(l, h, start, cache, hooks);
-  } else {
-    f = attention(l, x, start, cache, hooks);
-  }
-  Tensor added = residual_step(c, x, std::move(f), L.attn_post_norm);
-  check_finite(x, start, l, "hook_resid_mid",
-               "the attention step's residual add or post-norm (the attention output was finite)");
-  hook(hooks, l, "hook_attn_out", added.ptr(), {n, d});
-  hook(hooks, l, "hook_resid_mid", x.ptr(), {n, d});
+  attention_out(l, x, attention_mix(l, attention_in(l, x, hooks), start, cache, hooks), start, hooks);
 }
 
 void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, ActivationCache* hooks,

@@ -102,6 +102,19 @@ class Transformer {
   // storage (no cache, or an empty tensor in it) attends within the chunk only, which must then start at 0.
   // A KV-shared layer reads its source layer's storage, which must hold this chunk (forward() keeps it).
   void attention_block(int64_t layer, Tensor& x, int64_t start, KVCache* cache, ActivationCache* hooks = nullptr) const;
+  // attention_block in its three parts, so that several sequences' rows can share the projections' products:
+  //   attention_in   x [n, d_model] (resid_pre) -> the pre-norm's output projected by W_Q, W_K, W_V, raw (no keys or
+  //                  values on a KV-shared layer); row by row, so the rows of several sequences may be stacked.
+  //   attention_mix  one sequence's projections -> z [n, n_heads * d_head]: QK-norms, RoPE, the KV cache (as above),
+  //                  the softmax mix.
+  //   attention_out  z -> W_O and the residual step into x (resid_pre -> resid_mid); row by row again.
+  struct AttentionProjections {
+    Tensor q, k, v;
+  };
+  AttentionProjections attention_in(int64_t layer, const Tensor& x, ActivationCache* hooks = nullptr) const;
+  Tensor attention_mix(int64_t layer, AttentionProjections p, int64_t start, KVCache* cache,
+                       ActivationCache* hooks = nullptr) const;
+  void attention_out(int64_t layer, Tensor& x, const Tensor& z, int64_t start, ActivationCache* hooks = nullptr) const;
   // resid_mid -> resid_post in place. per_layer_input: this layer's [n, d_per_layer] (Gemma 4) or null.
   // `start` (here, in mlp() and unembed()) only numbers the positions in NaN/Inf errors. resid_pre: the layer's
   // input, which a parallel-residual block's MLP reads (required there, ignored elsewhere).
@@ -117,6 +130,9 @@ class Transformer {
   Tensor mlp(int64_t layer, const Tensor& input, ActivationCache* hooks = nullptr, int64_t start = 0) const;
 
  private:
+  // The projections of the attention sublayer: W_Q, W_K, W_V of an input already pre-normed, and W_O of z.
+  AttentionProjections project_qkv(int64_t layer, const Tensor& input) const;
+  Tensor project_out(int64_t layer, const Tensor& z, int64_t start, ActivationCache* hooks) const;
   // forward() once its arguments are checked.
   Tensor run_chunk(std::span<const int32_t> ids, ActivationCache* hooks, KVCache* cache,
                    std::span<const int32_t> token_types) const;

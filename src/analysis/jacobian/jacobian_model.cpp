@@ -9,6 +9,7 @@
 
 #include "analysis/layer_matrix.h"
 #include "core/error.h"
+#include "kernels/serial_blas.h"
 #include "linalg/gemm.h"
 #include "model/ops.h"
 
@@ -299,41 +300,7 @@ KVCache kv_sources(const Transformer& t, int64_t n_pos) {
   return kv;
 }
 
-void run_attention_half(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings,
-                        Tensor& x, KVCache& kv, SequenceState& state) {
-  const ModelConfig& c = t.config();
-  const int64_t src = t.layer_config(layer).kv_source;
-  const bool own = src == layer;
-  if (state.resid_pre.empty()) {
-    state.n_pos = x.dim(0);
-    for (auto* v : {&state.resid_pre, &state.resid_mid, &state.resid_post, &state.keys, &state.values, &state.per_layer_inputs})
-      v->assign(c.n_layers, Tensor());
-  }
-  state.resid_pre[layer] = x;
-  std::unique_ptr<ActivationCache> hooks;
-  if (own) hooks = std::make_unique<ActivationCache>(fmt::format("blocks.{0}.attn.hook_k,blocks.{0}.attn.hook_v", layer));
-  t.attention_block(layer, x, 0, &kv, hooks.get());
-  state.resid_mid[layer] = x;
-  state.per_layer_inputs[layer] = t.per_layer_input(layer, ids, embeddings);
-  auto flat = [](Tensor tensor) {
-    if (tensor.shape.size() == 3) tensor.shape = {tensor.dim(0), tensor.dim(1) * tensor.dim(2)};
-    return tensor;
-  };
-  if (own) {
-    state.keys[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_k", layer)));
-    state.values[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_v", layer)));
-  } else if (state.keys[src].data.empty()) {  // a KV-shared layer reads its source's keys and values
-    state.keys[src] = kv.k[src];
-    state.values[src] = kv.v[src];
-  }
-}
-
 namespace {
-
-// The MLP step of one sequence, or of several whose rows are stacked; x enters as hook_resid_mid.
-void mlp_step(const Transformer& t, int64_t layer, Tensor& x, const Tensor& resid_pre, const Tensor& per_layer) {
-  t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), nullptr, 0, &resid_pre);
-}
 
 // The rows of `parts` one after another.
 Tensor stack_rows(std::span<const Tensor* const> parts) {
@@ -345,24 +312,114 @@ Tensor stack_rows(std::span<const Tensor* const> parts) {
   return out;
 }
 
+// Rows [begin, begin + n) of x.
+Tensor rows_of(const Tensor& x, int64_t begin, int64_t n) {
+  if (x.data.empty()) return Tensor();
+  Tensor out({n, x.dim(1)});
+  std::copy_n(x.row(begin), n * x.dim(1), out.ptr());
+  return out;
+}
+
+// Each sequence's x from the stacked rows.
+void unstack_rows(const Tensor& stacked, std::span<const LayerEntry> sequences) {
+  const float* at = stacked.ptr();
+  for (const LayerEntry& e : sequences) {
+    std::copy(at, at + e.x->size(), e.x->data.begin());
+    at += e.x->size();
+  }
+}
+
 }  // namespace
 
-void run_mlp_half(const Transformer& t, int64_t layer, std::span<Tensor* const> xs, std::span<SequenceState* const> states) {
-  TDYN_CHECK(xs.size() == states.size() && !xs.empty());
-  const bool parallel = t.config().parallel_residual, per_layer = t.config().d_per_layer_input > 0;
-  auto finish = [&](size_t i) { states[i]->resid_post[layer] = *xs[i]; };
+void run_attention_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences) {
+  TDYN_CHECK(!sequences.empty());
+  const ModelConfig& c = t.config();
+  const int64_t src = t.layer_config(layer).kv_source, n = static_cast<int64_t>(sequences.size());
+  const bool own = src == layer;
+  std::vector<const Tensor*> inputs;
+  for (const LayerEntry& e : sequences) {
+    SequenceState& state = *e.state;
+    if (state.resid_pre.empty()) {
+      state.n_pos = e.x->dim(0);
+      for (auto* v : {&state.resid_pre, &state.resid_mid, &state.resid_post, &state.keys, &state.values, &state.per_layer_inputs})
+        v->assign(c.n_layers, Tensor());
+    }
+    state.resid_pre[layer] = *e.x;
+    inputs.push_back(&state.resid_pre[layer]);
+  }
+  Tensor x = n == 1 ? *sequences[0].x : stack_rows(inputs);
+  const Transformer::AttentionProjections projected = t.attention_in(layer, x);
+  std::vector<Tensor> z(n);
+  std::vector<int64_t> first_row(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) first_row[i + 1] = first_row[i] + sequences[i].x->dim(0);
+  parallel_tasks(n, [&](int64_t i) {
+    const LayerEntry& e = sequences[i];
+    const int64_t rows = e.x->dim(0);
+    Transformer::AttentionProjections mine{rows_of(projected.q, first_row[i], rows), rows_of(projected.k, first_row[i], rows),
+                                           rows_of(projected.v, first_row[i], rows)};
+    SequenceState& state = *e.state;
+    std::unique_ptr<ActivationCache> hooks;  // what the layer's own keys and values become, kept in the state
+    if (own) hooks = std::make_unique<ActivationCache>(fmt::format("blocks.{0}.attn.hook_k,blocks.{0}.attn.hook_v", layer));
+    z[i] = t.attention_mix(layer, std::move(mine), 0, e.kv, hooks.get());
+    auto flat = [](Tensor tensor) {
+      if (tensor.shape.size() == 3) tensor.shape = {tensor.dim(0), tensor.dim(1) * tensor.dim(2)};
+      return tensor;
+    };
+    if (own) {
+      state.keys[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_k", layer)));
+      state.values[layer] = flat(hooks->at(fmt::format("blocks.{}.attn.hook_v", layer)));
+    } else if (state.keys[src].data.empty()) {  // a KV-shared layer reads its source's keys and values
+      state.keys[src] = e.kv->k[src];
+      state.values[src] = e.kv->v[src];
+    }
+  });
+  auto finish = [&](const LayerEntry& e) {
+    e.state->resid_mid[layer] = *e.x;
+    e.state->per_layer_inputs[layer] = t.per_layer_input(layer, e.ids, e.embeddings ? *e.embeddings : Tensor());
+  };
   auto one_by_one = [&] {
-    for (size_t i = 0; i < xs.size(); ++i) {
-      mlp_step(t, layer, *xs[i], parallel ? states[i]->resid_pre[layer] : Tensor(), states[i]->per_layer_inputs[layer]);
-      finish(i);
+    for (int64_t i = 0; i < n; ++i) {
+      *sequences[i].x = sequences[i].state->resid_pre[layer];
+      t.attention_out(layer, *sequences[i].x, z[i], 0);
+      finish(sequences[i]);
     }
   };
-  if (xs.size() == 1) return one_by_one();
+  if (n == 1) return one_by_one();
+  std::vector<const Tensor*> zs;
+  for (const Tensor& zi : z) zs.push_back(&zi);
+  try {
+    t.attention_out(layer, x, stack_rows(zs), 0);
+  } catch (const Error&) {
+    return one_by_one();  // again sequence by sequence, for the error of the first one that fails
+  }
+  unstack_rows(x, sequences);
+  for (const LayerEntry& e : sequences) finish(e);
+}
+
+namespace {
+
+// The MLP step of one sequence, or of several whose rows are stacked; x enters as hook_resid_mid.
+void mlp_step(const Transformer& t, int64_t layer, Tensor& x, const Tensor& resid_pre, const Tensor& per_layer) {
+  t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), nullptr, 0, &resid_pre);
+}
+
+}  // namespace
+
+void run_mlp_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences) {
+  TDYN_CHECK(!sequences.empty());
+  const bool parallel = t.config().parallel_residual, per_layer = t.config().d_per_layer_input > 0;
+  auto one_by_one = [&] {
+    for (const LayerEntry& e : sequences) {
+      mlp_step(t, layer, *e.x, parallel ? e.state->resid_pre[layer] : Tensor(), e.state->per_layer_inputs[layer]);
+      e.state->resid_post[layer] = *e.x;
+    }
+  };
+  if (sequences.size() == 1) return one_by_one();
   std::vector<const Tensor*> mids, pres, inputs;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    mids.push_back(xs[i]);
-    pres.push_back(&states[i]->resid_pre[layer]);
-    inputs.push_back(&states[i]->per_layer_inputs[layer]);
+  for (const LayerEntry& e : sequences) {
+    mids.push_back(e.x);
+    pres.push_back(&e.state->resid_pre[layer]);
+    inputs.push_back(&e.state->per_layer_inputs[layer]);
   }
   Tensor x = stack_rows(mids);
   try {
@@ -370,20 +427,15 @@ void run_mlp_half(const Transformer& t, int64_t layer, std::span<Tensor* const> 
   } catch (const Error&) {
     return one_by_one();  // again sequence by sequence, for the error of the first one that fails
   }
-  const float* at = x.ptr();
-  for (size_t i = 0; i < xs.size(); ++i) {
-    std::copy(at, at + xs[i]->size(), xs[i]->data.begin());
-    at += xs[i]->size();
-    finish(i);
-  }
+  unstack_rows(x, sequences);
+  for (const LayerEntry& e : sequences) e.state->resid_post[layer] = *e.x;
 }
 
 void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings, Tensor& x,
                KVCache& kv, SequenceState& state) {
-  run_attention_half(t, layer, ids, embeddings, x, kv, state);
-  Tensor* const xs[] = {&x};
-  SequenceState* const states[] = {&state};
-  run_mlp_half(t, layer, xs, states);
+  const LayerEntry entry[] = {{ids, &embeddings, &x, &kv, &state}};
+  run_attention_half(t, layer, entry);
+  run_mlp_half(t, layer, entry);
 }
 
 SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const int32_t> token_types) const {

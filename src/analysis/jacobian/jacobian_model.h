@@ -76,14 +76,21 @@ KVCache kv_sources(const Transformer& t, int64_t n_pos);
 void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings, Tensor& x,
                KVCache& kv, SequenceState& state);
 
-// run_layer in two halves, for a caller that runs the MLP step of several sequences as one product per projection.
-// The attention half leaves x at hook_resid_mid and fills state's resid_pre, resid_mid, keys/values and per-layer
+// run_layer in two halves, for several sequences at once, whose rows the products of each half take stacked: one
+// product per projection for all (W_Q, W_K, W_V, W_O; the MLP's), the attention mix one sequence per thread. The
+// attention half leaves each x at hook_resid_mid and fills its state's resid_pre, resid_mid, keys/values and per-layer
 // input; the MLP half takes each sequence from there to hook_resid_post and fills resid_post. Rows do not interact in
-// the MLP step, so stacking changes only the products' shapes; an error names the position within its own sequence
-// (the first sequence that fails).
-void run_attention_half(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings,
-                        Tensor& x, KVCache& kv, SequenceState& state);
-void run_mlp_half(const Transformer& t, int64_t layer, std::span<Tensor* const> xs, std::span<SequenceState* const> states);
+// the products, so stacking changes only their shapes (and so their float32 round-off); an error names the position
+// within its own sequence (the first sequence that fails).
+struct LayerEntry {
+  std::span<const int32_t> ids;
+  const Tensor* embeddings = nullptr;  // the layer-0 input (Gemma 4 per-layer inputs; else unread)
+  Tensor* x = nullptr;
+  KVCache* kv = nullptr;               // kv_sources(); the attention half's
+  SequenceState* state = nullptr;
+};
+void run_attention_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences);
+void run_mlp_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences);
 
 // The norm Jacobian of one norm at one input, as a scale and a low-rank projector: N'(x) = diag(w) s (I − U Uᵀ).
 struct NormJacobian {
