@@ -435,9 +435,9 @@ class LayerRunner {
 
     for (const auto& group : groups()) {
       const int64_t begin = group.first, end = group.second;  // plain variables: the lambdas below capture them
-      // The attention half one sample per thread, the MLP half on the group's rows stacked (one product per
-      // projection over all threads), then each sample's measurements one per thread, slice by slice after the
-      // slice's Jacobian positions' input projections (again one product per projection).
+      // Each sample's entry one per thread, the layer on the group's rows stacked (one product per projection over
+      // all threads, the attention mix one sample per thread), then each sample's measurements one per thread, slice
+      // by slice after the slice's Jacobian positions' input projections (again one product per projection).
       std::vector<Tensor> xs(end - begin), embeddings(end - begin);
       std::vector<KVCache> kvs(end - begin);
       std::vector<SequenceState> states(end - begin);
@@ -477,7 +477,7 @@ class LayerRunner {
   }
 
  private:
-  // The rows the MLP half stacks: enough for the products to run near the machine's peak (a d × 14336 projection
+  // The rows a group stacks: enough for the products to run near the machine's peak (a d × 14336 projection
   // gains little beyond), few enough that the group's activations stay small beside the layer's weights.
   static constexpr int64_t kGroupRows = 2048;
 
