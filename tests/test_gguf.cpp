@@ -355,7 +355,7 @@ TEST(GgufConfig, RejectsWhatTheForwardPassCannotRun) {
   };
   expect_error(with("general.architecture", GgufValue::string("falcon")), "architecture 'falcon' is not supported (supported: llama (Llama, Mistral), qwen2, phi3, gpt2, gptneox)");
   expect_error(without("llama.block_count"), "no 'llama.block_count'");
-  expect_error(with("llama.block_count", GgufValue::string("3")), "'llama.block_count' must be an integer");
+  expect_error(with("llama.block_count", GgufValue::string("3")), "'llama.block_count' must be an integer, got a string");
   expect_error(with("llama.rope.dimension_count", GgufValue::uint32(2)), "partial rotary");
   expect_error(with("llama.rope.scaling.type", GgufValue::string("yarn")), "'yarn' is not supported");
   expect_error(with("llama.attention.head_count_kv", GgufValue::uint32(3)), "multiple of n_kv_heads");

@@ -317,6 +317,8 @@ TEST_F(GgufTokenizer, CorruptMetadataGivesClearErrors) {
       {"repeated token", with(small_llama(), "tokenizer.ggml.tokens", GgufValue::strings({"<unk>", "<s>", "</s>", "a", "a", "b", "c", "d"})),
        "has 'a' twice (ids 3 and 4)"},
       {"no scores", without(small_llama(), "tokenizer.ggml.scores"), "GGUF metadata has no 'tokenizer.ggml.scores'"},
+      {"model name a number", with(small_llama(), "tokenizer.ggml.model", GgufValue::int32(1)),
+       "GGUF key 'tokenizer.ggml.model' must be a string, got an integer (1)"},
       {"BOS out of range", with(small_llama(), "tokenizer.ggml.bos_token_id", GgufValue::uint32(8)),
        "'tokenizer.ggml.bos_token_id' = 8 is not a token id (the vocabulary has 8 tokens)"},
       {"negative EOS", with(small_llama(), "tokenizer.ggml.eos_token_id", GgufValue::int32(-1)),

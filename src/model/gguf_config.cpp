@@ -5,56 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/gguf_keys.h"
 
 namespace tdyn {
 namespace {
 
 constexpr const char* kSupportedArchitectures = "llama (Llama, Mistral), qwen2, phi3, gpt2, gptneox";
-
-// Typed access to the GGUF metadata (JSON in the store) with errors naming the key and the file.
-class GgufKeys {
- public:
-  GgufKeys(const nlohmann::json& metadata, std::string origin) : m_(metadata), origin_(std::move(origin)) {}
-
-  bool has(const std::string& key) const { return m_.contains(key); }
-
-  int64_t integer(const std::string& key) const {
-    const auto& v = required(key);
-    if (!v.is_number_integer()) fail("{}: GGUF key '{}' must be an integer, got {}", origin_, key, v.dump());
-    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-      fail("{}: GGUF key '{}' = {} is out of range", origin_, key, v.dump());
-    return v.get<int64_t>();
-  }
-  int64_t integer(const std::string& key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
-
-  double real(const std::string& key) const {
-    const auto& v = required(key);
-    if (!v.is_number()) fail("{}: GGUF key '{}' must be a number, got {}", origin_, key, v.dump());
-    return v.get<double>();
-  }
-  double real(const std::string& key, double fallback) const { return has(key) ? real(key) : fallback; }
-
-  bool boolean(const std::string& key) const {
-    const auto& v = required(key);
-    if (!v.is_boolean()) fail("{}: GGUF key '{}' must be a bool, got {}", origin_, key, v.dump());
-    return v.get<bool>();
-  }
-
-  std::string text(const std::string& key) const {
-    const auto& v = required(key);
-    if (!v.is_string()) fail("{}: GGUF key '{}' must be a string, got {}", origin_, key, v.dump());
-    return v.get<std::string>();
-  }
-
- private:
-  const nlohmann::json& required(const std::string& key) const {
-    if (!m_.contains(key)) fail("{}: GGUF metadata has no '{}'", origin_, key);
-    return m_[key];
-  }
-
-  const nlohmann::json& m_;
-  std::string origin_;
-};
 
 // RoPE frequency scaling: llama.rope.scaling.* (none / linear), the legacy llama.rope.scale_linear, and the
 // rope_freqs.weight tensor through which llama.cpp's converter stores Llama 3.1 scaling as one divisor per

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/gguf_keys.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/stages.h"
@@ -26,62 +27,15 @@ const char* const kSpace = "\xE2\x96\x81";  // "▁"
 // llama.cpp's token types (gguf-py TokenType, the same numbers as SentencePiece's piece types).
 enum TokenType : int { kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
-// Typed access to the tokenizer.ggml.* keys, errors naming the file and the key.
-class Keys {
- public:
-  Keys(const Json& metadata, std::string name) : m_(metadata), name_(std::move(name)) {}
-
-  const std::string& name() const { return name_; }
-  bool has(const std::string& key) const { return m_.contains(key); }
-
-  std::string text(const std::string& key) const {
-    const Json& v = m_.at(key);
-    if (!v.is_string()) fail("{}: GGUF key '{}' must be a string, got {}", name_, key, kind(v));
-    return v.get<std::string>();
-  }
-  bool boolean(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const Json& v = m_.at(key);
-    if (!v.is_boolean()) fail("{}: GGUF key '{}' must be a bool, got {}", name_, key, kind(v));
-    return v.get<bool>();
-  }
-  // An array of `count` elements (count < 0: any length) checked element by element with `ok`.
-  template <typename Check>
-  const Json& array(const std::string& key, int64_t count, const char* element, Check ok) const {
-    if (!has(key)) fail("{}: GGUF metadata has no '{}'", name_, key);
-    const Json& v = m_.at(key);
-    if (!v.is_array()) fail("{}: GGUF key '{}' must be an array of {}, got {}", name_, key, element, kind(v));
-    if (count >= 0 && static_cast<int64_t>(v.size()) != count)
-      fail("{}: GGUF key '{}' has {} elements but tokenizer.ggml.tokens has {}; they must have one per token", name_,
-           key, v.size(), count);
-    for (size_t i = 0; i < v.size(); ++i)
-      if (!ok(v[i])) fail("{}: GGUF key '{}': element {} must be {}, got {}", name_, key, i, element, kind(v[i]));
-    return v;
-  }
-  // A token id: an integer in [0, n_tokens).
-  std::optional<int32_t> token_id(const std::string& key, int64_t n_tokens) const {
-    if (!has(key)) return std::nullopt;
-    const Json& v = m_.at(key);
-    if (!v.is_number_integer()) fail("{}: GGUF key '{}' must be an integer token id, got {}", name_, key, kind(v));
-    if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(n_tokens)
-                               : v.get<int64_t>() < 0 || v.get<int64_t>() >= n_tokens)
-      fail("{}: GGUF key '{}' = {} is not a token id (the vocabulary has {} tokens)", name_, key, v.dump(), n_tokens);
-    return static_cast<int32_t>(v.get<int64_t>());
-  }
-
- private:
-  static std::string kind(const Json& v) {
-    if (v.is_string()) return "a string";
-    if (v.is_boolean()) return "a bool";
-    if (v.is_number_integer()) return "an integer (" + v.dump() + ")";
-    if (v.is_number()) return "a number (" + v.dump() + ")";
-    if (v.is_array()) return "an array";
-    return v.type_name();
-  }
-
-  const Json& m_;
-  std::string name_;
-};
+// One of the arrays with an element per token (tokenizer.ggml.tokens has n; n < 0: any length).
+template <typename Check>
+const Json& per_token_array(const GgufKeys& keys, const std::string& key, int64_t n, const char* element, Check ok) {
+  const Json& v = keys.array(key, element, ok);
+  if (n >= 0 && static_cast<int64_t>(v.size()) != n)
+    fail("{}: GGUF key '{}' has {} elements but tokenizer.ggml.tokens has {}; they must have one per token", keys.origin(),
+         key, v.size(), n);
+  return v;
+}
 
 // The arrays every tokenizer model shares: pieces (unique, indexed by id) and their types.
 struct TokenTable {
@@ -96,25 +50,25 @@ struct TokenTable {
   }
 };
 
-TokenTable read_token_table(const Keys& keys) {
+TokenTable read_token_table(const GgufKeys& keys) {
   TokenTable t;
-  const Json& tokens = keys.array("tokenizer.ggml.tokens", -1, "a string", [](const Json& e) { return e.is_string(); });
-  if (tokens.empty()) fail("{}: GGUF key 'tokenizer.ggml.tokens' is empty", keys.name());
-  if (tokens.size() > static_cast<size_t>(INT32_MAX)) fail("{}: GGUF tokenizer has too many tokens", keys.name());
+  const Json& tokens = per_token_array(keys, "tokenizer.ggml.tokens", -1, "a string", [](const Json& e) { return e.is_string(); });
+  if (tokens.empty()) fail("{}: GGUF key 'tokenizer.ggml.tokens' is empty", keys.origin());
+  if (tokens.size() > static_cast<size_t>(INT32_MAX)) fail("{}: GGUF tokenizer has too many tokens", keys.origin());
   std::unordered_map<std::string, size_t> seen;
   for (size_t i = 0; i < tokens.size(); ++i) {
     std::string piece = tokens[i].get<std::string>();
     if (auto bad = unicode::find_invalid_utf8(piece))
-      fail("{}: GGUF tokenizer.ggml.tokens[{}] is not valid UTF-8 (byte {})", keys.name(), i, *bad);
+      fail("{}: GGUF tokenizer.ggml.tokens[{}] is not valid UTF-8 (byte {})", keys.origin(), i, *bad);
     // llama.cpp refuses a repeated piece too: text -> id would be ambiguous.
     if (auto [it, fresh] = seen.emplace(piece, i); !fresh)
-      fail("{}: GGUF tokenizer.ggml.tokens has '{}' twice (ids {} and {})", keys.name(), piece, it->second, i);
+      fail("{}: GGUF tokenizer.ggml.tokens has '{}' twice (ids {} and {})", keys.origin(), piece, it->second, i);
     t.tokens.push_back(std::move(piece));
   }
   const int64_t n = static_cast<int64_t>(t.tokens.size());
   t.types.assign(t.tokens.size(), kNormal);
   if (keys.has("tokenizer.ggml.token_type")) {
-    const Json& types = keys.array("tokenizer.ggml.token_type", n, "an integer token type 0..6", [](const Json& e) {
+    const Json& types = per_token_array(keys, "tokenizer.ggml.token_type", n, "an integer token type 0..6", [](const Json& e) {
       return e.is_number_integer() && e.get<int64_t>() >= kUndefined && e.get<int64_t>() <= kByte;
     });
     for (size_t i = 0; i < types.size(); ++i) t.types[i] = types[i].get<int>();
@@ -205,7 +159,7 @@ class ScoredMergeModel final : public SubwordModel {
   std::array<int32_t, 256> byte_ids_{};
 };
 
-void set_bos_eos(const Keys& keys, int64_t n, bool add_bos_default, PipelineParts& parts) {
+void set_bos_eos(const GgufKeys& keys, int64_t n, bool add_bos_default, PipelineParts& parts) {
   parts.bos = keys.token_id("tokenizer.ggml.bos_token_id", n);
   parts.eos = keys.token_id("tokenizer.ggml.eos_token_id", n);
   keys.token_id("tokenizer.ggml.padding_token_id", n);  // checked, not used
@@ -213,20 +167,20 @@ void set_bos_eos(const Keys& keys, int64_t n, bool add_bos_default, PipelinePart
   const bool add_eos = keys.boolean("tokenizer.ggml.add_eos_token", false);
   if (add_bos && !parts.bos) {
     if (keys.has("tokenizer.ggml.add_bos_token"))
-      fail("{}: GGUF tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id", keys.name());
+      fail("{}: GGUF tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id", keys.origin());
   } else if (add_bos) {
     parts.special_prefix = {*parts.bos};
   }
   if (add_eos && !parts.eos)
-    fail("{}: GGUF tokenizer.ggml.add_eos_token is true but there is no tokenizer.ggml.eos_token_id", keys.name());
+    fail("{}: GGUF tokenizer.ggml.add_eos_token is true but there is no tokenizer.ggml.eos_token_id", keys.origin());
   if (add_eos) parts.special_suffix = {*parts.eos};
 }
 
-std::unique_ptr<Tokenizer> spm_tokenizer(const Keys& keys) {
+std::unique_ptr<Tokenizer> spm_tokenizer(const GgufKeys& keys) {
   TokenTable t = read_token_table(keys);
   const int64_t n = static_cast<int64_t>(t.tokens.size());
   // Finite and within float range: scores order the merges, and NaN has no order.
-  const Json& raw_scores = keys.array("tokenizer.ggml.scores", n, "a finite float32 number", [](const Json& e) {
+  const Json& raw_scores = per_token_array(keys, "tokenizer.ggml.scores", n, "a finite float32 number", [](const Json& e) {
     return e.is_number() && std::isfinite(e.get<double>()) && std::abs(e.get<double>()) <= FLT_MAX;
   });
   std::vector<float> scores;
@@ -234,7 +188,7 @@ std::unique_ptr<Tokenizer> spm_tokenizer(const Keys& keys) {
 
   PipelineParts parts;
   parts.kind = "gguf-llama";
-  parts.name = keys.name();
+  parts.name = keys.origin();
   parts.added_tokens = special_tokens(t, true);
   // The unknown token: the key, else the token typed unknown (llama.cpp's default for SPM is id 0, <unk>).
   std::optional<int32_t> unk = keys.token_id("tokenizer.ggml.unknown_token_id", n);
@@ -247,7 +201,7 @@ std::unique_ptr<Tokenizer> spm_tokenizer(const Keys& keys) {
   parts.pre_tokenizers.push_back([add_space_prefix](std::string_view text, bool, std::vector<std::string>& out) {
     out.push_back(replace_all(add_space_prefix ? " " + std::string(text) : std::string(text), " ", kSpace));
   });
-  parts.model = std::make_unique<ScoredMergeModel>(t.vocabulary(keys.name()), std::move(scores), unk, keys.name());
+  parts.model = std::make_unique<ScoredMergeModel>(t.vocabulary(keys.origin()), std::move(scores), unk, keys.origin());
   parts.decoder.kind = TokenDecoder::Kind::Metaspace;
   parts.decoder.marker = kSpace;
   parts.decoder.byte_fallback = true;
@@ -255,16 +209,16 @@ std::unique_ptr<Tokenizer> spm_tokenizer(const Keys& keys) {
   return std::make_unique<PipelineTokenizer>(std::move(parts));
 }
 
-std::unique_ptr<Tokenizer> byte_level_bpe_tokenizer(const Keys& keys) {
+std::unique_ptr<Tokenizer> byte_level_bpe_tokenizer(const GgufKeys& keys) {
   TokenTable t = read_token_table(keys);
   const int64_t n = static_cast<int64_t>(t.tokens.size());
   const Json& raw_merges =
-      keys.array("tokenizer.ggml.merges", -1, "a string \"left right\"", [](const Json& e) { return e.is_string(); });
+      per_token_array(keys, "tokenizer.ggml.merges", -1, "a string \"left right\"", [](const Json& e) { return e.is_string(); });
   MergeList merges;
   for (size_t i = 0; i < raw_merges.size(); ++i) {
     auto merge = split_merge(raw_merges[i].get<std::string>());
     if (!merge)
-      fail("{}: GGUF tokenizer.ggml.merges[{}] is '{}', expected two pieces separated by one space", keys.name(), i,
+      fail("{}: GGUF tokenizer.ggml.merges[{}] is '{}', expected two pieces separated by one space", keys.origin(), i,
            raw_merges[i].get<std::string>());
     merges.push_back(std::move(*merge));
   }
@@ -282,13 +236,13 @@ std::unique_ptr<Tokenizer> byte_level_bpe_tokenizer(const Keys& keys) {
     add_bos_default = true;
   } else {
     fail("{}: GGUF tokenizer.ggml.pre '{}' is not supported (tdyn implements gpt-2, phi-2, roberta-bpe and llama-bpe); pass --tokenizer",
-         keys.name(), pre);
+         keys.origin(), pre);
   }
   parts.kind = "gguf-gpt2";
-  parts.name = keys.name();
+  parts.name = keys.origin();
   parts.added_tokens = special_tokens(t, false);
   set_bos_eos(keys, n, add_bos_default, parts);
-  parts.model = std::make_unique<BpeModel>(t.vocabulary(keys.name()), merges, options, keys.name());
+  parts.model = std::make_unique<BpeModel>(t.vocabulary(keys.origin()), merges, options, keys.origin());
   parts.decoder.kind = TokenDecoder::Kind::ByteLevel;
   return std::make_unique<PipelineTokenizer>(std::move(parts));
 }
@@ -296,14 +250,14 @@ std::unique_ptr<Tokenizer> byte_level_bpe_tokenizer(const Keys& keys) {
 // llama.cpp's converter stores BERT's WordPiece vocabulary with a "phantom space": a word-initial piece "foo" as
 // "▁foo", a continuation "##foo" as "foo", control tokens ("[CLS]") as they are (an unknown-typed "[UNK]" too). Undone here, the vocabulary is
 // vocab.txt again and BERT's own (uncased, as llama.cpp's WPM tokenizer always is) pipeline runs on it.
-std::unique_ptr<Tokenizer> wordpiece_tokenizer(const Keys& keys) {
+std::unique_ptr<Tokenizer> wordpiece_tokenizer(const GgufKeys& keys) {
   TokenTable t = read_token_table(keys);
   const int64_t n = static_cast<int64_t>(t.tokens.size());
   std::string vocab_txt;
   for (size_t i = 0; i < t.tokens.size(); ++i) {
     const std::string& tok = t.tokens[i];
     if (tok.find('\n') != std::string::npos || tok.find('\r') != std::string::npos)
-      fail("{}: GGUF tokenizer.ggml.tokens[{}] contains a line break, impossible in a WordPiece vocabulary", keys.name(), i);
+      fail("{}: GGUF tokenizer.ggml.tokens[{}] contains a line break, impossible in a WordPiece vocabulary", keys.origin(), i);
     if (t.types[i] == kControl || t.types[i] == kUnknown) vocab_txt += tok;
     else if (tok.starts_with(kSpace)) vocab_txt += tok.substr(3);
     else vocab_txt += "##" + tok;
@@ -313,7 +267,7 @@ std::unique_ptr<Tokenizer> wordpiece_tokenizer(const Keys& keys) {
                           "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.padding_token_id"})
     keys.token_id(key, n);
   const Json config = {{"do_lower_case", true}};
-  return bert_tokenizer_from_vocab_txt(vocab_txt, keys.name(), &config, keys.name());
+  return bert_tokenizer_from_vocab_txt(vocab_txt, keys.origin(), &config, keys.origin());
 }
 
 std::string model_name(const Json& metadata) {
@@ -330,7 +284,7 @@ bool gguf_has_tokenizer(const Json& metadata) {
 }
 
 std::unique_ptr<Tokenizer> gguf_tokenizer(const Json& metadata, const std::string& name) {
-  Keys keys(metadata, name);
+  GgufKeys keys(metadata, name);
   if (!gguf_has_tokenizer(metadata)) fail("{}: the GGUF file carries no tokenizer (no tokenizer.ggml.model); pass --tokenizer", name);
   const std::string model = keys.text("tokenizer.ggml.model");
   if (model == "llama") return spm_tokenizer(keys);
