@@ -61,7 +61,7 @@ TEST(TopologyAnalysis, CorrelationThroughModelEqualsSavedHooks) {
 
   PassSpec spec;
   spec.boundaries = boundaries;
-  spec.chunk = 1;  // each sample's MLP products alone, as forward() makes them (sample_pass.h)
+  spec.chunk = 1;  // each sample's products alone, as forward() makes them (sample_pass.h)
   const PassFile shared = run_pass(*transformer, &jacobians, samples, spec, {});
   spec.jacobians = false;
   const PassFile hooks_only = run_pass(*transformer, nullptr, samples, spec, {});

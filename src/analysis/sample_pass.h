@@ -14,8 +14,8 @@
 //     bit-identical to an uninterrupted one (same thread count and rank count);
 //   * MPI (core/ranks.h): rank r takes sample chunks r, r + N, r + 2N, ...; after each layer rank 0 adds the
 //     ranks' sums in rank order, which equals one process up to float64 round-off.
-// Within a chunk the samples cross each layer's MLP step together, their rows (up to 2048) stacked into one product
-// per projection, which runs near the machine's peak where one sample's 128 rows would not. A product of another
+// Within a chunk the samples cross each layer together, their rows (up to 2048) stacked into one product per
+// projection (attention's and the MLP's), which runs near the machine's peak where one sample's 128 rows would not. A product of another
 // shape may round its float32 sums differently, so another chunk size changes the results by float32 round-off.
 //
 // The pass file: "TDYNPASS", version, a JSON header (the identity of what is summed: model, samples, spec; the
@@ -58,7 +58,7 @@ struct PassSpec {
   bool correlations = true;  // correlation sums at every boundary
   bool jacobians = true;     // Σ J of the map leaving every boundary (needs a JacobianModel)
   PositionSpec positions;    // positions of each sample in Σ J (default: the last token, the paper's choice)
-  int64_t chunk = 16;        // samples per chunk: the unit that MPI ranks take in turn, and that stacks its MLP rows
+  int64_t chunk = 16;        // samples per chunk: the unit that MPI ranks take in turn, and that stacks its rows
 
   nlohmann::json to_json() const;
 };

@@ -347,16 +347,18 @@ void run_attention_half(const Transformer& t, int64_t layer, std::span<const Lay
     state.resid_pre[layer] = *e.x;
     inputs.push_back(&state.resid_pre[layer]);
   }
-  Tensor x = n == 1 ? *sequences[0].x : stack_rows(inputs);
-  const Transformer::AttentionProjections projected = t.attention_in(layer, x);
+  Tensor x = n == 1 ? Tensor() : stack_rows(inputs);  // the group's rows stacked (n > 1): resid_pre, then resid_mid
+  Transformer::AttentionProjections projected = t.attention_in(layer, n == 1 ? *sequences[0].x : x);
   std::vector<Tensor> z(n);
   std::vector<int64_t> first_row(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) first_row[i + 1] = first_row[i] + sequences[i].x->dim(0);
   parallel_tasks(n, [&](int64_t i) {
     const LayerEntry& e = sequences[i];
     const int64_t rows = e.x->dim(0);
-    Transformer::AttentionProjections mine{rows_of(projected.q, first_row[i], rows), rows_of(projected.k, first_row[i], rows),
-                                           rows_of(projected.v, first_row[i], rows)};
+    Transformer::AttentionProjections mine =
+        n == 1 ? std::move(projected)
+               : Transformer::AttentionProjections{rows_of(projected.q, first_row[i], rows), rows_of(projected.k, first_row[i], rows),
+                                                   rows_of(projected.v, first_row[i], rows)};
     SequenceState& state = *e.state;
     std::unique_ptr<ActivationCache> hooks;  // what the layer's own keys and values become, kept in the state
     if (own) hooks = std::make_unique<ActivationCache>(fmt::format("blocks.{0}.attn.hook_k,blocks.{0}.attn.hook_v", layer));
@@ -377,9 +379,8 @@ void run_attention_half(const Transformer& t, int64_t layer, std::span<const Lay
     e.state->resid_mid[layer] = *e.x;
     e.state->per_layer_inputs[layer] = t.per_layer_input(layer, e.ids, e.embeddings ? *e.embeddings : Tensor());
   };
-  auto one_by_one = [&] {
+  auto one_by_one = [&] {  // each x still holds its resid_pre: only a stacked step that succeeds writes them
     for (int64_t i = 0; i < n; ++i) {
-      *sequences[i].x = sequences[i].state->resid_pre[layer];
       t.attention_out(layer, *sequences[i].x, z[i], 0);
       finish(sequences[i]);
     }

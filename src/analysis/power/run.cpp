@@ -93,7 +93,7 @@ void measure_token_dynamics(const Transformer& transformer, const std::string& p
     r.dynamics = token_dynamics(transformer, samples, r.spectra, options.dynamics, progress);
   } else {
     // The model's own dynamics are per-token probes of the sample pass: tdyn analyze's shared one, or one run here,
-    // so that power alone measures what analyze does, bit for bit (the pass stacks a chunk's MLP rows, which may
+    // so that power alone measures what analyze does, bit for bit (the pass stacks a chunk's rows, which may
     // round differently from one sample's).
     PassSpec spec;
     spec.boundaries = residual_boundaries(c.n_layers, BoundarySet::Layers);  // where the probes are taken
