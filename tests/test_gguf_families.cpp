@@ -81,7 +81,7 @@ TEST(GgufGpt2, BrokenMetadataAndTensorsAreClearErrors) {
   expect_load_error("heads not dividing", with_key(good, "gpt2.attention.head_count", u32(5)),
                     "gpt2.embedding_length 64 is not a multiple of the head count 5");
   expect_load_error("unknown architecture", with_key(good, "general.architecture", GgufValue::string("falcon")),
-                    "GGUF architecture 'falcon' is not supported (supported: llama (Llama, Mistral), qwen2, phi3, gpt2, gptneox)");
+                    "GGUF architecture 'falcon' is not supported (supported: llama, qwen2, phi3, gpt2, gptneox; Mistral is written as llama)");
   GgufModel g = good;
   for (auto& t : g.tensors) {
     if (t.name != "blk.1.attn_qkv.weight") continue;

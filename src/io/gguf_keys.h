@@ -1,6 +1,7 @@
 // Typed access to GGUF metadata (the JSON that io/gguf.h puts in TensorStore::metadata()), for the readers of a
-// model's configuration (model/gguf_config.cpp) and of its tokenizer (tokenizer/gguf_tokenizer.cpp). Every error names
-// the file and the key, and says what the key holds instead.
+// model's configuration (model/gguf_config.cpp and the families' GGUF parsers in model/families/) and of its
+// tokenizer (tokenizer/gguf_tokenizer.cpp). Every error names the file and the key, and says what the key holds
+// instead.
 #pragma once
 
 #include <cstdint>

@@ -56,11 +56,16 @@ struct FamilyTable {
   std::vector<std::string> ignored_prefixes = {};  // whole sub-models not run (Gemma 4 vision/audio towers)
 };
 
-// A family as tdyn knows it: the config.json model_type values it parses, and the tensor tables of the formats
-// it comes in. Each is defined in its own file in model/families/, its config parser beside its tables.
+class GgufKeys;
+
+// A family as tdyn knows it: the config.json model_type values and the GGUF general.architecture values it
+// parses, and the tensor tables of the formats it comes in. Each is defined in its own file in model/families/,
+// its config parsers beside its tables.
 using HfConfigParser = ModelConfig (*)(const nlohmann::json& config, const std::string& origin, const ConfigParseOptions&);
+using GgufConfigParser = ModelConfig (*)(const GgufKeys& keys, const TensorStore& store);
 struct FamilyDefinition {
   std::vector<std::pair<std::string, HfConfigParser>> model_types;
+  std::vector<std::pair<std::string, GgufConfigParser>> gguf_architectures = {};
   std::vector<FamilyTable> tables;
 };
 

@@ -1,5 +1,5 @@
-// One file per model family in this folder, each holding the family's config.json parser beside its tensor
-// tables; family_definitions() (families.cpp) lists them.
+// One file per model family in this folder, each holding the family's config.json and GGUF parsers beside its
+// tensor tables; family_definitions() (families.cpp) lists them.
 #pragma once
 
 #include "model/families.h"

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/config_json.h"
 #include "model/family_tables.h"
+#include "model/gguf_config.h"
 
 namespace tdyn {
 namespace {
@@ -291,11 +292,35 @@ FamilyTable gpt_neox_table() {
   return t;
 }
 
+// GGUF architecture "gpt2", as llama.cpp's converter writes GPT2LMHeadModel: gelu (tanh approximation, HF
+// "gelu_new", which is what llama.cpp's GELU computes), learned positions.
+ModelConfig parse_gguf_gpt2(const GgufKeys& keys, const TensorStore& store) {
+  ModelConfig c = gguf_settings::gpt_like(keys, store, "gpt2", "gpt2");
+  c.activation = Activation::GeluTanh;
+  c.learned_positions = true;
+  return c;
+}
+
+// GGUF architecture "gptneox", as llama.cpp's converter writes GPTNeoXForCausalLM: query_key_value regrouped from
+// per-head [q_h; k_h; v_h] to q | k | v rows (attn_qkv), partial rotate-half RoPE, the parallel block flag. HF's
+// GPT-NeoX uses the exact (erf) GELU, computed here as in the checkpoint's own definition (llama.cpp computes the
+// tanh approximation for this architecture).
+ModelConfig parse_gguf_gptneox(const GgufKeys& keys, const TensorStore& store) {
+  ModelConfig c = gguf_settings::gpt_like(keys, store, "gptneox", "gpt_neox");
+  c.activation = Activation::GeluErf;
+  c.parallel_residual = keys.boolean("gptneox.use_parallel_residual");
+  c.rope.theta = keys.real("gptneox.rope.freq_base", 10000.0);
+  gguf_settings::rotate_half_rope(keys, "gptneox", c);
+  gguf_settings::refuse_rope_scaling(keys, "gptneox");
+  return c;
+}
+
 }  // namespace
 
 FamilyDefinition gpt_family() {
   FamilyDefinition f;
   f.model_types = {{"gpt2", parse_gpt2}, {"gpt_neo", parse_gpt_neo}, {"gpt_neox", parse_gpt_neox}};
+  f.gguf_architectures = {{"gpt2", parse_gguf_gpt2}, {"gptneox", parse_gguf_gptneox}};
   auto& tables = f.tables;
   tables.push_back(gpt2_table());
   tables.push_back(gguf_gpt_table("gpt2", /*learned_positions=*/true));

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/config_json.h"
 #include "model/family_tables.h"
+#include "model/gguf_config.h"
 
 namespace tdyn {
 namespace {
@@ -94,6 +95,76 @@ ModelConfig parse_qwen2(const nlohmann::json& j, const std::string& origin, cons
   return c;
 }
 
+// RoPE frequency scaling as GGUF stores it for the llama architecture: llama.rope.scaling.* (none / linear), the
+// legacy llama.rope.scale_linear, and the rope_freqs.weight tensor through which llama.cpp's converter stores
+// Llama 3.1 scaling as one divisor per frequency pair.
+void gguf_rope_scaling(const GgufKeys& keys, const TensorStore& store, ModelConfig& c) {
+  const std::string& origin = keys.origin();
+  std::string type = keys.has("llama.rope.scaling.type") ? keys.text("llama.rope.scaling.type") : "none";
+  if (type == "linear") {
+    c.rope.scaling = "linear";
+    c.rope.factor = keys.real("llama.rope.scaling.factor");
+  } else if (type != "none") {
+    fail("{}: GGUF llama.rope.scaling.type '{}' is not supported (supported: none, linear, and llama3 scaling stored as "
+         "the rope_freqs.weight tensor)", origin, type);
+  }
+  if (keys.has("llama.rope.scale_linear") && type == "none") {
+    double factor = keys.real("llama.rope.scale_linear");
+    if (factor != 1.0) {
+      c.rope.scaling = "linear";
+      c.rope.factor = factor;
+    }
+  }
+  if (c.rope.scaling == "linear" && !(c.rope.factor > 0 && std::isfinite(c.rope.factor)))
+    fail("{}: GGUF linear RoPE scaling factor must be positive, got {}", origin, c.rope.factor);
+
+  if (const TensorInfo* freqs = store.find("rope_freqs.weight")) {
+    const Shape expected = {c.d_head / 2};
+    if (freqs->shape != expected)
+      fail("{}: tensor 'rope_freqs.weight' has wrong shape; expected {} (d_head / 2), got {}", origin, shape_str(expected),
+           shape_str(freqs->shape));
+    c.rope.freq_divisors = store.doubles("rope_freqs.weight");
+    for (double d : c.rope.freq_divisors) {
+      if (!(d > 0) || !std::isfinite(d)) fail("{}: tensor 'rope_freqs.weight' holds {}, expected positive divisors", origin, d);
+    }
+  }
+}
+
+// GGUF architecture "llama": the keys llama.cpp's converter writes for LlamaForCausalLM and MistralForCausalLM
+// (which it writes as "llama", without Mistral's sliding window).
+ModelConfig parse_gguf_llama(const GgufKeys& keys, const TensorStore& store) {
+  const std::string& origin = keys.origin();
+  if (keys.integer("llama.expert_count", 0) > 0)
+    fail("{}: GGUF llama model with {} experts: mixture-of-experts is not supported", origin, keys.integer("llama.expert_count"));
+  ModelConfig c = gguf_settings::llama_like(keys, store, "llama");
+  // llama.cpp's converter permutes HF q/k rows back to adjacent (2i, 2i+1) RoPE pairs.
+  c.rope.style = RopeStyle::Interleaved;
+  int64_t rotary_dims = keys.integer("llama.rope.dimension_count", c.d_head);
+  if (rotary_dims != c.d_head)
+    fail("{}: GGUF llama.rope.dimension_count is {} but the head dimension is {}: partial rotary embeddings are not "
+         "supported", origin, rotary_dims, c.d_head);
+  gguf_rope_scaling(keys, store, c);
+  // Biases are optional in llama.cpp's llama architecture; their presence in layer 0 decides.
+  c.attn_qkv_bias = store.contains("blk.0.attn_q.bias");
+  c.attn_o_bias = store.contains("blk.0.attn_output.bias");
+  c.mlp_bias = store.contains("blk.0.ffn_up.bias");
+  return c;
+}
+
+// GGUF architecture "qwen2", as llama.cpp's converter writes Qwen2ForCausalLM: Llama's tensors plus q/k/v biases,
+// rotate-half RoPE (no q/k permutation), the tied head left out. llama.cpp keeps no sliding window for qwen2:
+// every layer attends to the whole context.
+ModelConfig parse_gguf_qwen2(const GgufKeys& keys, const TensorStore& store) {
+  ModelConfig c = gguf_settings::llama_like(keys, store, "qwen2");
+  gguf_settings::rotate_half_rope(keys, "qwen2", c);
+  gguf_settings::refuse_rope_scaling(keys, "qwen2");
+  if (c.rope.partial_rotary_factor != 1.0)
+    fail("{}: GGUF qwen2.rope.dimension_count is {} but the head dimension is {}: Qwen2 rotates whole heads",
+         keys.origin(), c.rope.rotary_dim(c.d_head), c.d_head);
+  c.attn_qkv_bias = true;
+  return c;
+}
+
 // Llama (HF, llama2.c, GGUF naming).
 struct LlamaNames {
   std::string embed, attn_norm, q, k, v, o, mlp_norm, gate, up, down, final_norm, unembed, bias_suffix, weight_suffix;
@@ -146,6 +217,7 @@ const LlamaNames kGgufLlamaNames = {
 FamilyDefinition llama_family() {
   FamilyDefinition f;
   f.model_types = {{"llama", parse_llama}, {"mistral", parse_mistral}, {"qwen2", parse_qwen2}};
+  f.gguf_architectures = {{"llama", parse_gguf_llama}, {"qwen2", parse_gguf_qwen2}};
   auto& tables = f.tables;
   // Hugging Face LlamaForCausalLM. q/k rows are permuted for RoPE's rotate-half layout.
   tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}));

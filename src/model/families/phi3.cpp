@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/config_json.h"
 #include "model/family_tables.h"
+#include "model/gguf_config.h"
 
 namespace tdyn {
 namespace {
@@ -36,6 +37,25 @@ ModelConfig parse_phi3(const nlohmann::json& j, const std::string& origin, const
   if (!(c.rope.partial_rotary_factor > 0 && c.rope.partial_rotary_factor <= 1))
     fail("{}: partial_rotary_factor must be in (0, 1], got {}", origin, c.rope.partial_rotary_factor);
   window_every_layer(c, window_key(j, "sliding_window", 0, origin));
+  return c;
+}
+
+// GGUF architecture "phi3", as llama.cpp's converter writes Phi3ForCausalLM: qkv_proj kept fused as attn_qkv
+// (q | k | v rows) and gate_up_proj as ffn_up (gate | up rows), partial rotate-half RoPE, a sliding window on every
+// layer (phi3.attention.sliding_window, 0 for none). LongRoPE models carry rope_factors_long/short tensors: refused.
+ModelConfig parse_gguf_phi3(const GgufKeys& keys, const TensorStore& store) {
+  const std::string& origin = keys.origin();
+  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    if (store.contains(name))
+      fail("{}: GGUF phi3 tensor '{}' (Phi-3 LongRoPE) is not supported: its short/long frequency factors and attention "
+           "scaling are not implemented", origin, name);
+  }
+  ModelConfig c = gguf_settings::llama_like(keys, store, "phi3");
+  gguf_settings::rotate_half_rope(keys, "phi3", c);
+  gguf_settings::refuse_rope_scaling(keys, "phi3");
+  const int64_t window = keys.integer("phi3.attention.sliding_window", 0);
+  if (window < 0) fail("{}: GGUF phi3.attention.sliding_window must be 0 (none) or positive, got {}", origin, window);
+  window_every_layer(c, window);
   return c;
 }
 
@@ -104,6 +124,7 @@ FamilyTable gguf_phi3_table() {
 FamilyDefinition phi3_family() {
   FamilyDefinition f;
   f.model_types = {{"phi3", parse_phi3}};
+  f.gguf_architectures = {{"phi3", parse_gguf_phi3}};
   auto& tables = f.tables;
   tables.push_back(hf_phi3_table());
   tables.push_back(gguf_phi3_table());
