@@ -30,8 +30,8 @@ Complex normalising_phase(const ComplexVector& v) {
 }
 
 // Every singular value, and the leading k singular vector pairs (none for k = 0). A partial SVD when k is a
-// small part of d: for k = 100 it costs about what the values alone cost, and a full dgesdd with vectors 1.7×
-// as much at d = 1024 and 2.6× at d = 4096 (bench/bench_operator_metrics.cpp). dbdsvdx finds vectors by
+// small part of d: for k = 100 it costs about what the values alone cost, where a full dgesdd with vectors costs
+// up to several times as much (bench/bench_operator_metrics.cpp, docs/performance.md). dbdsvdx finds vectors by
 // bisection and inverse iteration, made for a few of them; when most of the spectrum is wanted, dgesdd's
 // divide and conquer is the routine built for it.
 linalg::SingularValueDecomposition singular_values_and_leading_vectors(const Eigen::Ref<const Matrix>& j, Index k,

@@ -1,10 +1,9 @@
 // Work shared over the threads, for loops short enough that handing them to the threads is what they cost.
 //
-// A decoding step runs about four products a layer, each some tens of microseconds on two threads (at d = 768 in
-// bfloat16, 1.2-6.3 MB of weights read at 45 GB/s: 26-140 µs). Opened one OpenMP region each, the step's other
-// thread spends the gaps between them waiting the way libgomp waits: a short spin (tdyn sets GOMP_SPINCOUNT=1000,
-// which prefill needs: see tools/tdyn/main.cpp), then asleep in the kernel, so nearly every product first wakes it
-// through a futex. `with_team` keeps one region open around such a stretch instead: the calling thread runs it,
+// A decoding step runs about four products a layer, each some tens of microseconds on two threads at d = 768
+// (docs/performance.md). Opened one OpenMP region each, the step's other thread spends the gaps between them
+// waiting the way libgomp waits: a short spin (tdyn sets GOMP_SPINCOUNT=1000, which prefill needs: see
+// tools/tdyn/main.cpp), then asleep in the kernel, so nearly every product first wakes it through a futex. `with_team` keeps one region open around such a stretch instead: the calling thread runs it,
 // and the other threads spin in their own loop for the jobs `on_threads` hands them, as long as the stretch lasts.
 #pragma once
 
@@ -46,9 +45,8 @@ void on_thread_shares(bool parallel, int64_t n, const F& f) {
 
 // [0, n) handed out in chunks to the threads of one on_threads job as each asks for more: the first chunks are
 // large and later ones smaller (a 2·threads-th of what is left, at least `grain`), so a thread on a slower or
-// busier core takes fewer. Virtual cores can differ that much: on a 2-core virtual machine, one-thread bfloat16
-// decoding pinned to one core ran at 83 tok/s and on the other at 130-152 (14 against 22-26 GB/s of weights), and
-// with equal shares every product waited for the slow core. Created before the job, shared by reference.
+// busier core takes fewer. Virtual cores can differ by half in memory speed (docs/performance.md), and with equal
+// shares every product waits for the slow core. Created before the job, shared by reference.
 class SharedRange {
  public:
   SharedRange(int64_t n, int64_t grain) : n_(n), grain_(std::max<int64_t>(grain, 1)) {}

@@ -1,8 +1,9 @@
 // Dense decompositions of real d × d matrices (d up to a few thousand): thin wrappers that call LAPACK
 // through LAPACKE directly, in float64.
 //
-// Why not Eigen's own solvers: Eigen::EigenSolver / JacobiSVD are 19–47× slower than LAPACK (OpenBLAS) at
-// d ≥ 1024, and EIGEN_USE_LAPACKE would route SVD to the slow dgesvd; bench/bench_linalg.cpp measures this.
+// Why not Eigen's own solvers: Eigen::EigenSolver / JacobiSVD are more than an order of magnitude slower than
+// LAPACK (OpenBLAS) at d ≥ 1024, and EIGEN_USE_LAPACKE would route SVD to the slow dgesvd; bench/bench_linalg.cpp
+// measures this (docs/performance.md).
 // Eigen is used only for the matrix types.
 //
 // Every function here checks its input first: a NaN or Inf throws tdyn::Error naming the matrix and the

@@ -102,9 +102,8 @@ ComplexMatrix unitary_similarity(const ComplexMatrix& q, const ComplexMatrix& up
   return multiply_adjoint(qt, q);
 }
 
-// One core, float64, the three products of half a particle step at n = d = 128 (64 × 128 · 128 × 256, then
-// 64 × 128 · 128 × 128 twice): libxsmm 85-99 GFLOP/s against OpenBLAS's 57-69 (the scores' product through its
-// transposed operand), 85-97 against 126-139 µs in all, with the same values to the last bit.
+// libxsmm for the small products of a particle step (n = d = 128 and about): faster there than OpenBLAS, most of
+// all through a transposed operand, with the same values to the last bit (docs/performance.md).
 void multiply_small(int64_t rows, int64_t cols, int64_t depth, const double* a, int64_t lda, const double* b,
                     int64_t ldb, double* c, int64_t ldc) {
   constexpr int64_t most = std::numeric_limits<int>::max();

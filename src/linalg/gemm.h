@@ -1,6 +1,6 @@
 // Float64 matrix products through BLAS (dgemm). Eigen's own GEMM kernel, compiled for the baseline x86-64
-// instruction set, runs at about a fifth of OpenBLAS's speed on the d × d_mlp × d products of the Jacobian
-// analyses (9 vs 50 GFLOP/s measured at 2048 × 7168 × 2048 on 2 cores); these are the few products that size.
+// instruction set, runs at a fraction of OpenBLAS's speed on the d × d_mlp × d products of the Jacobian analyses
+// (docs/performance.md); these are the few products that size.
 #pragma once
 
 #include <cstdint>

@@ -237,8 +237,9 @@ void attention_products(const AttentionShape& s, const float* q, const float* k,
 // A few queries (decoding) walk the keys in cache order. Each key row (and then each value row) holds every head's
 // slice next to each other, so reading them key after key is one sequential stream that the prefetcher follows,
 // where head after head jumps a row stride each key. The cache is read from memory each token (the weights
-// streamed since evicted it): this order made decoding attention 2-3x faster. Threads split the keys, never the
-// heads: half rows would break each thread's stream at every row (at 4 KiB, the prefetcher's page, or sooner).
+// streamed since evicted it): this order is the faster one by a wide margin (docs/performance.md). Threads split the
+// keys, never the heads: half rows would break each thread's stream at every row (at 4 KiB, the prefetcher's page,
+// or sooner).
 
 // Keys are mixed in blocks of this many, each block's sum added to the output in order: the same sums whatever
 // the number of threads, and the same as one running sum up to this many keys.
@@ -349,9 +350,8 @@ void attention(const AttentionShape& s, const float* q, const float* k, const fl
   partial_buffer.resize((s.n_keys + kKeyBlock - 1) / kKeyBlock * s.n_heads * s.d_head);
   float* const scores = score_buffer.data();
   float* const partial = partial_buffer.data();
-  // Threads pay off from about 2^18 multiply-adds (340 keys of 12 heads of 64). Decoding 400 tokens at d = 768 on
-  // two threads ran 169-170 tok/s from there and 133-164 from 2^19; with the keys already in cache (not so when
-  // decoding) one query took 103 µs at 512 keys on one thread and 130 µs on two, 211 and 143 µs at 1024 keys.
+  // Threads pay off from about 2^18 multiply-adds (340 keys of 12 heads of 64), as measured when decoding
+  // (docs/performance.md).
   const int64_t work = s.n_heads * s.n_queries * s.n_keys * s.d_head;
   on_threads(work >= (int64_t{1} << 18), [&](int thread, int threads) {
     for (int64_t i = 0; i < s.n_queries; ++i) {

@@ -87,7 +87,7 @@ void multiply_split(const ConstView& A, const ConstView& B, bool transpose_b, Ma
 
 // e^x for x ≤ 0 (or NaN), within 1 ulp of std::exp: Cody–Waite reduction x = k ln 2 + r, |r| ≤ ln2 / 2, then a
 // degree-13 Taylor polynomial (truncation error below 1e-17) scaled by 2^k built from its bits. std::exp does not
-// vectorise; this does, inlined into a cloned loop (10× at this machine's width). Results under −708 (subnormal,
+// vectorise; this does, inlined into a cloned loop (an order of magnitude faster, docs/performance.md). Results under −708 (subnormal,
 // below 1e-307) are returned as 0.
 [[gnu::always_inline]] inline double exp_nonpositive(double x) {
   const double v = std::max(x, -708.0);  // keeps 2^k normal; NaN passes through
@@ -173,10 +173,9 @@ TDYN_VECTOR_CLONES bool advance_finite(double* x, const double* v, double dt, in
 
 // Whether a simulation's products are small enough to run OpenBLAS single-threaded (SerialBlas).
 // OpenBLAS threads each product by its own size; at n·d·(n + d) ≤ 2²⁴ (n ≤ 256 at d = 128) a product takes
-// 0.1–0.5 ms, and a step waits on the hand-off to the pool three times. On this project's 2-core machine while other
-// work ran (its usual state) a step at n = 128–256 ran 1.05–2.3× slower with two threads than with one; with the
-// second core idle, two threads were up to 1.9× faster. A pool of many threads splits such products finer still.
-// Larger sizes keep OpenBLAS's choice.
+// well under a millisecond, and a step waits on the hand-off to the pool three times: with other work on the
+// machine, two BLAS threads ran such steps slower than one (docs/performance.md). A pool of many threads splits
+// such products finer still. Larger sizes keep OpenBLAS's choice.
 bool small_products(int64_t n, int64_t d) {
   constexpr int64_t kSmallWork = int64_t{1} << 24;
   return n * d * (n + d) <= kSmallWork;
@@ -592,7 +591,7 @@ Trajectory simulate(const ParticleSystem& system, const Matrix& X0, const Simula
   reuse_large_buffers();  // the field's products and the saved states, allocated afresh per call
   if (!small_products(n, d)) return run_simulation(system, X0, options, steps, dt, false);
   // Small systems share each step, and the rescaling's products, over the threads: one team of them for the
-  // whole run, since a step at n = d = 128 takes 0.2 ms on two threads.
+  // whole run, since a step at n = d = 128 takes a fraction of a millisecond.
   Trajectory out;
   with_team([&] { out = run_simulation(system, X0, options, steps, dt, true); });
   return out;
