@@ -79,6 +79,37 @@ TEST_P(Neox, ResidualIdentitiesHoldExactly) {
   }
 }
 
+// The maps the power analogy iterates without the residual (Transformer::layer_without_residual): a parallel block
+// is attn(ln1(x)) + mlp(ln2(x)), which forward() adds to the stream as hook_attn_out + hook_mlp_out; a sequential one
+// is mlp(ln2(attn(ln1(x)))), whose MLP part is what mlp_block adds to its input.
+TEST_P(Neox, WithoutResidualDropsTheSkips) {
+  TDYN_REQUIRE_NEOX(root);
+  Transformer model(load_model(root / GetParam()));
+  ActivationCache cache("blocks.*");
+  const std::vector<int32_t> ids = {5, 17, 42, 9, 3, 11, 2, 8, 30, 1, 4};
+  model.forward(ids, &cache);
+  auto expect_near = [](const Tensor& got, const std::vector<float>& want, const std::string& what) {
+    ASSERT_EQ(got.data.size(), want.size()) << what;
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got.data[i], want[i], 1e-5f + 1e-5f * std::abs(want[i])) << what << " element " << i;
+  };
+  for (int64_t l = 0; l < model.config().n_layers; ++l) {
+    auto get = [&](const char* h) { return cache.at(fmt::format("blocks.{}.{}", l, h)); };
+    const Tensor pre = get("hook_resid_pre"), attn = get("hook_attn_out"), mlp = get("hook_mlp_out");
+    const std::string at = fmt::format("{} layer {}", GetParam(), l);
+    expect_near(model.sublayer_without_residual(l, Sublayer::Attention, pre, 0, nullptr), attn.data, at + " attention");
+    std::vector<float> want(pre.data.size());
+    if (model.config().parallel_residual) {
+      for (size_t i = 0; i < want.size(); ++i) want[i] = attn.data[i] + mlp.data[i];
+    } else {
+      Tensor stepped = attn;  // mlp_block: attn + mlp(ln2(attn))
+      model.mlp_block(l, stepped, nullptr);
+      for (size_t i = 0; i < want.size(); ++i) want[i] = stepped.data[i] - attn.data[i];
+    }
+    expect_near(model.layer_without_residual(l, pre, 0, nullptr), want, at + " layer");
+  }
+}
+
 // Partial RoPE at positions past the chunk start: cached decoding equals the whole sequence.
 TEST_P(Neox, CachedDecodingEqualsWholeSequence) {
   TDYN_REQUIRE_NEOX(root);

@@ -148,8 +148,6 @@ TEST(PowerStatistics, AlignmentWithAComplexPlane) {
 
 // ---- Dynamics modes --------------------------------------------------------------------------------------------
 
-// full + residual is the model itself: every layer's output equals forward()'s hook_resid_post, and attn-only +
-// residual equals hook_resid_mid (for every norm placement: pre, post-LN, post-sublayer, sandwich, KV sharing).
 // γ's control on the tokens' own distribution: directions drawn from their covariance.
 TEST(PowerStatistics, DirectionsDrawnFromTheTokens) {
   const Index d = 6;
@@ -176,6 +174,8 @@ TEST(PowerStatistics, DirectionsDrawnFromTheTokens) {
   EXPECT_NE(token_covariance_seed(2, 5), token_covariance_seed(2, 6));
 }
 
+// full + residual is the model itself: every layer's output equals forward()'s hook_resid_post, and attn-only +
+// residual equals hook_resid_mid (for every norm placement: pre, post-LN, post-sublayer, sandwich, KV sharing).
 TEST(PowerDynamics, FullModeIsTheForwardPass) {
   TDYN_REQUIRE_SHARED("fixtures/gpt2");
   for (const char* family : {"gpt2", "bert", "olmo3", "gemma4", "llama"}) {

@@ -385,6 +385,44 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
   hook(hooks, l, "hook_resid_post", x.ptr(), {n, d});
 }
 
+void Transformer::layer_step(int64_t l, Tensor& x, int64_t start, KVCache* cache, const float* per_layer_input,
+                             ActivationCache* hooks) const {
+  hook(hooks, l, "hook_resid_pre", x.ptr(), {x.dim(0), config().d_model});
+  const Tensor resid_pre = config().parallel_residual ? x : Tensor();  // what a parallel block's MLP reads
+  attention_block(l, x, start, cache, hooks);
+  mlp_block(l, x, per_layer_input, hooks, start, &resid_pre);
+}
+
+Tensor Transformer::sublayer_without_residual(int64_t l, Sublayer which, const Tensor& x, int64_t start,
+                                              KVCache* cache) const {
+  const ModelConfig& c = config();
+  const LayerWeights& L = model_->weights.layers[l];
+  const bool attn = which == Sublayer::Attention;
+  const int64_t n = x.dim(0), d = c.d_model;
+  Tensor input = x;
+  if (has_pre_norm(c.norm_placement)) apply_norm(c.norm, x.ptr(), n, d, attn ? L.attn_norm : L.mlp_norm, c.norm_eps, input.ptr());
+  Tensor f = attn ? attention(l, input, start, cache) : mlp(l, input, nullptr, start);
+  if (has_post_norm(c.norm_placement))
+    apply_norm(c.norm, f.ptr(), n, d, attn ? L.attn_post_norm : L.mlp_post_norm, c.norm_eps, f.ptr());
+  return f;
+}
+
+Tensor Transformer::layer_without_residual(int64_t l, const Tensor& x, int64_t start, KVCache* cache) const {
+  const ModelConfig& c = config();
+  Tensor y = sublayer_without_residual(l, Sublayer::Attention, x, start, cache);
+  if (c.parallel_residual) {
+    const Tensor m = sublayer_without_residual(l, Sublayer::Mlp, x, start, cache);
+    add_inplace(y.ptr(), m.ptr(), y.size());
+  } else {
+    y = sublayer_without_residual(l, Sublayer::Mlp, y, start, cache);
+  }
+  if (c.layer_scalar) {
+    const float s = model_->weights.layers[l].layer_scalar[0];
+    for (float& v : y.data) v *= s;
+  }
+  return y;
+}
+
 Tensor Transformer::unembed(const Tensor& x, ActivationCache* hooks, int64_t start) const {
   const ModelConfig& c = config();
   const ModelWeights& W = model_->weights;
@@ -451,12 +489,7 @@ Tensor Transformer::run_chunk(std::span<const int32_t> ids, ActivationCache* hoo
     }
   }
   KVCache* kv = cache ? cache : &chunk;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    hook(hooks, l, "hook_resid_pre", x.ptr(), {n, c.d_model});
-    const Tensor resid_pre = c.parallel_residual ? x : Tensor();  // what a parallel block's MLP reads
-    attention_block(l, x, start, kv, hooks);
-    mlp_block(l, x, per_layer.empty() ? nullptr : per_layer[l].ptr(), hooks, start, &resid_pre);
-  }
+  for (int64_t l = 0; l < c.n_layers; ++l) layer_step(l, x, start, kv, per_layer.empty() ? nullptr : per_layer[l].ptr(), hooks);
   if (cache) cache->length = start + n;
   return unembed(x, hooks, start);
 }

@@ -56,6 +56,8 @@ struct KVCache {
 
 class RopeTable;
 
+enum class Sublayer { Attention, Mlp };
+
 class Transformer {
  public:
   explicit Transformer(std::shared_ptr<const Model> model);
@@ -120,6 +122,10 @@ class Transformer {
   // input, which a parallel-residual block's MLP reads (required there, ignored elsewhere).
   void mlp_block(int64_t layer, Tensor& x, const float* per_layer_input, ActivationCache* hooks = nullptr,
                  int64_t start = 0, const Tensor* resid_pre = nullptr) const;
+  // One whole layer, resid_pre -> resid_post in place (blocks.{l}.hook_resid_pre captured first): attention_block,
+  // then mlp_block reading the layer's input where the block is parallel. Arguments as there.
+  void layer_step(int64_t layer, Tensor& x, int64_t start, KVCache* cache, const float* per_layer_input,
+                  ActivationCache* hooks = nullptr) const;
   // The residual stream after the last layer [n, d_model] -> logits [n, d_vocab] (final norm, MLM head
   // transform, unembedding, soft-capping).
   Tensor unembed(const Tensor& x, ActivationCache* hooks = nullptr, int64_t start = 0) const;
@@ -128,6 +134,13 @@ class Transformer {
   // pre-normed where the family pre-norms) -> output projection incl. bias [n, d_model].
   Tensor attention(int64_t layer, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks = nullptr) const;
   Tensor mlp(int64_t layer, const Tensor& input, ActivationCache* hooks = nullptr, int64_t start = 0) const;
+
+  // The maps the power analogy iterates when the residual connections are removed: one sublayer within its norms,
+  // as NormPlacement places them (Pre: f(N(x)); PostResidual, PostSublayer: N(f(x)); Sandwich: N_post(f(N_pre(x)))),
+  // and a whole layer: its sublayers composed f_mlp(f_attn(x)), or summed f_attn(x) + f_mlp(x) in a parallel block,
+  // times the layer scalar (Gemma 4). The per-layer-input branch is left out. Keys and values as in attention().
+  Tensor sublayer_without_residual(int64_t layer, Sublayer which, const Tensor& x, int64_t start, KVCache* cache) const;
+  Tensor layer_without_residual(int64_t layer, const Tensor& x, int64_t start, KVCache* cache) const;
 
  private:
   // The projections of the attention sublayer: W_Q, W_K, W_V of an input already pre-normed, and W_O of z.

@@ -52,7 +52,6 @@
 
 namespace tdyn {
 
-enum class Sublayer { Attention, Mlp };
 const char* to_string(Sublayer s);  // "attn", "mlp"
 
 // The float32 forward-pass state of one sequence that the local maps read.

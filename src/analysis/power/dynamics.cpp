@@ -9,21 +9,6 @@
 namespace tdyn {
 namespace {
 
-// One sublayer f (attention or MLP) without the residual term, by norm placement (model/config.h):
-//   Pre: f(N(x))   PostResidual: N(f(x))   PostSublayer: N(f(x))   Sandwich: N_post(f(N_pre(x)))
-Tensor sublayer_without_residual(const Transformer& model, int64_t layer, bool attention, const Tensor& x, TokenState& s) {
-  const ModelConfig& c = model.config();
-  const LayerWeights& w = model.model().weights.layers[layer];
-  const int64_t n = x.dim(0), d = c.d_model;
-  Tensor input = x;
-  if (has_pre_norm(c.norm_placement))
-    apply_norm(c.norm, x.ptr(), n, d, attention ? w.attn_norm : w.mlp_norm, c.norm_eps, input.ptr());
-  Tensor f = attention ? model.attention(layer, input, 0, &s.kv) : model.mlp(layer, input);
-  if (has_post_norm(c.norm_placement))
-    apply_norm(c.norm, f.ptr(), n, d, attention ? w.attn_post_norm : w.mlp_post_norm, c.norm_eps, f.ptr());
-  return f;
-}
-
 // The states as layer `layer` reads them in attn-only-l2: G x̂ with G = diag(sqrt(d) g) (unit_token_gain), the
 // pre-attention norm's output for a unit token. Feeding x̂ itself would make the scores ~1/d of the model's.
 Tensor unit_token_input(const Transformer& model, int64_t layer, const Tensor& x) {
@@ -113,28 +98,12 @@ void apply_layer(const Transformer& model, int64_t layer, TokenState& s, const D
 
   switch (options.mode) {
     case DynamicsMode::Full:
-      if (options.residual) {
-        const Tensor resid_pre = c.parallel_residual ? s.x : Tensor();  // a parallel block's MLP reads it
-        model.attention_block(layer, s.x, 0, &s.kv);
-        model.mlp_block(layer, s.x, per_layer, nullptr, 0, &resid_pre);
-      } else if (c.parallel_residual) {
-        // Parallel block without its residual: attn(N1(x)) + mlp(N2(x)), both from the same x.
-        Tensor a = sublayer_without_residual(model, layer, true, s.x, s);
-        const Tensor m = sublayer_without_residual(model, layer, false, s.x, s);
-        for (int64_t i = 0; i < a.size(); ++i) a.data[i] += m.data[i];
-        s.x = std::move(a);
-      } else {
-        s.x = sublayer_without_residual(model, layer, true, s.x, s);
-        s.x = sublayer_without_residual(model, layer, false, s.x, s);
-        if (c.layer_scalar) {
-          const float scalar = model.model().weights.layers[layer].layer_scalar[0];
-          for (float& v : s.x.data) v *= scalar;
-        }
-      }
+      if (options.residual) model.layer_step(layer, s.x, 0, &s.kv, per_layer);
+      else s.x = model.layer_without_residual(layer, s.x, 0, &s.kv);
       break;
     case DynamicsMode::AttnOnly:
       if (options.residual) model.attention_block(layer, s.x, 0, &s.kv);
-      else s.x = sublayer_without_residual(model, layer, true, s.x, s);
+      else s.x = model.sublayer_without_residual(layer, Sublayer::Attention, s.x, 0, &s.kv);
       break;
     case DynamicsMode::AttnOnlyL2: {
       Tensor a = model.attention(layer, unit_token_input(model, layer, s.x), 0, &s.kv);  // A_t(G x) [pos, d_model], biases included
