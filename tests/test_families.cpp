@@ -105,6 +105,93 @@ INSTANTIATE_TEST_SUITE_P(Families, FamilyIdentities,
                          ::testing::Values("gpt2", "gpt_neo", "bert", "albert", "llama", "olmo3", "gemma4"));
 
 // ---------------------------------------------------------------------------------------------------------
+// Hooks that write: the forward pass goes on from the edited activation.
+
+class FamilyEdits : public ::testing::TestWithParam<const char*> {};
+
+// Activation patching of the whole stream: with prompt B's resid_post of layer l written into prompt A's run, every
+// later layer sees B's stream, so A's logits become B's bit for bit. (Not Gemma 4: its per-layer inputs and
+// KV-shared layers read A's tokens and earlier layers directly.)
+TEST_P(FamilyEdits, PatchingTheStreamRunsTheOtherPrompt) {
+  const std::string dir = GetParam();
+  TDYN_REQUIRE_SHARED(fs::path("fixtures") / dir);
+  Transformer model(load_model(fixtures() / dir));
+  const std::vector<int32_t> a = {5, 17, 42, 9, 3, 11, 2, 8, 30, 1, 4}, b = {7, 2, 19, 33, 6, 1, 12, 25, 3, 9, 14};
+  for (int64_t l = 0; l < model.config().n_layers; ++l) {
+    const std::string name = fmt::format("blocks.{}.hook_resid_post", l);
+    ActivationCache source(name);
+    const Tensor logits_b = model.forward(b, &source);
+    ActivationCache patched(name);
+    patched.add_edit(name, [&](const std::string& hook, float* data, const Shape& shape) {
+      ASSERT_EQ(hook, name);
+      ASSERT_EQ(shape, source.at(name).shape);
+      std::copy(source.at(name).data.begin(), source.at(name).data.end(), data);
+    });
+    const Tensor logits_a = model.forward(a, &patched);
+    EXPECT_EQ(patched.at(name).data, source.at(name).data) << dir << " layer " << l << ": the edited value is captured";
+    EXPECT_EQ(logits_a.data, logits_b.data) << dir << " layer " << l;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyEdits, ::testing::Values("gpt2", "gpt_neo", "bert", "albert", "llama", "olmo3"));
+
+// One head's z zeroed removes exactly its share of the output projection, z_h W_O[:, h]ᵀ (in float64 from the
+// checkpoint's own o_proj); the MLP's hidden activation zeroed leaves its output projection at zero (no bias).
+TEST(FamilyEditsLlama, HeadAblationRemovesItsShareOfTheOutputProjection) {
+  TDYN_REQUIRE_SHARED("fixtures/llama");
+  auto loaded = load_model(fixtures() / "llama");
+  Transformer model(loaded);
+  const ModelConfig& c = model.config();
+  const std::vector<int32_t> ids = {5, 17, 42, 9, 3, 11, 2};
+  const int64_t n = static_cast<int64_t>(ids.size()), d = c.d_model, hd = c.d_head, head = 2, l = 1;
+  ActivationCache clean(fmt::format("blocks.{0}.attn.hook_z,blocks.{0}.attn.hook_out_proj", l));
+  model.forward(ids, &clean);
+  ActivationCache ablated(fmt::format("blocks.{0}.attn.hook_out_proj,blocks.{0}.mlp.hook_out_proj", l));
+  ablated.add_edit(fmt::format("blocks.{}.attn.hook_z", l), [&](const std::string&, float* z, const Shape& shape) {
+    ASSERT_EQ(shape, (Shape{n, c.n_heads, hd}));
+    for (int64_t i = 0; i < n; ++i) std::fill_n(z + (i * c.n_heads + head) * hd, hd, 0.0f);
+  });
+  ablated.add_edit(fmt::format("blocks.{}.mlp.hook_post", l),
+                   [](const std::string&, float* h, const Shape& shape) { std::fill_n(h, shape[0] * shape[1], 0.0f); });
+  model.forward(ids, &ablated);
+  const std::vector<double> w_o = loaded->store.doubles(fmt::format("model.layers.{}.self_attn.o_proj.weight", l));
+  const Tensor& z = clean.at(fmt::format("blocks.{}.attn.hook_z", l));
+  const Tensor& out = clean.at(fmt::format("blocks.{}.attn.hook_out_proj", l));
+  const Tensor& out_ablated = ablated.at(fmt::format("blocks.{}.attn.hook_out_proj", l));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < d; ++r) {
+      double share = 0;
+      for (int64_t k = 0; k < hd; ++k) share += w_o[r * c.n_heads * hd + head * hd + k] * z.data[(i * c.n_heads + head) * hd + k];
+      const double got = double(out.row(i)[r]) - out_ablated.row(i)[r];
+      ASSERT_NEAR(got, share, 1e-5 + 1e-5 * std::abs(share)) << "position " << i << " row " << r;
+    }
+  for (float v : ablated.at(fmt::format("blocks.{}.mlp.hook_out_proj", l)).data) ASSERT_EQ(v, 0.0f);
+}
+
+TEST(FamilyEditsLlama, EditsOfReadOnlyOrUnknownHooksAreRefusedBeforeTheRun) {
+  TDYN_REQUIRE_SHARED("fixtures/llama");
+  Transformer model(load_model(fixtures() / "llama"));
+  const std::set<std::string> writable = model.writable_hook_names();
+  EXPECT_TRUE(writable.count("blocks.0.hook_resid_post") && writable.count("blocks.1.attn.hook_z"));
+  EXPECT_FALSE(writable.count("blocks.0.attn.hook_pattern") || writable.count("hook_embed"));
+  const std::vector<int32_t> ids = {5, 17, 42};
+  for (const char* pattern : {"blocks.0.attn.hook_pattern", "blocks.0.hook_resid_psot", "blocks.99.hook_resid_post"}) {
+    ActivationCache cache("hook_embed");
+    bool called = false;
+    cache.add_edit(pattern, [&](const std::string&, float*, const Shape&) { called = true; });
+    try {
+      model.forward(ids, &cache);
+      ADD_FAILURE() << pattern << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("matches no writable hook of this model"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("blocks.{l}.hook_resid_post"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(called || cache.contains("hook_embed")) << pattern << ": refused before any work";
+  }
+  EXPECT_THROW(ActivationCache("*").add_edit(",", [](const std::string&, float*, const Shape&) {}), Error);
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // KV-cached decoding reproduces the whole-sequence logits (sliding windows crossed, Gemma 4 KV sharing).
 
 class FamilyKvCache : public ::testing::TestWithParam<const char*> {};

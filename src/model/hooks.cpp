@@ -11,6 +11,16 @@
 
 namespace tdyn {
 
+namespace {
+
+bool matches_any(const std::vector<std::string>& patterns, const std::string& name) {
+  for (const auto& p : patterns)
+    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
 ActivationCache::ActivationCache(const std::string& patterns) {
   for (std::string& p : split_list(patterns))
     if (!p.empty()) patterns_.push_back(std::move(p));
@@ -21,10 +31,7 @@ ActivationCache ActivationCache::listing_only() { return ActivationCache(Listing
 
 bool ActivationCache::wants(const std::string& name) const {
   offered_.insert(name);
-  for (const auto& p : patterns_) {
-    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
-  }
-  return false;
+  return matches_any(patterns_, name);
 }
 
 void ActivationCache::capture(const std::string& name, const float* data, Shape shape) {
@@ -32,6 +39,36 @@ void ActivationCache::capture(const std::string& name, const float* data, Shape 
   Tensor t(std::move(shape));
   std::copy(data, data + t.size(), t.ptr());
   tensors_[name] = std::move(t);
+}
+
+void ActivationCache::add_edit(const std::string& patterns, Edit edit) {
+  std::vector<std::string> list;
+  for (std::string& p : split_list(patterns))
+    if (!p.empty()) list.push_back(std::move(p));
+  if (list.empty()) fail("empty edit pattern: name the hooks to edit (e.g. blocks.3.hook_resid_post)");
+  if (!edit) fail("edit of '{}' has no function", patterns);
+  edits_.emplace_back(std::move(list), std::move(edit));
+}
+
+void ActivationCache::edit_and_capture(const std::string& name, float* data, Shape shape) {
+  offered_writable_.insert(name);
+  for (const auto& [patterns, edit] : edits_)
+    if (matches_any(patterns, name)) edit(name, data, shape);
+  capture(name, data, std::move(shape));
+}
+
+void ActivationCache::require_every_edit_matches(const std::set<std::string>& writable) const {
+  std::vector<std::string> unmatched;
+  for (const auto& [patterns, edit] : edits_)
+    for (const auto& p : patterns) {
+      bool matched = false;
+      for (const auto& name : writable) matched = matched || ::fnmatch(p.c_str(), name.c_str(), 0) == 0;
+      if (!matched) unmatched.push_back("'" + p + "'");
+    }
+  if (!unmatched.empty())
+    fail("edit pattern{} {} match{} no writable hook of this model; its writable hooks are {}",
+         unmatched.size() > 1 ? "s" : "", fmt::join(unmatched, ", "), unmatched.size() > 1 ? "" : "es",
+         fmt::join(hook_name_templates(writable), ", "));
 }
 
 void ActivationCache::require_every_pattern_matches(const std::set<std::string>& hook_names) const {

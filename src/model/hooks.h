@@ -1,8 +1,11 @@
-// Activation capture with TransformerLens hook names (hook_embed, blocks.{l}.hook_resid_pre, ...). Capture
-// is opt-in: the forward pass takes an optional ActivationCache and does nothing when it is null, so hooks
-// cost nothing when off. A cache keeps the hooks whose names match its glob patterns.
+// Activation capture and editing with TransformerLens hook names (hook_embed, blocks.{l}.hook_resid_pre, ...).
+// Both are opt-in: the forward pass takes an optional ActivationCache and does nothing when it is null, so hooks
+// cost nothing when off. A cache keeps the hooks whose names match its glob patterns, and runs its edits on the
+// writable hooks whose names match theirs before keeping them: the forward pass goes on from the edited values
+// (activation patching, ablation, steering).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -25,6 +28,20 @@ class ActivationCache {
   // Copies rows*cols floats (or the whole tensor of `shape`) under `name` if wanted.
   void capture(const std::string& name, const float* data, Shape shape);
 
+  // An edit receives a hook's name and its activation (row-major, of `shape`), which it may change in place.
+  using Edit = std::function<void(const std::string& name, float* data, const Shape& shape)>;
+  // Runs `edit` on every writable hook whose name matches `patterns` (globs as above); several edits of one hook
+  // run in the order they were added. Transformer::forward refuses, before any work, a pattern that matches no
+  // writable hook of the model.
+  void add_edit(const std::string& patterns, Edit edit);
+  bool has_edits() const { return !edits_.empty(); }
+  // A writable hook point: the matching edits, then capture(). Recorded in offered_writable().
+  void edit_and_capture(const std::string& name, float* data, Shape shape);
+  const std::set<std::string>& offered_writable() const { return offered_writable_; }
+  // Throws Error naming each edit pattern that matches none of `writable` (the model's writable hooks), and
+  // which hooks those are.
+  void require_every_edit_matches(const std::set<std::string>& writable) const;
+
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
   const Tensor& at(const std::string& name) const;  // throws Error naming the hook if absent
   bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
@@ -41,6 +58,8 @@ class ActivationCache {
   std::vector<std::string> patterns_;
   std::map<std::string, Tensor> tensors_;
   mutable std::set<std::string> offered_;
+  std::set<std::string> offered_writable_;
+  std::vector<std::pair<std::vector<std::string>, Edit>> edits_;
 };
 
 // The hook names with each layer's written once as {l} ("blocks.{l}.hook_resid_pre"), in name order.

@@ -23,31 +23,28 @@ void hook(ActivationCache* hooks, const std::string& name, const float* data, Sh
   if (hooks) hooks->capture(name, data, std::move(shape));
 }
 
-// A block's hook: the name is only formatted when activations are being captured.
+// A block's hook: the name is only formatted when activations are being captured or edited.
 void hook(ActivationCache* hooks, int64_t layer, const char* name, const float* data, Shape shape) {
   if (hooks) hooks->capture(block_hook(layer, name), data, std::move(shape));
 }
 
+// A writable block hook: the cache's edits change `data` in place, and the pass goes on from the edited values.
+void edit_hook(ActivationCache* hooks, int64_t layer, const char* name, float* data, Shape shape) {
+  if (hooks) hooks->edit_and_capture(block_hook(layer, name), data, std::move(shape));
+}
+
 // One residual step around a sublayer output f [n, d] (the output projection incl. bias), by norm placement:
 // Pre and PostResidual add f itself; PostSublayer and Sandwich add post_norm(f) (HF Olmo3 / Gemma 4
-// post_*_layernorm); PostResidual then normalises the sum (BERT/ALBERT Add & LayerNorm). Returns what was added.
-Tensor residual_step(const ModelConfig& c, Tensor& x, Tensor f, const Norm& post_norm) {
+// post_*_layernorm); PostResidual then normalises the sum (BERT/ALBERT Add & LayerNorm). What is added is offered
+// as the writable hook `added_hook` (hook_attn_out, hook_mlp_out) before it is added.
+void residual_step(const ModelConfig& c, Tensor& x, Tensor f, const Norm& post_norm, ActivationCache* hooks,
+                   int64_t layer, const char* added_hook) {
   const int64_t n = x.dim(0), d = x.dim(1);
-  switch (c.norm_placement) {
-    case NormPlacement::Pre:
-      add_inplace(x.ptr(), f.ptr(), x.size());
-      break;
-    case NormPlacement::PostSublayer:
-    case NormPlacement::Sandwich:
-      apply_norm(c.norm, f.ptr(), n, d, post_norm, c.norm_eps, f.ptr());
-      add_inplace(x.ptr(), f.ptr(), x.size());
-      break;
-    case NormPlacement::PostResidual:
-      add_inplace(x.ptr(), f.ptr(), x.size());
-      apply_norm(c.norm, x.ptr(), n, d, post_norm, c.norm_eps, x.ptr());
-      break;
-  }
-  return f;
+  if (c.norm_placement == NormPlacement::PostSublayer || c.norm_placement == NormPlacement::Sandwich)
+    apply_norm(c.norm, f.ptr(), n, d, post_norm, c.norm_eps, f.ptr());
+  edit_hook(hooks, layer, added_hook, f.ptr(), {n, d});
+  add_inplace(x.ptr(), f.ptr(), x.size());
+  if (c.norm_placement == NormPlacement::PostResidual) apply_norm(c.norm, x.ptr(), n, d, post_norm, c.norm_eps, x.ptr());
 }
 
 // `value` rounded to a checkpoint dtype, as torch's `scale.to(weight.dtype)` does (round to nearest even).
@@ -84,12 +81,16 @@ Transformer::Transformer(std::shared_ptr<const Model> model) : model_(std::move(
   }
 }
 
-std::set<std::string> Transformer::hook_names() const {
+ActivationCache Transformer::listing() const {
   ActivationCache listing = ActivationCache::listing_only();
   const int32_t token = 0;
   forward(std::span(&token, 1), &listing);
-  return listing.offered();
+  return listing;
 }
+
+std::set<std::string> Transformer::hook_names() const { return listing().offered(); }
+
+std::set<std::string> Transformer::writable_hook_names() const { return listing().offered_writable(); }
 
 void Transformer::check_hook_patterns(const std::string& patterns) const {
   ActivationCache(patterns).require_every_pattern_matches(hook_names());
@@ -281,7 +282,7 @@ Tensor Transformer::attention_mix(int64_t l, AttentionProjections p, int64_t sta
   AttentionShape shape{n, n_keys, start, c.n_heads, c.n_kv_heads, hd, lc.attn_scale, c.causal, lc.sliding_window};
   tdyn::attention(shape, q.ptr(), keys, values, z.ptr(), want_pattern ? pattern.ptr() : nullptr);
   if (want_pattern) hook(hooks, l, "attn.hook_pattern", pattern.ptr(), pattern.shape);
-  hook(hooks, l, "attn.hook_z", z.ptr(), {n, c.n_heads, hd});
+  edit_hook(hooks, l, "attn.hook_z", z.ptr(), {n, c.n_heads, hd});
   return z;
 }
 
@@ -297,11 +298,11 @@ Tensor Transformer::project_out(int64_t l, const Tensor& z, int64_t start, Activ
 void Transformer::attention_out(int64_t l, Tensor& x, const Tensor& z, int64_t start, ActivationCache* hooks) const {
   const ModelConfig& c = config();
   const int64_t n = x.dim(0), d = c.d_model;
-  Tensor added = residual_step(c, x, project_out(l, z, start, hooks), model_->weights.layers[l].attn_post_norm);
+  residual_step(c, x, project_out(l, z, start, hooks), model_->weights.layers[l].attn_post_norm, hooks, l,
+                "hook_attn_out");
   check_finite(x, start, l, "hook_resid_mid",
                "the attention step's residual add or post-norm (the attention output was finite)");
-  hook(hooks, l, "hook_attn_out", added.ptr(), {n, d});
-  hook(hooks, l, "hook_resid_mid", x.ptr(), {n, d});
+  edit_hook(hooks, l, "hook_resid_mid", x.ptr(), {n, d});
 }
 
 Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks) const {
@@ -324,7 +325,7 @@ Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks, 
     hook(hooks, l, "mlp.hook_pre", up.ptr(), {n, d_mlp});
     activate_inplace(c.activation, up.ptr(), up.size());
   }
-  hook(hooks, l, "mlp.hook_post", up.ptr(), {n, d_mlp});
+  edit_hook(hooks, l, "mlp.hook_post", up.ptr(), {n, d_mlp});
   Tensor out({n, c.d_model});
   L.down.apply(up.ptr(), n, out.ptr());
   check_finite(out, start, l, "mlp.hook_out_proj", "the MLP sublayer");
@@ -354,8 +355,7 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
   } else {
     f = mlp(l, input, hooks, start);
   }
-  Tensor added = residual_step(c, x, std::move(f), L.mlp_post_norm);
-  hook(hooks, l, "hook_mlp_out", added.ptr(), {n, d});
+  residual_step(c, x, std::move(f), L.mlp_post_norm, hooks, l, "hook_mlp_out");
 
   if (c.d_per_layer_input > 0) {
     // Gemma4TextDecoderLayer, after the MLP residual: x += post_per_layer_input_norm(per_layer_projection(
@@ -382,12 +382,12 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
   }
   check_finite(x, start, l, "hook_resid_post",
                "the MLP step's residual add, post-norm, per-layer-input branch or layer scalar (the MLP output was finite)");
-  hook(hooks, l, "hook_resid_post", x.ptr(), {n, d});
+  edit_hook(hooks, l, "hook_resid_post", x.ptr(), {n, d});
 }
 
 void Transformer::layer_step(int64_t l, Tensor& x, int64_t start, KVCache* cache, const float* per_layer_input,
                              ActivationCache* hooks) const {
-  hook(hooks, l, "hook_resid_pre", x.ptr(), {x.dim(0), config().d_model});
+  edit_hook(hooks, l, "hook_resid_pre", x.ptr(), {x.dim(0), config().d_model});
   const Tensor resid_pre = config().parallel_residual ? x : Tensor();  // what a parallel block's MLP reads
   attention_block(l, x, start, cache, hooks);
   mlp_block(l, x, per_layer_input, hooks, start, &resid_pre);
@@ -462,6 +462,9 @@ Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks
   if (cache && c.is_encoder()) fail("{} is a bidirectional encoder: it takes no KV cache (run whole sequences)", c.family);
   if (cache && start + n > cache->capacity())
     fail("sequence of {} positions exceeds the KV cache ({} positions)", start + n, cache->capacity());
+  // Edits are checked on the cache's first pass (a pass records the writable hooks it met).
+  if (hooks && hooks->has_edits() && hooks->offered_writable().empty())
+    hooks->require_every_edit_matches(writable_hook_names());
   // A decoding step is a string of short products, about four a layer: one team of threads serves them all.
   if (n <= kDotProductRows) {
     Tensor logits;

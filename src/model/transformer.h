@@ -80,6 +80,10 @@ class Transformer {
   std::set<std::string> hook_names() const;
   // Throws Error, before any real work, when a pattern of `patterns` matches none of hook_names().
   void check_hook_patterns(const std::string& patterns) const;
+  // The hooks an ActivationCache's edits may change (forward goes on from the edited values): every layer's
+  // hook_resid_pre, hook_resid_mid, hook_resid_post, hook_attn_out, hook_mlp_out, attn.hook_z and mlp.hook_post.
+  // The others (norms' outputs, q/k/v, patterns, embeddings, logits) are read-only.
+  std::set<std::string> writable_hook_names() const;
 
   // ---- The steps of forward(), for analyses that run pieces of the model. `start`: absolute position of
   // the first row; x: residual stream [n, d_model].
@@ -143,6 +147,8 @@ class Transformer {
   Tensor layer_without_residual(int64_t layer, const Tensor& x, int64_t start, KVCache* cache) const;
 
  private:
+  // A one-token pass with a cache that keeps nothing and lists every hook offered to it.
+  ActivationCache listing() const;
   // The projections of the attention sublayer: W_Q, W_K, W_V of an input already pre-normed, and W_O of z.
   AttentionProjections project_qkv(int64_t layer, const Tensor& input) const;
   Tensor project_out(int64_t layer, const Tensor& z, int64_t start, ActivationCache* hooks) const;
