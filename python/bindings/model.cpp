@@ -1,5 +1,6 @@
 // tdyn.load(path) -> tdyn.Model: the forward pass with its hooks, generation, the tokenizer, layer matrices
 // F_t = O_t V_t and exact residual-stream Jacobians (per sequence and as means over samples).
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -57,17 +58,37 @@ void require_ids(const Ids& ids) {
   if (ids.empty()) fail("ids: expected at least one token id");
 }
 
+// An edit from Python: fn(activation) -> its replacement, a float array of the same shape (None: left as it is).
+ActivationCache::Edit python_edit(py::function fn) {
+  return [fn = std::move(fn)](const std::string& name, float* data, const Shape& shape) {
+    py::gil_scoped_acquire acquire;
+    Tensor current(shape);
+    std::copy(data, data + current.size(), current.ptr());
+    py::object result = fn(to_numpy(std::move(current)));
+    if (result.is_none()) return;
+    // ensure() converts (float64 too) or, failing that, gives a null array.
+    const auto replacement = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(result);
+    if (!replacement) fail("edit of {}: the function returned {}, expected a float array", name, std::string(py::str(result.get_type())));
+    const Shape got(replacement.shape(), replacement.shape() + replacement.ndim());
+    if (got != shape) fail("edit of {}: the function returned shape {}, expected {}", name, shape_str(got), shape_str(shape));
+    std::copy(replacement.data(), replacement.data() + replacement.size(), data);
+  };
+}
+
 py::tuple run(const PyModel& self, const Ids& ids, const std::optional<std::string>& hooks,
-              const std::optional<Ids>& token_types) {
+              const std::optional<Ids>& token_types, const std::optional<std::map<std::string, py::function>>& edit) {
   require_ids(ids);
   std::optional<ActivationCache> cache;
   if (hooks) cache.emplace(*hooks);
+  else if (edit && !edit->empty()) cache.emplace(ActivationCache::keeping_nothing());
+  if (edit)
+    for (const auto& [patterns, fn] : *edit) cache->add_edit(patterns, python_edit(fn));
   Tensor logits;
   {
     py::gil_scoped_release release;
     logits = self.transformer().forward(ids, cache ? &*cache : nullptr, nullptr, token_types.value_or(Ids{}));
   }
-  if (cache) cache->require_every_pattern_matches(cache->offered());  // the pass offered every hook there is
+  if (hooks) cache->require_every_pattern_matches(cache->offered());  // the pass offered every hook there is
   py::dict activations;
   if (cache)
     for (const auto& [name, tensor] : cache->tensors()) activations[py::str(name)] = to_numpy(tensor);
@@ -193,12 +214,18 @@ void bind_model(py::module_& m) {
                              "Number of unique parameters (tied matrices counted once).")
       .def_property_readonly("path", [](const PyModel& s) { return s.model().path.string(); }, "Where it was loaded from.")
       .def("run", &run, py::arg("ids"), py::arg("hooks") = "*", py::arg("token_types") = py::none(),
+           py::arg("edit") = py::none(),
            R"doc(Runs the model on token ids (positions 0..len(ids)-1).
 
 Returns (logits, activations): logits float32 [pos, d_vocab] and a dict from TransformerLens hook name
 (hook_embed, blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_pattern, ...) to a float32 array.
 hooks: comma-separated globs over hook names ('*' all, None nothing); a glob that matches no hook of the
-model raises tdyn.Error listing its hooks. token_types: segment ids for BERT/ALBERT (default all 0).)doc")
+model raises tdyn.Error listing its hooks. token_types: segment ids for BERT/ALBERT (default all 0).
+edit: {globs: fn}; fn receives each matching writable activation as a float32 array and returns its
+replacement of the same shape (or None to leave it), and the pass goes on from it: activation patching,
+ablation, steering. The writable hooks are every layer's hook_resid_pre, hook_resid_mid, hook_resid_post,
+hook_attn_out, hook_mlp_out, attn.hook_z [pos, head, d_head] and mlp.hook_post; activations returned are the
+edited ones. A glob that matches no writable hook raises tdyn.Error before the run.)doc")
       .def("generate", &generate_ids, py::arg("ids"), py::arg("max_new_tokens"), py::arg("temperature") = 0.0,
            py::arg("seed") = 0,
            "Prompt + generated ids. temperature 0: greedy (first maximum); else samples softmax(logits / T) with "

@@ -75,6 +75,46 @@ class ForwardTest(unittest.TestCase):
         with self.assertRaisesRegex(tdyn.Error, r"'blocks\.\*\.hook_nonexistent' matches no hook"):
             m.run(r["seq1.input_ids"], hooks="blocks.*.hook_nonexistent")
 
+    def test_edit_patches_ablates_and_refuses(self):
+        m = tdyn.load(fixture("llama"))
+        a, b = [5, 17, 42, 9, 3, 11, 2], [7, 2, 19, 33, 6, 1, 12]
+        name = "blocks.1.hook_resid_post"
+        # Activation patching from a second prompt: the whole stream after layer 1 is b's, so are the logits.
+        logits_b, source = m.run(b, hooks=name)
+        logits, acts = m.run(a, hooks=name, edit={name: lambda x: source[name]})
+        np.testing.assert_array_equal(logits, logits_b)
+        np.testing.assert_array_equal(acts[name], source[name])
+        # An edit that returns None leaves the activation as it is.
+        np.testing.assert_array_equal(m.run(a, hooks=None, edit={name: lambda x: None})[0], m.run(a, hooks=None)[0])
+
+        # One head's ablation through attn.hook_z removes its share z_h W_O[:, h]^T of the output projection, in
+        # float64 from the checkpoint's own o_proj.
+        hd, head = m.config["d_head"], 2
+        out = "blocks.1.attn.hook_out_proj"
+        _, clean = m.run(a, hooks=f"blocks.1.attn.hook_z,{out}")
+
+        def ablate(z):
+            z = z.copy()
+            z[:, head, :] = 0
+            return z
+        _, ablated = m.run(a, hooks=out, edit={"blocks.1.attn.hook_z": ablate})
+        w_o = support.read_safetensors(support.shared(f"{FIXTURES}/llama/model.safetensors"))[
+            "model.layers.1.self_attn.o_proj.weight"].astype(np.float64)
+        share = clean["blocks.1.attn.hook_z"][:, head, :].astype(np.float64) @ w_o[:, head * hd:(head + 1) * hd].T
+        support.assert_close(self, clean[out].astype(np.float64) - ablated[out], share, 1e-5, 1e-5, "head share")
+
+        with self.assertRaisesRegex(tdyn.Error, r"'blocks\.0\.attn\.hook_pattern' matches no writable hook"):
+            m.run(a, edit={"blocks.0.attn.hook_pattern": lambda x: x})
+        with self.assertRaisesRegex(tdyn.Error, r"edit of blocks\.1\.hook_resid_post: the function returned shape"):
+            m.run(a, edit={name: lambda x: x[:-1]})
+        with self.assertRaisesRegex(tdyn.Error, r"expected a float array"):
+            m.run(a, edit={name: lambda x: "no"})
+
+        def broken(x):
+            raise ValueError("edit failed on purpose")
+        with self.assertRaisesRegex(ValueError, "on purpose"):
+            m.run(a, edit={name: broken})
+
     def test_layer_matrix(self):
         for family in ("gpt2", "llama"):
             r, m = refs(family), tdyn.load(fixture(family))

@@ -27,7 +27,7 @@ ActivationCache::ActivationCache(const std::string& patterns) {
   if (patterns_.empty()) fail("empty hook pattern (use '*' for every hook)");
 }
 
-ActivationCache ActivationCache::listing_only() { return ActivationCache(ListingOnly{}); }
+ActivationCache ActivationCache::keeping_nothing() { return ActivationCache(KeepingNothing{}); }
 
 bool ActivationCache::wants(const std::string& name) const {
   offered_.insert(name);

@@ -20,8 +20,8 @@ class ActivationCache {
   // `patterns`: comma-separated shell globs (fnmatch(3)), e.g. "*", "blocks.*.hook_resid_*,hook_embed": '*' matches
   // any run of characters, dots included, '?' one character, [...] one of a set.
   explicit ActivationCache(const std::string& patterns = "*");
-  // A cache that keeps nothing and only lists the hooks offered to it (offered()).
-  static ActivationCache listing_only();
+  // A cache that keeps nothing: it lists the hooks offered to it (offered()) and runs the edits it is given.
+  static ActivationCache keeping_nothing();
 
   // Whether the hook `name` is kept; every name asked about is recorded in offered().
   bool wants(const std::string& name) const;
@@ -52,8 +52,8 @@ class ActivationCache {
   void require_every_pattern_matches(const std::set<std::string>& hook_names) const;
 
  private:
-  struct ListingOnly {};
-  explicit ActivationCache(ListingOnly) {}
+  struct KeepingNothing {};
+  explicit ActivationCache(KeepingNothing) {}
 
   std::vector<std::string> patterns_;
   std::map<std::string, Tensor> tensors_;

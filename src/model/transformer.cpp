@@ -82,7 +82,7 @@ Transformer::Transformer(std::shared_ptr<const Model> model) : model_(std::move(
 }
 
 ActivationCache Transformer::listing() const {
-  ActivationCache listing = ActivationCache::listing_only();
+  ActivationCache listing = ActivationCache::keeping_nothing();
   const int32_t token = 0;
   forward(std::span(&token, 1), &listing);
   return listing;
