@@ -122,8 +122,9 @@ TEST_P(FamilyEdits, PatchingTheStreamRunsTheOtherPrompt) {
     ActivationCache source(name);
     const Tensor logits_b = model.forward(b, &source);
     ActivationCache patched(name);
-    patched.add_edit(name, [&](const std::string& hook, float* data, const Shape& shape) {
+    patched.add_edit(name, [&](const std::string& hook, int64_t start, float* data, const Shape& shape) {
       ASSERT_EQ(hook, name);
+      ASSERT_EQ(start, 0);
       ASSERT_EQ(shape, source.at(name).shape);
       std::copy(source.at(name).data.begin(), source.at(name).data.end(), data);
     });
@@ -147,12 +148,12 @@ TEST(FamilyEditsLlama, HeadAblationRemovesItsShareOfTheOutputProjection) {
   ActivationCache clean(fmt::format("blocks.{0}.attn.hook_z,blocks.{0}.attn.hook_out_proj", l));
   model.forward(ids, &clean);
   ActivationCache ablated(fmt::format("blocks.{0}.attn.hook_out_proj,blocks.{0}.mlp.hook_out_proj", l));
-  ablated.add_edit(fmt::format("blocks.{}.attn.hook_z", l), [&](const std::string&, float* z, const Shape& shape) {
+  ablated.add_edit(fmt::format("blocks.{}.attn.hook_z", l), [&](const std::string&, int64_t, float* z, const Shape& shape) {
     ASSERT_EQ(shape, (Shape{n, c.n_heads, hd}));
     for (int64_t i = 0; i < n; ++i) std::fill_n(z + (i * c.n_heads + head) * hd, hd, 0.0f);
   });
   ablated.add_edit(fmt::format("blocks.{}.mlp.hook_post", l),
-                   [](const std::string&, float* h, const Shape& shape) { std::fill_n(h, shape[0] * shape[1], 0.0f); });
+                   [](const std::string&, int64_t, float* h, const Shape& shape) { std::fill_n(h, shape[0] * shape[1], 0.0f); });
   model.forward(ids, &ablated);
   const std::vector<double> w_o = loaded->store.doubles(fmt::format("model.layers.{}.self_attn.o_proj.weight", l));
   const Tensor& z = clean.at(fmt::format("blocks.{}.attn.hook_z", l));
@@ -178,7 +179,7 @@ TEST(FamilyEditsLlama, EditsOfReadOnlyOrUnknownHooksAreRefusedBeforeTheRun) {
   for (const char* pattern : {"blocks.0.attn.hook_pattern", "blocks.0.hook_resid_psot", "blocks.99.hook_resid_post"}) {
     ActivationCache cache("hook_embed");
     bool called = false;
-    cache.add_edit(pattern, [&](const std::string&, float*, const Shape&) { called = true; });
+    cache.add_edit(pattern, [&](const std::string&, int64_t, float*, const Shape&) { called = true; });
     try {
       model.forward(ids, &cache);
       ADD_FAILURE() << pattern << " was accepted";
@@ -188,7 +189,7 @@ TEST(FamilyEditsLlama, EditsOfReadOnlyOrUnknownHooksAreRefusedBeforeTheRun) {
     }
     EXPECT_FALSE(called || cache.contains("hook_embed")) << pattern << ": refused before any work";
   }
-  EXPECT_THROW(ActivationCache("*").add_edit(",", [](const std::string&, float*, const Shape&) {}), Error);
+  EXPECT_THROW(ActivationCache("*").add_edit(",", [](const std::string&, int64_t, float*, const Shape&) {}), Error);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -87,6 +87,72 @@ TEST(RunCommand, RefusesAHookPatternThatMatchesNothing) {
   EXPECT_FALSE(fs::exists(dir / "hooks"));
 }
 
+// --ablate and --patch edit every pass: the saved hooks and logits are those of the edited model, checked against
+// identities that hold without it (zeroed attention leaves resid_mid = resid_pre; the whole stream patched from
+// another prompt of the same length gives that prompt's logits; a mean ablation's rows are the clean rows' mean).
+TEST(RunCommand, AblateAndPatchEditThePass) {
+  TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  fs::path dir = test::scratch_dir("run_edits");
+  const std::string model = (test::shared_dir() / "models/stories260K/stories260K.bin").string();
+  const std::vector<int32_t> a = {1, 403, 407, 261, 378}, b = {1, 365, 301, 278, 322};
+  Transformer t(load_model(model));
+  auto run = [&](const std::string& args, const std::string& name) {
+    std::string err;
+    EXPECT_EQ(test::run_cli(fmt::format("run {} --ids 1,403,407,261,378 --max-new-tokens 0 --save-logits {} --save-hooks {} {}",
+                                        model, (dir / (name + ".npy")).string(), (dir / name).string(), args),
+                            nullptr, &err),
+              0)
+        << err;
+  };
+  auto saved = [&](const std::string& name, const std::string& hook) { return read_npy(dir / name / (hook + ".npy")).as_float(); };
+
+  run("--ablate blocks.1.hook_attn_out --hooks 'blocks.1.hook_*'", "zero");
+  EXPECT_EQ(saved("zero", "blocks.1.hook_resid_mid"), saved("zero", "blocks.1.hook_resid_pre"));
+  for (float v : saved("zero", "blocks.1.hook_attn_out")) ASSERT_EQ(v, 0.0f);
+
+  run("--patch 'blocks.2.hook_resid_post' --patch-ids 1,365,301,278,322 --hooks blocks.2.hook_resid_post", "patch");
+  EXPECT_EQ(read_npy(dir / "patch.npy").as_float(), t.forward(b).data);
+
+  run("--ablate 'blocks.0.mlp.hook_post:mean' --hooks blocks.0.mlp.hook_post", "mean");
+  ActivationCache clean("blocks.0.mlp.hook_post");
+  t.forward(a, &clean);
+  const Tensor& h = clean.at("blocks.0.mlp.hook_post");
+  const std::vector<float> got = saved("mean", "blocks.0.mlp.hook_post");
+  const int64_t n = h.dim(0), width = h.dim(1);
+  for (int64_t j = 0; j < width; ++j) {
+    double mean = 0;
+    for (int64_t p = 0; p < n; ++p) mean += h.row(p)[j];
+    mean /= static_cast<double>(n);
+    for (int64_t p = 0; p < n; ++p) ASSERT_NEAR(got[p * width + j], mean, 1e-6 + 1e-6 * std::abs(mean)) << p << ", " << j;
+  }
+
+  for (const auto& [args, error] : std::vector<std::pair<std::string, std::string>>{
+           {"--ablate blocks.0.attn.hook_pattern", "'blocks.0.attn.hook_pattern' matches no writable hook"},
+           {"--ablate blocks.0.hook_resid_post:max", "'max' is not an ablation (zero, mean)"},
+           {"--patch blocks.0.hook_resid_post", "--patch needs the prompt to patch from"},
+           {"--patch-ids 1,2", "--patch-ids requires --patch"}}) {
+    std::string err;
+    EXPECT_NE(test::run_cli(fmt::format("run {} --ids 1,403 --max-new-tokens 0 {}", model, args), nullptr, &err), 0) << args;
+    EXPECT_NE(err.find(error), std::string::npos) << args << ": " << err;
+  }
+}
+
+// Generation runs the edits on every pass, the prompt's and each new token's, with its absolute position; the
+// captures stay the prompt's.
+TEST(Generate, EditsRunOnEveryStep) {
+  TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  Transformer t(load_model(test::shared_dir() / "models/stories260K/stories260K.bin"));
+  ActivationCache hooks("blocks.0.hook_resid_post");
+  std::vector<std::pair<int64_t, int64_t>> calls;  // (start, rows)
+  hooks.add_edit("blocks.0.hook_resid_post",
+                 [&](const std::string&, int64_t start, float*, const Shape& shape) { calls.emplace_back(start, shape[0]); });
+  GenerateOptions options;
+  options.max_new_tokens = 4;
+  generate(t, {1, 403, 407}, options, [](int32_t, int32_t) {}, &hooks);
+  EXPECT_EQ(calls, (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 1}, {4, 1}, {5, 1}}));
+  EXPECT_EQ(hooks.at("blocks.0.hook_resid_post").dim(0), 3);
+}
+
 TEST(Hooks, EveryPatternMustMatchAnOfferedHook) {
   ActivationCache cache("blocks.*.hook_resid_pre,hook_embed,blocks.?.attn.hook_z");
   for (const char* name : {"hook_embed", "blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre", "blocks.0.attn.hook_pattern"})

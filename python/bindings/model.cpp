@@ -60,7 +60,7 @@ void require_ids(const Ids& ids) {
 
 // An edit from Python: fn(activation) -> its replacement, a float array of the same shape (None: left as it is).
 ActivationCache::Edit python_edit(py::function fn) {
-  return [fn = std::move(fn)](const std::string& name, float* data, const Shape& shape) {
+  return [fn = std::move(fn)](const std::string& name, int64_t, float* data, const Shape& shape) {
     py::gil_scoped_acquire acquire;
     Tensor current(shape);
     std::copy(data, data + current.size(), current.ptr());

@@ -1,6 +1,7 @@
 #include "model/generate.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 
@@ -45,12 +46,17 @@ Generation generate(const Transformer& model, const std::vector<int32_t>& prompt
     fail("{} prompt + {} new tokens exceed the model's context of {} positions (see --context-overflow)", prompt.size(),
          opts.max_new_tokens, n_ctx);
 
+  // Edits apply to every pass, captures to the prompt's only.
+  std::optional<ActivationCache> step_edits;
+  if (hooks && hooks->has_edits()) step_edits.emplace(hooks->edits_only());
+  ActivationCache* const steps = step_edits ? &*step_edits : nullptr;
+
   // The prompt is one whole-sequence forward (hooks see every prompt position), filling the cache.
   KVCache cache = model.new_cache(std::min(std::max<int64_t>(total - 1, prompt.size()), n_ctx));
   std::span<const int32_t> first(prompt.data(), std::min<size_t>(prompt.size(), n_ctx));
   Tensor logits = model.forward(first, hooks, &cache);
   if (static_cast<int64_t>(prompt.size()) > n_ctx) {  // crop mode with a long prompt: recompute the tail window
-    logits = model.forward(std::span(prompt).last(n_ctx));
+    logits = model.forward(std::span(prompt).last(n_ctx), steps);
   }
   if (prompt_logits) *prompt_logits = logits;
   std::vector<float> last(logits.row(logits.dim(0) - 1), logits.row(logits.dim(0) - 1) + c.d_vocab);
@@ -67,10 +73,10 @@ Generation generate(const Transformer& model, const std::vector<int32_t>& prompt
     if (g.new_tokens == opts.max_new_tokens) break;
     const int64_t length = static_cast<int64_t>(g.tokens.size());
     if (length <= n_ctx) {  // position length - 1 fits: one cached step
-      Tensor step = model.forward(std::span(g.tokens).last(1), nullptr, &cache);
+      Tensor step = model.forward(std::span(g.tokens).last(1), steps, &cache);
       last.assign(step.ptr(), step.ptr() + c.d_vocab);
     } else if (cropping) {
-      Tensor window = model.forward(std::span(g.tokens).last(n_ctx));
+      Tensor window = model.forward(std::span(g.tokens).last(n_ctx), steps);
       last.assign(window.row(n_ctx - 1), window.row(n_ctx - 1) + c.d_vocab);
     } else {
       g.stopped_on_context = true;

@@ -34,7 +34,8 @@ struct Generation {
 // The next-token choice: argmax (first maximum) when temperature is 0, else a sample of softmax(logits / T).
 int32_t choose_token(const float* logits, int64_t d_vocab, double temperature, std::mt19937_64& rng);
 
-// Runs the prompt (capturing `hooks` and returning its logits in *prompt_logits if asked), then generates.
+// Runs the prompt (capturing `hooks` and returning its logits in *prompt_logits if asked), then generates. The
+// edits of `hooks` run on every pass, the prompt's and each new token's (a cropped window's rows numbered from 0).
 // `on_token(prev, next)` is called for every generated token as soon as it is chosen.
 Generation generate(const Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                     const std::function<void(int32_t prev, int32_t next)>& on_token, ActivationCache* hooks = nullptr,

@@ -1,6 +1,7 @@
 #include "model/hooks.h"
 
 #include <algorithm>
+#include <memory>
 #include <regex>
 
 #include <fnmatch.h>
@@ -50,10 +51,16 @@ void ActivationCache::add_edit(const std::string& patterns, Edit edit) {
   edits_.emplace_back(std::move(list), std::move(edit));
 }
 
-void ActivationCache::edit_and_capture(const std::string& name, float* data, Shape shape) {
+ActivationCache ActivationCache::edits_only() const {
+  ActivationCache out = keeping_nothing();
+  out.edits_ = edits_;
+  return out;
+}
+
+void ActivationCache::edit_and_capture(const std::string& name, int64_t start, float* data, Shape shape) {
   offered_writable_.insert(name);
   for (const auto& [patterns, edit] : edits_)
-    if (matches_any(patterns, name)) edit(name, data, shape);
+    if (matches_any(patterns, name)) edit(name, start, data, shape);
   capture(name, data, std::move(shape));
 }
 
@@ -81,6 +88,47 @@ void ActivationCache::require_every_pattern_matches(const std::set<std::string>&
   if (!unmatched.empty())
     fail("hook pattern{} {} match{} no hook of this model; its hooks are {}", unmatched.size() > 1 ? "s" : "",
          fmt::join(unmatched, ", "), unmatched.size() > 1 ? "" : "es", fmt::join(hook_name_templates(hook_names), ", "));
+}
+
+ActivationCache::Edit zero_ablation() {
+  return [](const std::string&, int64_t, float* data, const Shape& shape) { std::fill_n(data, numel(shape), 0.0f); };
+}
+
+namespace {
+
+// The activation of `name` in `cache` as rows of `row` values, or an Error saying what is wrong.
+const Tensor& rows_of(const std::map<std::string, Tensor>& cache, const std::string& name, int64_t row, const char* what) {
+  auto it = cache.find(name);
+  if (it == cache.end()) fail("{}: the {} pass did not capture {}", name, what, name);
+  const Tensor& t = it->second;
+  if (t.shape.empty() || t.dim(0) == 0 || t.size() / t.dim(0) != row)
+    fail("{}: the {} pass's activation has shape {}, not rows of {} values", name, what, shape_str(t.shape), row);
+  return t;
+}
+
+}  // namespace
+
+ActivationCache::Edit mean_ablation(const ActivationCache& clean) {
+  auto tensors = std::make_shared<const std::map<std::string, Tensor>>(clean.tensors());
+  return [tensors](const std::string& name, int64_t, float* data, const Shape& shape) {
+    const int64_t n = shape[0], row = numel(shape) / n;
+    const Tensor& t = rows_of(*tensors, name, row, "clean");
+    std::vector<double> mean(row, 0.0);
+    for (int64_t p = 0; p < t.dim(0); ++p)
+      for (int64_t j = 0; j < row; ++j) mean[j] += t.data[p * row + j];
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < row; ++j) data[i * row + j] = static_cast<float>(mean[j] / static_cast<double>(t.dim(0)));
+  };
+}
+
+ActivationCache::Edit patching(const ActivationCache& source) {
+  auto tensors = std::make_shared<const std::map<std::string, Tensor>>(source.tensors());
+  return [tensors](const std::string& name, int64_t start, float* data, const Shape& shape) {
+    const int64_t n = shape[0], row = numel(shape) / n;
+    const Tensor& t = rows_of(*tensors, name, row, "source");
+    for (int64_t i = 0; i < n && start + i < t.dim(0); ++i)
+      std::copy_n(t.data.data() + (start + i) * row, row, data + i * row);
+  };
 }
 
 std::vector<std::string> hook_name_templates(const std::set<std::string>& hook_names) {

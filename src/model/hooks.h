@@ -28,15 +28,20 @@ class ActivationCache {
   // Copies rows*cols floats (or the whole tensor of `shape`) under `name` if wanted.
   void capture(const std::string& name, const float* data, Shape shape);
 
-  // An edit receives a hook's name and its activation (row-major, of `shape`), which it may change in place.
-  using Edit = std::function<void(const std::string& name, float* data, const Shape& shape)>;
+  // An edit receives a hook's name, the absolute position of the activation's first row (0 for a whole sequence;
+  // the cache's length when generation runs a chunk against a KV cache) and the activation (row-major, of
+  // `shape`, one row per position), which it may change in place.
+  using Edit = std::function<void(const std::string& name, int64_t start, float* data, const Shape& shape)>;
   // Runs `edit` on every writable hook whose name matches `patterns` (globs as above); several edits of one hook
   // run in the order they were added. Transformer::forward refuses, before any work, a pattern that matches no
   // writable hook of the model.
   void add_edit(const std::string& patterns, Edit edit);
   bool has_edits() const { return !edits_.empty(); }
+  // A cache that keeps nothing and runs this one's edits: for passes whose activations are not wanted
+  // (generation's steps after the prompt).
+  ActivationCache edits_only() const;
   // A writable hook point: the matching edits, then capture(). Recorded in offered_writable().
-  void edit_and_capture(const std::string& name, float* data, Shape shape);
+  void edit_and_capture(const std::string& name, int64_t start, float* data, Shape shape);
   const std::set<std::string>& offered_writable() const { return offered_writable_; }
   // Throws Error naming each edit pattern that matches none of `writable` (the model's writable hooks), and
   // which hooks those are.
@@ -61,6 +66,14 @@ class ActivationCache {
   std::set<std::string> offered_writable_;
   std::vector<std::pair<std::vector<std::string>, Edit>> edits_;
 };
+
+// Ready-made edits. zero_ablation: every value 0. mean_ablation: every row (position) the mean row of the same
+// hook in `clean` (a pass of the prompt without edits), so the hook carries no information about the position.
+// patching: the rows at positions that `source` (a pass of another prompt) covers become its rows there; positions
+// beyond it are left as they are. The latter two throw Error when their cache lacks the hook or its row size differs.
+ActivationCache::Edit zero_ablation();
+ActivationCache::Edit mean_ablation(const ActivationCache& clean);
+ActivationCache::Edit patching(const ActivationCache& source);
 
 // The hook names with each layer's written once as {l} ("blocks.{l}.hook_resid_pre"), in name order.
 std::vector<std::string> hook_name_templates(const std::set<std::string>& hook_names);

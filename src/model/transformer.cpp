@@ -29,8 +29,8 @@ void hook(ActivationCache* hooks, int64_t layer, const char* name, const float* 
 }
 
 // A writable block hook: the cache's edits change `data` in place, and the pass goes on from the edited values.
-void edit_hook(ActivationCache* hooks, int64_t layer, const char* name, float* data, Shape shape) {
-  if (hooks) hooks->edit_and_capture(block_hook(layer, name), data, std::move(shape));
+void edit_hook(ActivationCache* hooks, int64_t layer, const char* name, int64_t start, float* data, Shape shape) {
+  if (hooks) hooks->edit_and_capture(block_hook(layer, name), start, data, std::move(shape));
 }
 
 // One residual step around a sublayer output f [n, d] (the output projection incl. bias), by norm placement:
@@ -38,11 +38,11 @@ void edit_hook(ActivationCache* hooks, int64_t layer, const char* name, float* d
 // post_*_layernorm); PostResidual then normalises the sum (BERT/ALBERT Add & LayerNorm). What is added is offered
 // as the writable hook `added_hook` (hook_attn_out, hook_mlp_out) before it is added.
 void residual_step(const ModelConfig& c, Tensor& x, Tensor f, const Norm& post_norm, ActivationCache* hooks,
-                   int64_t layer, const char* added_hook) {
+                   int64_t layer, const char* added_hook, int64_t start) {
   const int64_t n = x.dim(0), d = x.dim(1);
   if (c.norm_placement == NormPlacement::PostSublayer || c.norm_placement == NormPlacement::Sandwich)
     apply_norm(c.norm, f.ptr(), n, d, post_norm, c.norm_eps, f.ptr());
-  edit_hook(hooks, layer, added_hook, f.ptr(), {n, d});
+  edit_hook(hooks, layer, added_hook, start, f.ptr(), {n, d});
   add_inplace(x.ptr(), f.ptr(), x.size());
   if (c.norm_placement == NormPlacement::PostResidual) apply_norm(c.norm, x.ptr(), n, d, post_norm, c.norm_eps, x.ptr());
 }
@@ -282,7 +282,7 @@ Tensor Transformer::attention_mix(int64_t l, AttentionProjections p, int64_t sta
   AttentionShape shape{n, n_keys, start, c.n_heads, c.n_kv_heads, hd, lc.attn_scale, c.causal, lc.sliding_window};
   tdyn::attention(shape, q.ptr(), keys, values, z.ptr(), want_pattern ? pattern.ptr() : nullptr);
   if (want_pattern) hook(hooks, l, "attn.hook_pattern", pattern.ptr(), pattern.shape);
-  edit_hook(hooks, l, "attn.hook_z", z.ptr(), {n, c.n_heads, hd});
+  edit_hook(hooks, l, "attn.hook_z", start, z.ptr(), {n, c.n_heads, hd});
   return z;
 }
 
@@ -299,10 +299,10 @@ void Transformer::attention_out(int64_t l, Tensor& x, const Tensor& z, int64_t s
   const ModelConfig& c = config();
   const int64_t n = x.dim(0), d = c.d_model;
   residual_step(c, x, project_out(l, z, start, hooks), model_->weights.layers[l].attn_post_norm, hooks, l,
-                "hook_attn_out");
+                "hook_attn_out", start);
   check_finite(x, start, l, "hook_resid_mid",
                "the attention step's residual add or post-norm (the attention output was finite)");
-  edit_hook(hooks, l, "hook_resid_mid", x.ptr(), {n, d});
+  edit_hook(hooks, l, "hook_resid_mid", start, x.ptr(), {n, d});
 }
 
 Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks) const {
@@ -325,7 +325,7 @@ Tensor Transformer::mlp(int64_t l, const Tensor& input, ActivationCache* hooks, 
     hook(hooks, l, "mlp.hook_pre", up.ptr(), {n, d_mlp});
     activate_inplace(c.activation, up.ptr(), up.size());
   }
-  edit_hook(hooks, l, "mlp.hook_post", up.ptr(), {n, d_mlp});
+  edit_hook(hooks, l, "mlp.hook_post", start, up.ptr(), {n, d_mlp});
   Tensor out({n, c.d_model});
   L.down.apply(up.ptr(), n, out.ptr());
   check_finite(out, start, l, "mlp.hook_out_proj", "the MLP sublayer");
@@ -355,7 +355,7 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
   } else {
     f = mlp(l, input, hooks, start);
   }
-  residual_step(c, x, std::move(f), L.mlp_post_norm, hooks, l, "hook_mlp_out");
+  residual_step(c, x, std::move(f), L.mlp_post_norm, hooks, l, "hook_mlp_out", start);
 
   if (c.d_per_layer_input > 0) {
     // Gemma4TextDecoderLayer, after the MLP residual: x += post_per_layer_input_norm(per_layer_projection(
@@ -382,12 +382,12 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
   }
   check_finite(x, start, l, "hook_resid_post",
                "the MLP step's residual add, post-norm, per-layer-input branch or layer scalar (the MLP output was finite)");
-  edit_hook(hooks, l, "hook_resid_post", x.ptr(), {n, d});
+  edit_hook(hooks, l, "hook_resid_post", start, x.ptr(), {n, d});
 }
 
 void Transformer::layer_step(int64_t l, Tensor& x, int64_t start, KVCache* cache, const float* per_layer_input,
                              ActivationCache* hooks) const {
-  edit_hook(hooks, l, "hook_resid_pre", x.ptr(), {x.dim(0), config().d_model});
+  edit_hook(hooks, l, "hook_resid_pre", start, x.ptr(), {x.dim(0), config().d_model});
   const Tensor resid_pre = config().parallel_residual ? x : Tensor();  // what a parallel block's MLP reads
   attention_block(l, x, start, cache, hooks);
   mlp_block(l, x, per_layer_input, hooks, start, &resid_pre);

@@ -1,9 +1,12 @@
 // tdyn run MODEL (--prompt TEXT | --ids 1,2,3) [...]: runs a model on a prompt, optionally generates, and
-// saves logits and hooked activations. With temperature 0, stdout holds exactly the decoded prompt, the
+// saves logits and hooked activations; --ablate and --patch edit activations on the way (every pass, new tokens'
+// too). With temperature 0, stdout holds exactly the decoded prompt, the
 // greedy continuation and one newline (for llama2.c checkpoints, byte for byte what llama2.c's run prints).
 #include <chrono>
 #include <iostream>
+#include <optional>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
@@ -20,6 +23,9 @@ struct RunArgs {
   ModelArgs model;
   std::string tokenizer, prompt, save_logits, save_hooks, hooks = "*", overflow;
   std::vector<int32_t> ids, token_types;
+  std::vector<std::string> ablate, patch;  // hook globs, ablate's with an optional ":zero" / ":mean"
+  std::string patch_prompt;
+  std::vector<int32_t> patch_ids;
   int64_t max_new_tokens = 32, steps = -1;
   double temperature = 0.0;
   uint64_t seed = 0;
@@ -97,9 +103,65 @@ std::string prompt_echo(const std::vector<int32_t>& prompt, const Tokenizer* tok
   return echo;
 }
 
+// --ablate GLOB[:zero|:mean], parsed.
+struct Ablation {
+  std::string glob;
+  bool mean = false;
+};
+
+std::vector<Ablation> parse_ablations(const std::vector<std::string>& specs) {
+  std::vector<Ablation> out;
+  for (const std::string& spec : specs) {
+    const size_t colon = spec.rfind(':');  // hook names hold no ':'
+    const std::string how = colon == std::string::npos ? "zero" : spec.substr(colon + 1);
+    if (how != "zero" && how != "mean") fail("--ablate {}: '{}' is not an ablation (zero, mean)", spec, how);
+    out.push_back({spec.substr(0, colon), how == "mean"});
+  }
+  return out;
+}
+
+// A pass of `ids` capturing the hooks of `globs`.
+ActivationCache capture_pass(const Transformer& transformer, std::span<const int32_t> ids,
+                             const std::vector<std::string>& globs, std::span<const int32_t> types = {}) {
+  ActivationCache cache(fmt::format("{}", fmt::join(globs, ",")));
+  transformer.forward(ids, &cache, nullptr, types);
+  return cache;
+}
+
+// Adds the edits of --ablate and --patch to `hooks`, their globs checked against the model's writable hooks before
+// any pass. Mean ablation reads a pass of the prompt without edits, patching a pass of --patch-prompt / --patch-ids.
+void add_edits(const RunArgs& a, const Transformer& transformer, const std::vector<int32_t>& prompt,
+               const Tokenizer* tok, std::span<const int32_t> types, ActivationCache& hooks) {
+  const std::vector<Ablation> ablations = parse_ablations(a.ablate);
+  if (ablations.empty() && a.patch.empty()) return;
+  std::vector<std::string> all_globs = a.patch, mean_globs;
+  for (const Ablation& x : ablations) {
+    all_globs.push_back(x.glob);
+    if (x.mean) mean_globs.push_back(x.glob);
+  }
+  ActivationCache check = ActivationCache::keeping_nothing();
+  check.add_edit(fmt::format("{}", fmt::join(all_globs, ",")), zero_ablation());
+  check.require_every_edit_matches(transformer.writable_hook_names());
+
+  std::optional<ActivationCache> clean, source;
+  if (!mean_globs.empty()) clean = capture_pass(transformer, prompt, mean_globs, types);
+  if (!a.patch.empty()) {
+    std::vector<int32_t> ids = a.patch_ids;
+    if (ids.empty() && a.patch_prompt.empty()) fail("--patch needs the prompt to patch from: --patch-prompt or --patch-ids");
+    if (ids.empty() && !tok) fail("--patch-prompt needs a tokenizer (or give --patch-ids)");
+    if (ids.empty()) ids = tok->encode(a.patch_prompt, !a.no_special);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || ids[i] >= transformer.config().d_vocab)
+        fail("--patch: token id {} at position {} is outside the vocabulary [0, {})", ids[i], i, transformer.config().d_vocab);
+    source = capture_pass(transformer, ids, a.patch);
+  }
+  for (const Ablation& x : ablations) hooks.add_edit(x.glob, x.mean ? mean_ablation(*clean) : zero_ablation());
+  for (const std::string& glob : a.patch) hooks.add_edit(glob, patching(*source));
+}
+
 void save_outputs(const RunArgs& a, const Tensor& prompt_logits, const ActivationCache* hooks) {
   if (!a.save_logits.empty()) write_npy(a.save_logits, prompt_logits);
-  if (hooks) save_hooks(*hooks, a.save_hooks);
+  if (!a.save_hooks.empty()) save_hooks(*hooks, a.save_hooks);
 }
 
 int run(const RunArgs& a) {
@@ -119,6 +181,10 @@ int run(const RunArgs& a) {
   if (!a.save_hooks.empty()) {
     transformer.check_hook_patterns(a.hooks);
     hooks = std::make_unique<ActivationCache>(a.hooks);
+  }
+  if (!a.ablate.empty() || !a.patch.empty()) {
+    if (!hooks) hooks = std::make_unique<ActivationCache>(ActivationCache::keeping_nothing());
+    add_edits(a, transformer, prompt, tok.get(), types, *hooks);
   }
   std::cout << prompt_echo(prompt, tok.get(), c) << std::flush;
 
@@ -178,6 +244,22 @@ std::function<int()> setup_run(CLI::App& app) {
                   "Comma-separated globs over TransformerLens hook names, e.g. 'blocks.*.hook_resid_post' ('*' = all); a "
                   "glob that matches no hook of the model is an error that lists its hooks")
       ->capture_default_str();
+  cmd->add_option("--ablate", a->ablate,
+                  "Ablate the writable hooks matching GLOB on every pass (prompt and new tokens): GLOB or GLOB:zero sets "
+                  "them to 0, GLOB:mean sets every position to the hook's mean over the prompt's positions (from a pass "
+                  "without edits). Writable: blocks.{l}.hook_resid_pre/_mid/_post, hook_attn_out, hook_mlp_out, "
+                  "attn.hook_z, mlp.hook_post. Repeatable; --save-hooks saves the edited values")
+      ->type_name("GLOB[:zero|:mean]");
+  auto* patch = cmd->add_option("--patch", a->patch,
+                                "Activation patching: the writable hooks matching GLOB take, at each position the source "
+                                "prompt covers, the values of a pass of that prompt (--patch-prompt or --patch-ids); "
+                                "later positions are left as they are. Repeatable")
+                    ->type_name("GLOB");
+  auto* patch_prompt = cmd->add_option("--patch-prompt", a->patch_prompt, "The source prompt of --patch, as text");
+  auto* patch_ids = cmd->add_option("--patch-ids", a->patch_ids, "The source prompt of --patch, as token ids")
+                        ->delimiter(',')->check(token_id);
+  patch_prompt->excludes(patch_ids)->needs(patch);
+  patch_ids->needs(patch);
   return [cmd, a] {
     if (cmd->count("--prompt") == 0 && cmd->count("--ids") == 0) throw CLI::RequiredError("--prompt or --ids");
     return run(*a);
