@@ -99,7 +99,7 @@ namespace {
 // The activation of `name` in `cache` as rows of `row` values, or an Error saying what is wrong.
 const Tensor& rows_of(const std::map<std::string, Tensor>& cache, const std::string& name, int64_t row, const char* what) {
   auto it = cache.find(name);
-  if (it == cache.end()) fail("{}: the {} pass did not capture {}", name, what, name);
+  if (it == cache.end()) fail("{}: the {} pass did not capture this hook", name, what);
   const Tensor& t = it->second;
   if (t.shape.empty() || t.dim(0) == 0 || t.size() / t.dim(0) != row)
     fail("{}: the {} pass's activation has shape {}, not rows of {} values", name, what, shape_str(t.shape), row);
