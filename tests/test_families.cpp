@@ -189,6 +189,11 @@ TEST(FamilyEditsLlama, EditsOfReadOnlyOrUnknownHooksAreRefusedBeforeTheRun) {
     }
     EXPECT_FALSE(called || cache.contains("hook_embed")) << pattern << ": refused before any work";
   }
+  // An edit added after a pass is checked before the next one.
+  ActivationCache reused("hook_embed");
+  model.forward(ids, &reused);
+  reused.add_edit("blocks.0.attn.hook_pattern", zero_ablation());
+  EXPECT_THROW(model.forward(ids, &reused), Error);
   EXPECT_THROW(ActivationCache("*").add_edit(",", [](const std::string&, int64_t, float*, const Shape&) {}), Error);
 }
 

@@ -135,13 +135,8 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& origin, 
   if (!j.is_object()) fail("{}: config must be a JSON object", origin);
   if (!j.contains("model_type") || !j["model_type"].is_string()) fail("{}: config has no \"model_type\"", origin);
   std::string type = j["model_type"].get<std::string>();
-  HfConfigParser parse = nullptr;
   std::string supported;
-  for (const auto& family : family_definitions())
-    for (const auto& [model_type, parser] : family.model_types) {
-      if (model_type == type) parse = parser;
-      supported += (supported.empty() ? "" : ", ") + model_type;
-    }
+  const HfConfigParser parse = find_parser(&FamilyDefinition::model_types, type, supported);
   if (!parse) fail("{}: unknown model_type '{}' (supported: {})", origin, type, supported);
   ModelConfig c = parse(j, origin, opts);
   if (!c.bos_id && !c.eos_id) config_json::parse_token_ids(j, c);  // gemma4 takes them from text_config

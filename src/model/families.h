@@ -72,6 +72,20 @@ struct FamilyDefinition {
 // Every family, in a fixed order (the order model types are listed in errors).
 const std::vector<FamilyDefinition>& family_definitions();
 
+// The parser that `list` (&FamilyDefinition::model_types or ::gguf_architectures) of some family gives for `key`,
+// or null; `supported` receives every key of those lists, comma-separated, for the error.
+template <typename Parser>
+Parser find_parser(std::vector<std::pair<std::string, Parser>> FamilyDefinition::*list, const std::string& key,
+                   std::string& supported) {
+  Parser found = nullptr;
+  for (const auto& family : family_definitions())
+    for (const auto& [name, parser] : family.*list) {
+      if (name == key) found = parser;
+      supported += (supported.empty() ? "" : ", ") + name;
+    }
+  return found;
+}
+
 const FamilyTable& family_table(const std::string& family, const std::string& format);
 
 // Binds every role of `config` to tensors of `store`; throws Error on a missing, unknown or misshapen tensor.

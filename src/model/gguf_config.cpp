@@ -114,13 +114,8 @@ const char* refusal_reason(const std::string& arch) {
 ModelConfig gguf_config(const TensorStore& store, const std::string& origin) {
   GgufKeys keys(store.metadata(), origin);
   const std::string arch = keys.text("general.architecture");
-  GgufConfigParser parse = nullptr;
   std::string supported;
-  for (const auto& family : family_definitions())
-    for (const auto& [architecture, parser] : family.gguf_architectures) {
-      if (architecture == arch) parse = parser;
-      supported += (supported.empty() ? "" : ", ") + architecture;
-    }
+  const GgufConfigParser parse = find_parser(&FamilyDefinition::gguf_architectures, arch, supported);
   if (!parse) {
     if (const char* why = refusal_reason(arch)) fail("{}: GGUF architecture '{}' is not supported: {}", origin, arch, why);
     fail("{}: GGUF architecture '{}' is not supported (supported: {}; Mistral is written as llama)", origin, arch,

@@ -20,6 +20,17 @@ bool matches_any(const std::vector<std::string>& patterns, const std::string& na
   return false;
 }
 
+// The patterns that match none of `names`, quoted.
+std::vector<std::string> unmatched(const std::vector<std::string>& patterns, const std::set<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& p : patterns) {
+    bool matched = false;
+    for (const auto& name : names) matched = matched || ::fnmatch(p.c_str(), name.c_str(), 0) == 0;
+    if (!matched) out.push_back("'" + p + "'");
+  }
+  return out;
+}
+
 }  // namespace
 
 ActivationCache::ActivationCache(const std::string& patterns) {
@@ -54,6 +65,7 @@ void ActivationCache::add_edit(const std::string& patterns, Edit edit) {
 ActivationCache ActivationCache::edits_only() const {
   ActivationCache out = keeping_nothing();
   out.edits_ = edits_;
+  out.checked_edits_ = checked_edits_;
   return out;
 }
 
@@ -64,30 +76,21 @@ void ActivationCache::edit_and_capture(const std::string& name, int64_t start, f
   capture(name, data, std::move(shape));
 }
 
-void ActivationCache::require_every_edit_matches(const std::set<std::string>& writable) const {
-  std::vector<std::string> unmatched;
+void ActivationCache::check_edits(const std::set<std::string>& writable) {
+  std::vector<std::string> bad;
   for (const auto& [patterns, edit] : edits_)
-    for (const auto& p : patterns) {
-      bool matched = false;
-      for (const auto& name : writable) matched = matched || ::fnmatch(p.c_str(), name.c_str(), 0) == 0;
-      if (!matched) unmatched.push_back("'" + p + "'");
-    }
-  if (!unmatched.empty())
-    fail("edit pattern{} {} match{} no writable hook of this model; its writable hooks are {}",
-         unmatched.size() > 1 ? "s" : "", fmt::join(unmatched, ", "), unmatched.size() > 1 ? "" : "es",
-         fmt::join(hook_name_templates(writable), ", "));
+    for (std::string& p : unmatched(patterns, writable)) bad.push_back(std::move(p));
+  if (!bad.empty())
+    fail("edit pattern{} {} match{} no writable hook of this model; its writable hooks are {}", bad.size() > 1 ? "s" : "",
+         fmt::join(bad, ", "), bad.size() > 1 ? "" : "es", fmt::join(hook_name_templates(writable), ", "));
+  checked_edits_ = edits_.size();
 }
 
 void ActivationCache::require_every_pattern_matches(const std::set<std::string>& hook_names) const {
-  std::vector<std::string> unmatched;
-  for (const auto& p : patterns_) {
-    bool matched = false;
-    for (const auto& name : hook_names) matched = matched || ::fnmatch(p.c_str(), name.c_str(), 0) == 0;
-    if (!matched) unmatched.push_back("'" + p + "'");
-  }
-  if (!unmatched.empty())
-    fail("hook pattern{} {} match{} no hook of this model; its hooks are {}", unmatched.size() > 1 ? "s" : "",
-         fmt::join(unmatched, ", "), unmatched.size() > 1 ? "" : "es", fmt::join(hook_name_templates(hook_names), ", "));
+  const std::vector<std::string> bad = unmatched(patterns_, hook_names);
+  if (!bad.empty())
+    fail("hook pattern{} {} match{} no hook of this model; its hooks are {}", bad.size() > 1 ? "s" : "",
+         fmt::join(bad, ", "), bad.size() > 1 ? "" : "es", fmt::join(hook_name_templates(hook_names), ", "));
 }
 
 ActivationCache::Edit zero_ablation() {

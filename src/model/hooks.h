@@ -33,8 +33,8 @@ class ActivationCache {
   // `shape`, one row per position), which it may change in place.
   using Edit = std::function<void(const std::string& name, int64_t start, float* data, const Shape& shape)>;
   // Runs `edit` on every writable hook whose name matches `patterns` (globs as above); several edits of one hook
-  // run in the order they were added. Transformer::forward refuses, before any work, a pattern that matches no
-  // writable hook of the model.
+  // run in the order they were added. Transformer::forward checks the edits added since its last pass
+  // (check_edits) before any work.
   void add_edit(const std::string& patterns, Edit edit);
   bool has_edits() const { return !edits_.empty(); }
   // A cache that keeps nothing and runs this one's edits: for passes whose activations are not wanted
@@ -44,8 +44,9 @@ class ActivationCache {
   void edit_and_capture(const std::string& name, int64_t start, float* data, Shape shape);
   const std::set<std::string>& offered_writable() const { return offered_writable_; }
   // Throws Error naming each edit pattern that matches none of `writable` (the model's writable hooks), and
-  // which hooks those are.
-  void require_every_edit_matches(const std::set<std::string>& writable) const;
+  // which hooks those are; otherwise every edit counts as checked.
+  void check_edits(const std::set<std::string>& writable);
+  bool has_unchecked_edits() const { return checked_edits_ < edits_.size(); }
 
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
   const Tensor& at(const std::string& name) const;  // throws Error naming the hook if absent
@@ -65,6 +66,7 @@ class ActivationCache {
   mutable std::set<std::string> offered_;
   std::set<std::string> offered_writable_;
   std::vector<std::pair<std::vector<std::string>, Edit>> edits_;
+  size_t checked_edits_ = 0;  // edits_[0, checked_edits_) matched writable hooks
 };
 
 // Ready-made edits. zero_ablation: every value 0. mean_ablation: every row (position) the mean row of the same

@@ -462,9 +462,7 @@ Tensor Transformer::forward(std::span<const int32_t> ids, ActivationCache* hooks
   if (cache && c.is_encoder()) fail("{} is a bidirectional encoder: it takes no KV cache (run whole sequences)", c.family);
   if (cache && start + n > cache->capacity())
     fail("sequence of {} positions exceeds the KV cache ({} positions)", start + n, cache->capacity());
-  // Edits are checked on the cache's first pass (a pass records the writable hooks it met).
-  if (hooks && hooks->has_edits() && hooks->offered_writable().empty())
-    hooks->require_every_edit_matches(writable_hook_names());
+  if (hooks && hooks->has_unchecked_edits()) hooks->check_edits(writable_hook_names());
   // A decoding step is a string of short products, about four a layer: one team of threads serves them all.
   if (n <= kDotProductRows) {
     Tensor logits;

@@ -54,13 +54,16 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunArgs& a) {
   }
 }
 
+void check_vocabulary(const std::vector<int32_t>& ids, const ModelConfig& c, const char* what = "") {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= c.d_vocab)
+      fail("{}token id {} at position {} is outside the vocabulary [0, {})", what, ids[i], i, c.d_vocab);
+}
+
 std::vector<int32_t> prompt_ids(const RunArgs& a, const Tokenizer* tok, const ModelConfig& c) {
   std::vector<int32_t> prompt = !a.ids.empty() ? a.ids : tok->encode(a.prompt, !a.no_special);
   if (prompt.empty()) fail("the prompt encodes to no tokens");
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= c.d_vocab)
-      fail("token id {} at position {} is outside the vocabulary [0, {})", prompt[i], i, c.d_vocab);
-  }
+  check_vocabulary(prompt, c);
   if (tok && tok->vocab_size() > c.d_vocab)
     fail("the tokenizer has {} tokens but the model's vocabulary has {}", tok->vocab_size(), c.d_vocab);
   return prompt;
@@ -141,7 +144,7 @@ void add_edits(const RunArgs& a, const Transformer& transformer, const std::vect
   }
   ActivationCache check = ActivationCache::keeping_nothing();
   check.add_edit(fmt::format("{}", fmt::join(all_globs, ",")), zero_ablation());
-  check.require_every_edit_matches(transformer.writable_hook_names());
+  check.check_edits(transformer.writable_hook_names());
 
   std::optional<ActivationCache> clean, source;
   if (!mean_globs.empty()) clean = capture_pass(transformer, prompt, mean_globs, types);
@@ -150,9 +153,7 @@ void add_edits(const RunArgs& a, const Transformer& transformer, const std::vect
     if (ids.empty() && a.patch_prompt.empty()) fail("--patch needs the prompt to patch from: --patch-prompt or --patch-ids");
     if (ids.empty() && !tok) fail("--patch-prompt needs a tokenizer (or give --patch-ids)");
     if (ids.empty()) ids = tok->encode(a.patch_prompt, !a.no_special);
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] < 0 || ids[i] >= transformer.config().d_vocab)
-        fail("--patch: token id {} at position {} is outside the vocabulary [0, {})", ids[i], i, transformer.config().d_vocab);
+    check_vocabulary(ids, transformer.config(), "--patch: ");
     source = capture_pass(transformer, ids, a.patch);
   }
   for (const Ablation& x : ablations) hooks.add_edit(x.glob, x.mean ? mean_ablation(*clean) : zero_ablation());
