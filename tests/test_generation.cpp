@@ -126,9 +126,23 @@ TEST(RunCommand, AblateAndPatchEditThePass) {
     for (int64_t p = 0; p < n; ++p) ASSERT_NEAR(got[p * width + j], mean, 1e-6 + 1e-6 * std::abs(mean)) << p << ", " << j;
   }
 
+  // One head's z: zero at every position, the other heads as in the pass without edits.
+  run("--ablate 'blocks.1.attn.hook_z:zero:heads=1' --hooks blocks.1.attn.hook_z", "head");
+  ActivationCache z_clean("blocks.1.attn.hook_z");
+  t.forward(a, &z_clean);
+  const Tensor& z = z_clean.at("blocks.1.attn.hook_z");  // [pos, heads, d_head]
+  const std::vector<float> z_got = saved("head", "blocks.1.attn.hook_z");
+  ASSERT_EQ(z_got.size(), z.data.size());
+  const int64_t n_heads = z.dim(1), d_head = z.dim(2);
+  for (size_t i = 0; i < z_got.size(); ++i)
+    ASSERT_EQ(z_got[i], static_cast<int64_t>(i) / d_head % n_heads == 1 ? 0.0f : z.data[i]) << i;
+
   for (const auto& [args, error] : std::vector<std::pair<std::string, std::string>>{
            {"--ablate blocks.0.attn.hook_pattern", "'blocks.0.attn.hook_pattern' matches no writable hook"},
-           {"--ablate blocks.0.hook_resid_post:max", "'max' is not an ablation (zero, mean)"},
+           {"--ablate blocks.0.hook_resid_post:max", "'max' is not understood (GLOB[:zero|:mean][:heads=H,H,...])"},
+           {"--ablate blocks.0.attn.hook_z:heads=1,x", "'x' is not a head number"},
+           {"--ablate blocks.0.attn.hook_z:heads=99", "blocks.0.attn.hook_z: head 99 is out of range"},
+           {"--ablate blocks.0.hook_mlp_out:heads=0", "heads can be chosen only in a [pos, heads, d_head] activation"},
            {"--patch blocks.0.hook_resid_post", "--patch needs the prompt to patch from"},
            {"--patch-ids 1,2", "--patch-ids requires --patch"}}) {
     std::string err;

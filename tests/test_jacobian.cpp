@@ -7,6 +7,7 @@
 #include "analysis/jacobian/means.h"
 #include "fixture_check.h"
 #include "io/safetensors.h"
+#include "model/ablation.h"
 #include "model/loader.h"
 #include "test_util.h"
 
@@ -49,6 +50,24 @@ double ref_ratio(const TensorStore& refs, const std::string& key, const Matrix& 
 }
 
 double relative_error(const Matrix& a, const Matrix& b) { return (a - b).norm() / std::max(b.norm(), 1e-300); }
+
+// Relative error of `n` random columns of j (the local map's Jacobian at its input in `s`) against central
+// differences of the float64 local map along the same input axes.
+double difference_error(const JacobianModel& m, const SequenceState& s, int64_t l, Sublayer which, int64_t pos, const Matrix& j,
+                        int64_t n, std::mt19937_64& rng) {
+  const Vector x = m.input(s, l, which, pos);
+  Matrix fd(j.rows(), n), exact(j.rows(), n);
+  const double h = 1e-5;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t c = static_cast<int64_t>(rng() % x.size());
+    Vector xp = x, xm = x;
+    xp[c] += h;
+    xm[c] -= h;
+    fd.col(k) = (m.step(s, l, which, pos, xp) - m.step(s, l, which, pos, xm)) / (2 * h);
+    exact.col(k) = j.col(c);
+  }
+  return relative_error(exact, fd);
+}
 
 class JacobianFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -117,20 +136,9 @@ TEST(JacobianFiniteDifferences, EveryFamilyAtRandomStates) {
         SequenceState moved = state;
         Tensor& rows = which == Sublayer::Attention ? moved.resid_pre[l] : moved.resid_mid[l];
         for (int64_t i = 0; i < x.size(); ++i) rows.row(pos)[i] = static_cast<float>(x[i]);
-        x = m.input(moved, l, which, pos);
         const Matrix j = m.jacobian(moved, l, which, pos);
         // 16 random input directions (columns) per sublayer keep the test fast; all rows are checked.
-        Matrix fd(j.rows(), 16), exact(j.rows(), 16);
-        const double h = 1e-5;
-        for (int64_t n = 0; n < fd.cols(); ++n) {
-          const int64_t c = static_cast<int64_t>(rng() % x.size());
-          Vector xp = x, xm = x;
-          xp[c] += h;
-          xm[c] -= h;
-          fd.col(n) = (m.step(moved, l, which, pos, xp) - m.step(moved, l, which, pos, xm)) / (2 * h);
-          exact.col(n) = j.col(c);
-        }
-        EXPECT_LE(relative_error(exact, fd), 1e-7) << family << " layer " << l << " " << to_string(which);
+        EXPECT_LE(difference_error(m, moved, l, which, pos, j, 16, rng), 1e-7) << family << " layer " << l << " " << to_string(which);
         EXPECT_LE(relative_error(m.structure(moved, l, which, pos).dense(), m.jacobian_by_tangents(moved, l, which, pos)), 1e-12)
             << family << " layer " << l;
       }
@@ -229,6 +237,83 @@ TEST(JacobianStructuredMean, EqualsPlainMean) {
     EXPECT_LE(relative_error(plain.mean_of_products[0], plain.mean[0]), 1e-12);
     std::cout << fmt::format("[ jacobian ] {} ({} pairs): structured vs plain mean {:.2g}\n", c.path, plain.n_pairs, worst);
   }
+}
+
+// Jacobians of an ablated model (model/ablation.h), on every family and every kind of zeroed part: the float32
+// states are those of the forward pass with the same edits, the float64 local map gives them at the forward input,
+// its Jacobian (tangents) equals central differences of it and the structured form equals the tangents.
+TEST(JacobianAblated, StatesMapsAndDerivativesAreTheAblatedModels) {
+  const std::vector<std::string> specs = {"blocks.*.attn.hook_z:heads=1", "blocks.*.hook_attn_out", "blocks.*.mlp.hook_post",
+                                          "blocks.*.hook_mlp_out"};
+  for (const std::string family : {"gpt2", "bert", "llama", "olmo3", "gemma4", "gpt_neo", "albert"}) {
+    TDYN_REQUIRE_SHARED("fixtures/" + family + "/refs.safetensors");
+    const fs::path dir = test::shared_dir() / "fixtures" / family;
+    auto transformer = std::make_shared<Transformer>(load_model(dir));
+    TensorStore refs;
+    read_safetensors(dir / "refs.safetensors", refs);
+    std::vector<int32_t> types;
+    if (refs.contains("seq1.token_type_ids")) types = ints32(refs.ints("seq1.token_type_ids"));
+    const std::vector<int32_t> ids = ints32(refs.ints("seq1.input_ids"));
+    const JacobianModel plain(transformer);
+    const SequenceState unablated = plain.run(ids, types);
+    for (const std::string& spec : specs) {
+      const ZeroedParts zeroed(*transformer, {Ablation::parse(spec)});
+      const JacobianModel m(transformer, zeroed);
+      const SequenceState state = m.run(ids, types);
+      ActivationCache edited("blocks.*.hook_resid_mid,blocks.*.hook_resid_post");
+      zeroed.add_edits(edited);
+      transformer->forward(ids, &edited, nullptr, types);
+      std::mt19937_64 rng(11);
+      for (int64_t l = 0; l < m.config().n_layers; ++l) {
+        const std::string where = fmt::format("{} {} layer {}", family, spec, l);
+        for (auto [name, got] : {std::pair{"hook_resid_mid", &state.resid_mid[l]}, {"hook_resid_post", &state.resid_post[l]}}) {
+          const Tensor& want = edited.at(fmt::format("blocks.{}.{}", l, name));
+          test::expect_close(got->data, want.data, 1e-5, 1e-5, where + " " + name);
+        }
+        for (Sublayer which : {Sublayer::Attention, Sublayer::Mlp}) {
+          const int64_t pos = (l + 2) % state.n_pos;
+          const Vector x = m.input(state, l, which, pos), ref = m.output(state, l, which, pos);
+          EXPECT_LE((m.step(state, l, which, pos, x) - ref).norm() / ref.norm(), 1e-5) << where << " " << to_string(which);
+          const Matrix j = m.jacobian_by_tangents(state, l, which, pos);
+          EXPECT_LE(difference_error(m, state, l, which, pos, j, 8, rng), 1e-7) << where << " " << to_string(which);
+          EXPECT_LE(relative_error(m.structure(state, l, which, pos).dense(), j), 1e-12) << where << " " << to_string(which);
+          // The ablation changes the sublayer it reaches (so that the checks above could fail).
+          const bool reached = (which == Sublayer::Attention) == (spec.find("attn") != std::string::npos);
+          if (reached) EXPECT_GT(relative_error(j, plain.jacobian_by_tangents(unablated, l, which, pos)), 1e-3) << where;
+        }
+      }
+    }
+  }
+}
+
+// Where no norm follows a sublayer (Llama: pre-norm), zeroing what it adds leaves J = I, and each head's share of
+// J − I (what ablating it removes) adds up over the heads to J − I: the head's columns of W_O and its kv head (GQA)
+// are found where they are.
+TEST(JacobianAblated, PreNormIdentities) {
+  TDYN_REQUIRE_SHARED("fixtures/llama/refs.safetensors");
+  const fs::path dir = test::shared_dir() / "fixtures/llama";
+  auto transformer = std::make_shared<Transformer>(load_model(dir));
+  const ModelConfig& c = transformer->config();
+  ASSERT_LT(c.n_kv_heads, c.n_heads);
+  TensorStore refs;
+  read_safetensors(dir / "refs.safetensors", refs);
+  const std::vector<int32_t> ids = ints32(refs.ints("seq0.input_ids"));
+  auto ablated = [&](const std::string& spec) { return JacobianModel(transformer, ZeroedParts(*transformer, {Ablation::parse(spec)})); };
+  const JacobianModel full(transformer);
+  const SequenceState state = full.run(ids);
+  const int64_t d = c.d_model, pos = 7, l = 1;
+  const Matrix identity = Matrix::Identity(d, d);
+  for (auto [spec, which] : {std::pair{"blocks.1.hook_attn_out", Sublayer::Attention}, {"blocks.1.mlp.hook_post", Sublayer::Mlp},
+                             {"blocks.1.hook_mlp_out", Sublayer::Mlp}}) {
+    const JacobianModel m = ablated(spec);
+    EXPECT_LE((m.jacobian(m.run(ids), l, which, pos) - identity).norm(), 1e-12) << spec;
+  }
+  // Ablating one head changes no other head's z, so the heads' shares add up over the same state.
+  const Matrix j = full.jacobian(state, l, Sublayer::Attention, pos);
+  Matrix shares = Matrix::Zero(d, d);
+  for (int64_t h = 0; h < c.n_heads; ++h)
+    shares += j - ablated(fmt::format("blocks.1.attn.hook_z:heads={}", h)).jacobian(state, l, Sublayer::Attention, pos);
+  EXPECT_LE(relative_error(shares, j - identity), 1e-10);
 }
 
 TEST(JacobianPositions, Parse) {

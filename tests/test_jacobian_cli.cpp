@@ -246,5 +246,44 @@ TEST(JacobianCli, Stories260KWithInitCompareSurgeryAndPerSample) {
             0);
 }
 
+// --ablate: the pass's mean Jacobians of the ablated model equal the plain mean of its per-sample Jacobians (whose
+// states come from JacobianModel::run, not the pass's stacked layers); the layers before the ablated one are the
+// model's own, bit for bit, and the ablated sublayer's mean moves.
+TEST(JacobianCli, AblatedHeadInThePassAndPerSample) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("jacobian_ablate");
+  const std::string model = (test::shared_dir() / kStories).string();
+  auto run = [&](const std::string& name, const std::string& args) {
+    std::string out, err;
+    const int status = test::run_cli(fmt::format("--quiet jacobian {} --samples 3 --max-len 24 --out {} {}", model,
+                                                 (dir / name).string(), args), &out, &err);
+    EXPECT_EQ(status, 0) << args << ": " << err;
+    return read_npy(dir / name / "mean_jacobians.npy");
+  };
+  const std::string ablate = "--ablate 'blocks.1.attn.hook_z:heads=0,3'";
+  const NpyArray full = run("full", ""), pass = run("pass", ablate), plain = run("plain", ablate + " --mean plain");
+  const int64_t d = full.shape[1], per_depth = d * d;
+  const std::vector<double> f = full.as_double(), p = pass.as_double(), q = plain.as_double();
+  ASSERT_EQ(p.size(), f.size());
+  EXPECT_TRUE(std::equal(f.begin(), f.begin() + 2 * per_depth, p.begin())) << "layer 0 is not ablated";
+  double moved = 0, scale = 0;
+  for (int64_t i = 2 * per_depth; i < 3 * per_depth; ++i) moved = std::max(moved, std::abs(p[i] - f[i])), scale = std::max(scale, std::abs(f[i]));
+  EXPECT_GT(moved, 1e-3 * scale) << "the ablated heads' sublayer";
+  test::expect_close(p, q, 1e-5, 1e-6, "pass vs per-sample Jacobians of the ablated model");
+  const nlohmann::json r = nlohmann::json::parse(read_file(dir / "pass" / "results.json"));
+  EXPECT_EQ(r["options"]["ablate"], nlohmann::json({"blocks.1.attn.hook_z:zero:heads=0,3"}));
+
+  for (const auto& [args, error] : std::vector<std::pair<std::string, std::string>>{
+           {"--ablate blocks.0.hook_resid_post", "blocks.0.hook_resid_post is a residual-stream boundary"},
+           {"--ablate blocks.0.mlp.hook_post:mean", "the analyses run zero ablations only"},
+           {"--ablate 'blocks.0.attn.hook_z:heads=99'", "head 99 is out of range"},
+           {"--ablate blocks.0.hook_pattern", "matches no writable hook"}}) {
+    std::string out, err;
+    EXPECT_NE(test::run_cli(fmt::format("--quiet jacobian {} --samples 3 --max-len 24 --out {} {}", model, (dir / "bad").string(), args),
+                            &out, &err), 0) << args;
+    EXPECT_NE(err.find(error), std::string::npos) << args << ": " << err;
+  }
+}
+
 }  // namespace
 }  // namespace tdyn

@@ -20,6 +20,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/pass_source.h"
 #include "analysis/sample_pass.h"
 #include "core/npy.h"
 #include "model/init.h"
@@ -278,6 +279,25 @@ TEST_F(StoriesPass, ResumedPassEqualsUninterrupted) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("other.tdynpass"), std::string::npos) << e.what();
   }
+}
+
+// A pass records the ablations its forward passes ran with: an unablated pass is not taken for an ablated model's.
+TEST_F(StoriesPass, FromPassRefusesAPassOfOtherAblations) {
+  const fs::path dir = test::scratch_dir("pass_ablations");
+  const nlohmann::json model_identity = {{"name", "stories260K"}};
+  PassControl control;
+  control.file = dir / "plain.tdynpass";
+  run_pass(*transformer, jacobians.get(), samples, spec, pass_identity(model_identity, samples, spec), control);
+  PassSpec ablated = spec;
+  ablated.zeroed = ZeroedParts(*transformer, {Ablation::parse("blocks.0.hook_mlp_out")});
+  const JacobianModel ablated_jacobians(transformer, ablated.zeroed);
+  EXPECT_EQ(ablated.to_json()["ablate"], nlohmann::json({"blocks.0.hook_mlp_out:zero"}));
+  EXPECT_FALSE(spec.to_json().contains("ablate"));
+  PassSource source;
+  source.from_pass = control.file.string();
+  test::expect_error_contains([&] { obtain_pass(source, *transformer, &ablated_jacobians, samples, ablated, model_identity,
+                                                dir / "out.tdynpass", false, "pass", silent_progress()); },
+                              "a pass of the model with other ablations ([] vs [\"blocks.0.hook_mlp_out:zero\"])");
 }
 
 TEST_F(StoriesPass, PassFileRejectsDamage) {

@@ -53,7 +53,8 @@ py::dict jacobian_run(const py::object& model, const py::object& ids, const std:
                       const std::string& positions, const std::string& mean, const std::string& cumulative,
                       const std::vector<linalg::Index>& alignment_ks, bool surgery,
                       const std::vector<double>& alphas, uint64_t surgery_seed, const std::vector<int64_t>& eig_depths,
-                      bool save_per_sample, const std::optional<py::function>& progress, const std::optional<std::string>& out) {
+                      bool save_per_sample, const std::vector<std::string>& ablate, const std::optional<py::function>& progress,
+                      const std::optional<std::string>& out) {
   if (mean != "structured" && mean != "plain") fail("mean: expected 'structured' or 'plain', got '{}'", mean);
   if (cumulative != "product-of-means" && cumulative != "both")
     fail("cumulative: expected 'product-of-means' or 'both', got '{}'", cumulative);
@@ -68,6 +69,7 @@ py::dict jacobian_run(const py::object& model, const py::object& ids, const std:
   options.surgery_options = {alphas, surgery_seed};
   options.eig_depths = eig_depths;
   options.keep_matrices = true;
+  for (const std::string& spec : ablate) options.ablations.push_back(Ablation::parse(spec));
   const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
   std::vector<JacobianCheckpoint> checkpoints = {checkpoint_of(model)};
   for (const py::object& c : compare) checkpoints.push_back(checkpoint_of(c));
@@ -114,7 +116,8 @@ void bind_jacobian(py::module_& m) {
         py::arg("positions") = "last", py::arg("mean") = "structured",
         py::arg("cumulative") = "product-of-means", py::arg("alignment_ks") = OperatorMetricsOptions{}.alignment_ks,
         py::arg("surgery") = false, py::arg("alphas") = surgery_defaults.alphas, py::arg("surgery_seed") = surgery_defaults.seed,
-        py::arg("eig_depths") = std::vector<int64_t>{}, py::arg("save_per_sample") = false, py::arg("progress") = py::none(),
+        py::arg("eig_depths") = std::vector<int64_t>{}, py::arg("save_per_sample") = false,
+        py::arg("ablate") = std::vector<std::string>{}, py::arg("progress") = py::none(),
         py::arg("out") = py::none(),
         R"doc(Runs what `tdyn jacobian` runs and returns what it writes.
 
@@ -125,7 +128,9 @@ text), with samples, max_len, min_len, sample_seed; tokenizer: a tokenizer file 
 compare: further checkpoints of the same architecture (Models or paths), run on the same samples.
 positions 'last', 'all' or '5,23,-1'; mean 'structured' (through the shared sample pass) or 'plain';
 cumulative 'product-of-means' or 'both' (also the mean of per-sample products); alignment_ks, surgery,
-alphas, surgery_seed, eig_depths (1-based; default first, middle, last) as the CLI's flags. progress: None
+alphas, surgery_seed, eig_depths (1-based; default first, middle, last) as the CLI's flags. ablate: zero
+ablations as --ablate takes them, e.g. ['blocks.3.attn.hook_z:heads=5']: the Jacobians of the model with those
+parts set to 0. progress: None
 (silent) or a callable taking a line. out: also write the CLI's results directory there (save_per_sample
 needs it).
 

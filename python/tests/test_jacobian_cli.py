@@ -73,7 +73,19 @@ class JacobianLikeTheCliTest(unittest.TestCase):
         silent = tdyn.jacobian(self.model, SAMPLES, mean="plain", positions="all")
         np.testing.assert_array_equal(silent["mean_jacobians"], run["mean_jacobians"])
 
+    def test_ablated_heads_like_the_cli(self):
+        ablate = "blocks.1.attn.hook_z:heads=0,3"
+        cli_dir, cli_json = self.run_cli("--ablate", ablate)
+        run = tdyn.jacobian(self.model, SAMPLES, ablate=[ablate], out=str(self.tmp / "py"))
+        self.assert_same_run(run, cli_dir, cli_json, self.tmp / "py", ARRAYS, ["metrics_mean.csv"])
+        self.assertEqual(run["options"]["ablate"], ["blocks.1.attn.hook_z:zero:heads=0,3"])
+        unablated = tdyn.jacobian(self.model, SAMPLES)
+        np.testing.assert_array_equal(run["mean_jacobians"][:2], unablated["mean_jacobians"][:2])
+        self.assertGreater(np.abs(run["mean_jacobians"][2] - unablated["mean_jacobians"][2]).max(), 1e-3)
+
     def test_errors(self):
+        with self.assertRaisesRegex(tdyn.Error, "residual-stream boundary"):
+            tdyn.jacobian(self.model, SAMPLES, ablate=["blocks.0.hook_resid_mid"])
         with self.assertRaisesRegex(tdyn.Error, "mean: expected"):
             tdyn.jacobian(self.model, SAMPLES, mean="average")
         with self.assertRaisesRegex(tdyn.Error, "eig_depths: depth 11"):

@@ -32,6 +32,10 @@ PassFile check_pass(const fs::path& path, const nlohmann::json& expected, const 
     fail("pass file {}: a pass over other samples ({} vs {}): the same data, samples, max_len, min_len and "
          "seed are needed", path.string(), found["samples"].dump(), expected["samples"].dump());
   const nlohmann::json &have = found.at("spec"), &want = expected.at("spec");
+  const nlohmann::json none = nlohmann::json::array();
+  if (have.value("ablate", none) != want.value("ablate", none))
+    fail("pass file {}: a pass of the model with other ablations ({} vs {})", path.string(), have.value("ablate", none).dump(),
+         want.value("ablate", none).dump());
   if (want["jacobians"].get<bool>() && (!have["jacobians"].get<bool>() || have["positions"] != want["positions"]))
     fail("pass file {}: the pass has no Jacobian sums at positions '{}'", path.string(), want["positions"].get<std::string>());
   if (want["correlations"].get<bool>() && !have["correlations"].get<bool>())

@@ -446,8 +446,8 @@ class LayerRunner {
       std::vector<LayerEntry> entries;
       for (int64_t j = 0; j < end - begin; ++j)
         entries.push_back({samples_[rows_.samples[begin + j]].ids, &embeddings[j], &xs[j], &kvs[j], &states[j]});
-      run_attention_half(layer_model, layer, entries);
-      run_mlp_half(layer_model, layer, entries);
+      run_attention_half(layer_model, layer, entries, spec_.zeroed);
+      run_mlp_half(layer_model, layer, entries, spec_.zeroed);
       for (const auto& slice : slices(begin, end, states)) {
         const int64_t first = slice.first, last = slice.second;
         const Projected projected = project(layer, plan, begin, first, last, states);
@@ -730,8 +730,10 @@ nlohmann::json PassSpec::to_json() const {
                           {"basis_fnv1a", hex64(fnv1a(p.basis.data(), p.basis.size() * sizeof(double)))}});
     if (p.covariance_layer >= 0) probe_list.back()["covariance_layer"] = p.covariance_layer;
   }
-  return {{"boundaries", hooks}, {"correlations", correlations}, {"jacobians", jacobians},
-          {"positions", positions.to_string()}, {"chunk", chunk}, {"probes", probe_list}};
+  nlohmann::json spec = {{"boundaries", hooks}, {"correlations", correlations}, {"jacobians", jacobians},
+                         {"positions", positions.to_string()}, {"chunk", chunk}, {"probes", probe_list}};
+  if (!zeroed.empty()) spec["ablate"] = zeroed.to_json();  // absent without ablations, as before they existed
+  return spec;
 }
 
 nlohmann::json pass_identity(const nlohmann::json& model, const std::vector<Sample>& samples, const PassSpec& spec) {
@@ -794,6 +796,7 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
                   const PassSpec& spec, const nlohmann::json& identity, const PassControl& control) {
   TDYN_CHECK(!spec.jacobians || jacobians);
   TDYN_CHECK(!jacobians || &jacobians->transformer() == &transformer);
+  TDYN_CHECK(!jacobians || jacobians->zeroed().to_json() == spec.zeroed.to_json());
   const Ranks& me = ranks();
   const ModelConfig& c = transformer.config();
   const int64_t n_samples = static_cast<int64_t>(samples.size()), chunk = std::max<int64_t>(1, spec.chunk);

@@ -59,6 +59,7 @@ struct PassSpec {
   bool jacobians = true;     // Σ J of the map leaving every boundary (needs a JacobianModel)
   PositionSpec positions;    // positions of each sample in Σ J (default: the last token, the paper's choice)
   int64_t chunk = 16;        // samples per chunk: the unit that MPI ranks take in turn, and that stacks its rows
+  ZeroedParts zeroed;        // parts the forward pass sets to 0 (the JacobianModel's own, when there is one)
 
   nlohmann::json to_json() const;
 };

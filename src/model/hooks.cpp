@@ -33,6 +33,8 @@ std::vector<std::string> unmatched(const std::vector<std::string>& patterns, con
 
 }  // namespace
 
+bool matches_glob(const std::string& patterns, const std::string& name) { return matches_any(split_list(patterns), name); }
+
 ActivationCache::ActivationCache(const std::string& patterns) {
   for (std::string& p : split_list(patterns))
     if (!p.empty()) patterns_.push_back(std::move(p));

@@ -77,6 +77,9 @@ ActivationCache::Edit zero_ablation();
 ActivationCache::Edit mean_ablation(const ActivationCache& clean);
 ActivationCache::Edit patching(const ActivationCache& source);
 
+// Whether `name` matches one of the comma-separated globs in `patterns` (as ActivationCache matches them).
+bool matches_glob(const std::string& patterns, const std::string& name);
+
 // The hook names with each layer's written once as {l} ("blocks.{l}.hook_resid_pre"), in name order.
 std::vector<std::string> hook_name_templates(const std::set<std::string>& hook_names);
 

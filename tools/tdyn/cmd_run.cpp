@@ -13,6 +13,7 @@
 #include "command.h"
 #include "core/error.h"
 #include "core/npy.h"
+#include "model/ablation.h"
 #include "model/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -106,23 +107,6 @@ std::string prompt_echo(const std::vector<int32_t>& prompt, const Tokenizer* tok
   return echo;
 }
 
-// --ablate GLOB[:zero|:mean], parsed.
-struct Ablation {
-  std::string glob;
-  bool mean = false;
-};
-
-std::vector<Ablation> parse_ablations(const std::vector<std::string>& specs) {
-  std::vector<Ablation> out;
-  for (const std::string& spec : specs) {
-    const size_t colon = spec.rfind(':');  // hook names hold no ':'
-    const std::string how = colon == std::string::npos ? "zero" : spec.substr(colon + 1);
-    if (how != "zero" && how != "mean") fail("--ablate {}: '{}' is not an ablation (zero, mean)", spec, how);
-    out.push_back({spec.substr(0, colon), how == "mean"});
-  }
-  return out;
-}
-
 // A pass of `ids` capturing the hooks of `globs`.
 ActivationCache capture_pass(const Transformer& transformer, std::span<const int32_t> ids,
                              const std::vector<std::string>& globs, std::span<const int32_t> types = {}) {
@@ -135,7 +119,8 @@ ActivationCache capture_pass(const Transformer& transformer, std::span<const int
 // any pass. Mean ablation reads a pass of the prompt without edits, patching a pass of --patch-prompt / --patch-ids.
 void add_edits(const RunArgs& a, const Transformer& transformer, const std::vector<int32_t>& prompt,
                const Tokenizer* tok, std::span<const int32_t> types, ActivationCache& hooks) {
-  const std::vector<Ablation> ablations = parse_ablations(a.ablate);
+  std::vector<Ablation> ablations;
+  for (const std::string& spec : a.ablate) ablations.push_back(Ablation::parse(spec));
   if (ablations.empty() && a.patch.empty()) return;
   std::vector<std::string> all_globs = a.patch, mean_globs;
   for (const Ablation& x : ablations) {
@@ -156,7 +141,10 @@ void add_edits(const RunArgs& a, const Transformer& transformer, const std::vect
     check_vocabulary(ids, transformer.config(), "--patch: ");
     source = capture_pass(transformer, ids, a.patch);
   }
-  for (const Ablation& x : ablations) hooks.add_edit(x.glob, x.mean ? mean_ablation(*clean) : zero_ablation());
+  for (const Ablation& x : ablations) {
+    ActivationCache::Edit edit = x.mean ? mean_ablation(*clean) : zero_ablation();
+    hooks.add_edit(x.glob, x.heads.empty() ? std::move(edit) : on_heads(x.heads, std::move(edit)));
+  }
   for (const std::string& glob : a.patch) hooks.add_edit(glob, patching(*source));
 }
 
@@ -248,9 +236,10 @@ std::function<int()> setup_run(CLI::App& app) {
   cmd->add_option("--ablate", a->ablate,
                   "Ablate the writable hooks matching GLOB on every pass (prompt and new tokens): GLOB or GLOB:zero sets "
                   "them to 0, GLOB:mean sets every position to the hook's mean over the prompt's positions (from a pass "
-                  "without edits). Writable: blocks.{l}.hook_resid_pre/_mid/_post, hook_attn_out, hook_mlp_out, "
-                  "attn.hook_z, mlp.hook_post. Repeatable; --save-hooks saves the edited values")
-      ->type_name("GLOB[:zero|:mean]");
+                  "without edits); :heads=H,H,... confines it to those heads of attn.hook_z (from 0). Writable: "
+                  "blocks.{l}.hook_resid_pre/_mid/_post, hook_attn_out, hook_mlp_out, attn.hook_z, mlp.hook_post. "
+                  "Repeatable; --save-hooks saves the edited values")
+      ->type_name("GLOB[:zero|:mean][:heads=H,...]");
   auto* patch = cmd->add_option("--patch", a->patch,
                                 "Activation patching: the writable hooks matching GLOB take, at each position the source "
                                 "prompt covers, the values of a pass of that prompt (--patch-prompt or --patch-ids); "

@@ -223,7 +223,8 @@ struct MlpTrace {
 
 // ---- JacobianModel -------------------------------------------------------------------------------------
 
-JacobianModel::JacobianModel(std::shared_ptr<const Transformer> transformer) : transformer_(std::move(transformer)) {
+JacobianModel::JacobianModel(std::shared_ptr<const Transformer> transformer, ZeroedParts zeroed)
+    : transformer_(std::move(transformer)), zeroed_(std::move(zeroed)) {
   const ModelConfig& c = config();
   weights_.resize(c.n_stored_layers());
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -329,9 +330,18 @@ void unstack_rows(const Tensor& stacked, std::span<const LayerEntry> sequences) 
   }
 }
 
+// The float32 edits that zero `zeroed`'s parts in one call of a layer half, or null when it zeroes nothing there.
+std::unique_ptr<ActivationCache> zeroing(const ZeroedParts& zeroed, int64_t layer) {
+  if (!zeroed.layer(layer).any()) return nullptr;
+  auto edits = std::make_unique<ActivationCache>(ActivationCache::keeping_nothing());
+  zeroed.add_edits(*edits);
+  return edits;
+}
+
 }  // namespace
 
-void run_attention_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences) {
+void run_attention_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences,
+                        const ZeroedParts& zeroed) {
   TDYN_CHECK(!sequences.empty());
   const ModelConfig& c = t.config();
   const int64_t src = t.layer_config(layer).kv_source, n = static_cast<int64_t>(sequences.size());
@@ -360,8 +370,11 @@ void run_attention_half(const Transformer& t, int64_t layer, std::span<const Lay
                : Transformer::AttentionProjections{rows_of(projected.q, first_row[i], rows), rows_of(projected.k, first_row[i], rows),
                                                    rows_of(projected.v, first_row[i], rows)};
     SequenceState& state = *e.state;
-    std::unique_ptr<ActivationCache> hooks;  // what the layer's own keys and values become, kept in the state
-    if (own) hooks = std::make_unique<ActivationCache>(fmt::format("blocks.{0}.attn.hook_k,blocks.{0}.attn.hook_v", layer));
+    // What the layer's own keys and values become, kept in the state; the zeroed heads of z.
+    std::unique_ptr<ActivationCache> hooks =
+        own ? std::make_unique<ActivationCache>(fmt::format("blocks.{0}.attn.hook_k,blocks.{0}.attn.hook_v", layer))
+            : zeroing(zeroed, layer);
+    if (own) zeroed.add_edits(*hooks);
     z[i] = t.attention_mix(layer, std::move(mine), 0, e.kv, hooks.get());
     auto flat = [](Tensor tensor) {
       if (tensor.shape.size() == 3) tensor.shape = {tensor.dim(0), tensor.dim(1) * tensor.dim(2)};
@@ -379,9 +392,10 @@ void run_attention_half(const Transformer& t, int64_t layer, std::span<const Lay
     e.state->resid_mid[layer] = *e.x;
     e.state->per_layer_inputs[layer] = t.per_layer_input(layer, e.ids, e.embeddings ? *e.embeddings : Tensor());
   };
+  const std::unique_ptr<ActivationCache> out_edits = zeroing(zeroed, layer);
   auto one_by_one = [&] {  // each x still holds its resid_pre: only a stacked step that succeeds writes them
     for (int64_t i = 0; i < n; ++i) {
-      t.attention_out(layer, *sequences[i].x, z[i], 0);
+      t.attention_out(layer, *sequences[i].x, z[i], 0, out_edits.get());
       finish(sequences[i]);
     }
   };
@@ -389,7 +403,7 @@ void run_attention_half(const Transformer& t, int64_t layer, std::span<const Lay
   std::vector<const Tensor*> zs;
   for (const Tensor& zi : z) zs.push_back(&zi);
   try {
-    t.attention_out(layer, x, stack_rows(zs), 0);
+    t.attention_out(layer, x, stack_rows(zs), 0, out_edits.get());
   } catch (const Error&) {
     return one_by_one();  // again sequence by sequence, for the error of the first one that fails
   }
@@ -400,18 +414,20 @@ void run_attention_half(const Transformer& t, int64_t layer, std::span<const Lay
 namespace {
 
 // The MLP step of one sequence, or of several whose rows are stacked; x enters as hook_resid_mid.
-void mlp_step(const Transformer& t, int64_t layer, Tensor& x, const Tensor& resid_pre, const Tensor& per_layer) {
-  t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), nullptr, 0, &resid_pre);
+void mlp_step(const Transformer& t, int64_t layer, Tensor& x, const Tensor& resid_pre, const Tensor& per_layer,
+              const ZeroedParts& zeroed) {
+  const std::unique_ptr<ActivationCache> edits = zeroing(zeroed, layer);
+  t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), edits.get(), 0, &resid_pre);
 }
 
 }  // namespace
 
-void run_mlp_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences) {
+void run_mlp_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences, const ZeroedParts& zeroed) {
   TDYN_CHECK(!sequences.empty());
   const bool parallel = t.config().parallel_residual, per_layer = t.config().d_per_layer_input > 0;
   auto one_by_one = [&] {
     for (const LayerEntry& e : sequences) {
-      mlp_step(t, layer, *e.x, parallel ? e.state->resid_pre[layer] : Tensor(), e.state->per_layer_inputs[layer]);
+      mlp_step(t, layer, *e.x, parallel ? e.state->resid_pre[layer] : Tensor(), e.state->per_layer_inputs[layer], zeroed);
       e.state->resid_post[layer] = *e.x;
     }
   };
@@ -424,7 +440,7 @@ void run_mlp_half(const Transformer& t, int64_t layer, std::span<const LayerEntr
   }
   Tensor x = stack_rows(mids);
   try {
-    mlp_step(t, layer, x, parallel ? stack_rows(pres) : Tensor(), per_layer ? stack_rows(inputs) : Tensor());
+    mlp_step(t, layer, x, parallel ? stack_rows(pres) : Tensor(), per_layer ? stack_rows(inputs) : Tensor(), zeroed);
   } catch (const Error&) {
     return one_by_one();  // again sequence by sequence, for the error of the first one that fails
   }
@@ -433,10 +449,10 @@ void run_mlp_half(const Transformer& t, int64_t layer, std::span<const LayerEntr
 }
 
 void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings, Tensor& x,
-               KVCache& kv, SequenceState& state) {
+               KVCache& kv, SequenceState& state, const ZeroedParts& zeroed) {
   const LayerEntry entry[] = {{ids, &embeddings, &x, &kv, &state}};
-  run_attention_half(t, layer, entry);
-  run_mlp_half(t, layer, entry);
+  run_attention_half(t, layer, entry, zeroed);
+  run_mlp_half(t, layer, entry, zeroed);
 }
 
 SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const int32_t> token_types) const {
@@ -444,7 +460,7 @@ SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const i
   const Tensor embeddings = config().d_per_layer_input > 0 ? x : Tensor();
   KVCache kv = kv_sources(*transformer_, x.dim(0));
   SequenceState s;
-  for (int64_t l = 0; l < config().n_layers; ++l) run_layer(*transformer_, l, ids, embeddings, x, kv, s);
+  for (int64_t l = 0; l < config().n_layers; ++l) run_layer(*transformer_, l, ids, embeddings, x, kv, s, zeroed_);
   return s;
 }
 
@@ -464,8 +480,14 @@ Vector JacobianModel::output(const SequenceState& s, int64_t layer, Sublayer whi
 namespace {
 
 // One residual step around a sublayer output f (transformer.cpp residual_step), with the post-norm's Jacobian
-// factors when asked.
-Dual residual_step(const ModelConfig& c, const Dual& x, Dual f, const DenseNorm& post_norm, NormJacobian* post) {
+// factors when asked. `zeroed`: what is added (hook_attn_out / hook_mlp_out, after a post-sublayer norm) is 0.
+Dual residual_step(const ModelConfig& c, const Dual& x, Dual f, const DenseNorm& post_norm, NormJacobian* post,
+                   bool zeroed) {
+  if (zeroed) {
+    f.v.setZero();
+    f.t.setZero();
+    if (c.norm_placement != NormPlacement::PostResidual) return add(x, f);
+  }
   switch (c.norm_placement) {
     case NormPlacement::Pre:
       return add(x, f);
@@ -485,7 +507,8 @@ Dual residual_step(const ModelConfig& c, const Dual& x, Dual f, const DenseNorm&
 // The local attention step at `pos` (transformer.cpp attention_block / attention, ops.cpp attention).
 Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W,
                     const std::vector<double>& inv_freq, const SequenceState& s, int64_t layer, int64_t pos, const Dual& x,
-                    AttentionTrace* trace, NormJacobian* post, const StepProjections* projected = nullptr) {
+                    const ZeroedParts::Layer& zeroed, AttentionTrace* trace, NormJacobian* post,
+                    const StepProjections* projected = nullptr) {
   const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd;
   const int64_t m = x.t.cols();
   const bool own = lc.kv_source == layer;
@@ -542,6 +565,13 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
       }
     }
     for (int64_t head = g * group; head < (g + 1) * group; ++head) {
+      if (zeroed.head(head)) {  // z_h is the constant 0: no value, no derivative
+        if (trace) {
+          trace->mix[head] = Matrix::Zero(hd, hd);
+          trace->p_self[head] = 0;
+        }
+        continue;
+      }
       const auto qh = q.v.segment(head * hd, hd);
       Vector p = lc.attn_scale * (kh * qh);  // scores, then probabilities [keys]
       p = (p.array() - p.maxCoeff()).exp();
@@ -576,13 +606,13 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
     if (c.norm_placement == NormPlacement::Pre) return Dual{};
   }
   Dual f = linear(W.o, z);  // [d]
-  return residual_step(c, x, std::move(f), W.attn_post_norm, post);
+  return residual_step(c, x, std::move(f), W.attn_post_norm, post, zeroed.attn_out);
 }
 
 // The local MLP step at `pos` (transformer.cpp mlp_block / mlp), up to hook_resid_post.
 Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W, const SequenceState& s,
-              int64_t layer, int64_t pos, const Dual& x, MlpTrace* trace, NormJacobian* post, NormJacobian* ple_post,
-              const StepProjections* projected = nullptr) {
+              int64_t layer, int64_t pos, const Dual& x, const ZeroedParts::Layer& zeroed, MlpTrace* trace,
+              NormJacobian* post, NormJacobian* ple_post, const StepProjections* projected = nullptr) {
   (void)lc;
   Dual h = x;
   if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, W.mlp_norm, c.norm_eps, h, trace ? &trace->pre : nullptr);
@@ -601,11 +631,15 @@ Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::
     hidden.t = dact.asDiagonal() * up.t;
     if (trace) trace->pre_act = up.v;
   }
+  if (zeroed.mlp_hidden) {  // mlp.hook_post is the constant 0
+    hidden.v.setZero();
+    hidden.t.setZero();
+  }
   // As in attention_step: the structured form needs no output unless a post-norm or the per-layer-input branch
   // reads it.
   if (trace && c.norm_placement == NormPlacement::Pre && c.d_per_layer_input == 0) return Dual{};
   Dual f = linear(W.down, hidden);
-  Dual y = residual_step(c, x, std::move(f), W.mlp_post_norm, post);
+  Dual y = residual_step(c, x, std::move(f), W.mlp_post_norm, post, zeroed.mlp_out);
 
   if (c.d_per_layer_input > 0) {
     // Gemma 4: y += post_per_layer_input_norm(W_proj(act(W_gate y) ⊙ per_layer_input[p, l])).
@@ -635,9 +669,10 @@ Vector JacobianModel::step(const SequenceState& s, int64_t layer, Sublayer which
   const LayerConfig& lc = transformer_->layer_config(layer);
   const Weights& W = weights(layer);
   Dual in{x, Matrix(x.size(), 0)};
+  const ZeroedParts::Layer& zeroed = zeroed_.layer(layer);
   if (which == Sublayer::Attention)
-    return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, nullptr, nullptr).v;
-  return mlp_step(config(), lc, W, s, layer, pos, in, nullptr, nullptr, nullptr).v;
+    return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, zeroed, nullptr, nullptr).v;
+  return mlp_step(config(), lc, W, s, layer, pos, in, zeroed, nullptr, nullptr, nullptr).v;
 }
 
 Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
@@ -649,9 +684,10 @@ Matrix JacobianModel::jacobian_by_tangents(const SequenceState& s, int64_t layer
   const Weights& W = weights(layer);
   const int64_t d = d_model();
   Dual in{input(s, layer, which, pos), Matrix::Identity(d, d)};
+  const ZeroedParts::Layer& zeroed = zeroed_.layer(layer);
   if (which == Sublayer::Attention)
-    return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, nullptr, nullptr).t;
-  return mlp_step(config(), lc, W, s, layer, pos, in, nullptr, nullptr, nullptr).t;
+    return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, zeroed, nullptr, nullptr).t;
+  return mlp_step(config(), lc, W, s, layer, pos, in, zeroed, nullptr, nullptr, nullptr).t;
 }
 
 std::vector<StepProjections> JacobianModel::project_inputs(std::span<const StatePosition> at, int64_t layer,
@@ -727,6 +763,7 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
   const int64_t d = d_model();
   const Vector x = input(s, layer, which, pos);
   Dual in{x, Matrix(d, 0)};
+  const ZeroedParts::Layer& zeroed = zeroed_.layer(layer);
 
   StepStructure st;
   const bool post_residual = c.norm_placement == NormPlacement::PostResidual;
@@ -737,7 +774,7 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
 
   if (which == Sublayer::Attention) {
     AttentionTrace tr;
-    attention_step(c, lc, W, inv_freq_[layer], s, layer, pos, in, &tr, &st.post, projected);
+    attention_step(c, lc, W, inv_freq_[layer], s, layer, pos, in, zeroed, &tr, &st.post, projected);
     st.pre = tr.pre;
     st.out = &W.o.w;
     const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd, kv_dim = G * hd;
@@ -806,7 +843,7 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
   } else {
     MlpTrace tr;
     NormJacobian ple_post;
-    mlp_step(c, lc, W, s, layer, pos, in, &tr, &st.post, &ple_post, projected);
+    mlp_step(c, lc, W, s, layer, pos, in, zeroed, &tr, &st.post, &ple_post, projected);
     st.pre = tr.pre;
     st.out = &W.down.w;
     if (c.gated_mlp) {
@@ -819,6 +856,8 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
       Vector m_up = tr.pre_act.unaryExpr([&](double u) { return activate64_derivative(c.activation, u); });
       st.branches.push_back({&W.up_in.w, diagonal_middle(std::move(m_up)), in_times_v(W.up_in, tr.pre_act, st.pre)});
     }
+    if (zeroed.mlp_hidden || zeroed.mlp_out)  // the MLP adds a constant: no derivative through it
+      for (JacobianBranch& b : st.branches) b.m.diag.setZero();
     if (c.d_per_layer_input > 0) {
       // ∂ branch/∂y = diag(w) λ'(I − U'U'ᵀ) W_proj diag(act'(W_gate y) ⊙ input) W_gate
       const Vector e = tr.ple_gate_pre.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); })

@@ -39,6 +39,10 @@
 // whatever r (= d_mlp) is.
 //
 // Sublayer order ("depth") everywhere: k = 2l (attention of layer l), k = 2l + 1 (MLP of layer l).
+//
+// Ablated parts (model/ablation.h ZeroedParts: heads of attn.hook_z, hook_attn_out, mlp.hook_post, hook_mlp_out set
+// to 0) are constants: the forward pass runs with them zeroed, and both computations drop their derivatives (a
+// zeroed head's middle blocks are 0, a zeroed MLP's middles are 0), so the Jacobians are those of the ablated model.
 #pragma once
 
 #include <memory>
@@ -48,6 +52,7 @@
 #include <vector>
 
 #include "linalg/dense.h"
+#include "model/ablation.h"
 #include "model/transformer.h"
 
 namespace tdyn {
@@ -71,9 +76,10 @@ KVCache kv_sources(const Transformer& t, int64_t n_pos);
 // One layer of the float32 forward pass (JacobianModel::run is these in order): x enters as `layer`'s
 // hook_resid_pre and leaves as its hook_resid_post, and that layer's entries of `state` are filled (every vector
 // sized n_layers on first use; on a KV-shared layer the source's keys/values are copied from `kv`). kv: from
-// kv_sources; embeddings: the layer-0 input (Gemma 4 per-layer inputs, else ignored).
+// kv_sources; embeddings: the layer-0 input (Gemma 4 per-layer inputs, else ignored). `zeroed`: the parts set to
+// 0 on the way (none by default).
 void run_layer(const Transformer& t, int64_t layer, std::span<const int32_t> ids, const Tensor& embeddings, Tensor& x,
-               KVCache& kv, SequenceState& state);
+               KVCache& kv, SequenceState& state, const ZeroedParts& zeroed = {});
 
 // run_layer in two halves, for several sequences at once, whose rows the products of each half take stacked: one
 // product per projection for all (W_Q, W_K, W_V, W_O; the MLP's), the attention mix one sequence per thread. The
@@ -88,8 +94,9 @@ struct LayerEntry {
   KVCache* kv = nullptr;               // kv_sources(); the attention half's
   SequenceState* state = nullptr;
 };
-void run_attention_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences);
-void run_mlp_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences);
+void run_attention_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences,
+                        const ZeroedParts& zeroed = {});
+void run_mlp_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences, const ZeroedParts& zeroed = {});
 
 // The norm Jacobian of one norm at one input, as a scale and a low-rank projector: N'(x) = diag(w) s (I − U Uᵀ).
 struct NormJacobian {
@@ -161,16 +168,17 @@ class JacobianModel {
  public:
   // The float64 copy of a layer's weights (about 2.5 × that layer's float32 size) is made when the layer is first
   // used and kept until release_layer(): a pass that visits the layers in order holds one at a time. Safe to use
-  // from several threads; release_layer only while no thread uses that layer.
-  explicit JacobianModel(std::shared_ptr<const Transformer> transformer);
+  // from several threads; release_layer only while no thread uses that layer. `zeroed`: the model's ablated parts.
+  explicit JacobianModel(std::shared_ptr<const Transformer> transformer, ZeroedParts zeroed = {});
   ~JacobianModel();
 
   const Transformer& transformer() const { return *transformer_; }
   const ModelConfig& config() const { return transformer_->config(); }
   int64_t d_model() const { return config().d_model; }
   int64_t n_sublayers() const { return 2 * config().n_layers; }
+  const ZeroedParts& zeroed() const { return zeroed_; }
 
-  // Runs the float32 forward pass and keeps what the local maps need.
+  // Runs the float32 forward pass (with the zeroed parts) and keeps what the local maps need.
   SequenceState run(std::span<const int32_t> ids, std::span<const int32_t> token_types = {}) const;
 
   // The residual vector entering the sublayer at `pos` (hook_resid_pre / hook_resid_mid), and the one leaving
@@ -205,6 +213,7 @@ class JacobianModel {
   const Weights& weights(int64_t layer) const;  // made on first use
 
   std::shared_ptr<const Transformer> transformer_;
+  ZeroedParts zeroed_;
   mutable std::mutex mutex_;                               // guards weights_
   mutable std::vector<std::unique_ptr<Weights>> weights_;  // per stored layer, or null while not in use
   mutable std::unique_ptr<Weights> spare_;                 // a released layer's, whose buffers the next one reuses

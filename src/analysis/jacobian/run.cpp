@@ -64,6 +64,7 @@ std::function<linalg::Matrix(int64_t)> compute_means(CheckpointJacobians& r, con
     spec.boundaries = residual_boundaries(transformer.config().n_layers, BoundarySet::Sublayers);
     spec.correlations = false;
     spec.positions = options.positions;
+    spec.zeroed = jm.zeroed();
     const std::string what = label + "mean Jacobians";
     auto pass = std::make_shared<PassFile>(pass_source ? pass_source(r, transformer, jm, spec, what)
                                                        : default_pass(samples, r, transformer, jm, spec, what, progress));
@@ -316,7 +317,7 @@ JacobianResult run_jacobian(const std::vector<JacobianCheckpoint>& checkpoints, 
     r.model = checkpoints[i].model;
     const std::string label = checkpoints.size() > 1 ? fmt::format("[{}] ", checkpoint_label(r, i)) : "";
     auto transformer = std::make_shared<Transformer>(r.model);
-    JacobianModel jm(transformer);
+    JacobianModel jm(transformer, ZeroedParts(*transformer, options.ablations));
     if (arrays) arrays->begin(r, K, result.d);
     std::function<linalg::Matrix(int64_t)> mean_at;
     bool worker = false;  // an MPI worker rank whose share of the pass is with rank 0
@@ -349,6 +350,8 @@ nlohmann::json options_json(const JacobianResult& result, const JacobianOptions&
                       {"complex_tolerance", options.metrics.complex_tolerance},
                       {"energy_fraction", 0.9},
                       {"surgery", options.surgery}};
+  o["ablate"] = nlohmann::json::array();
+  for (const Ablation& a : options.ablations) o["ablate"].push_back(a.to_string());
   o["haar_null_draws"] = options.haar_null_draws;
   if (options.haar_null_draws > 0) o["haar_null_seed"] = options.haar_null_seed;
   if (options.surgery) {

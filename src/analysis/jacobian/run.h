@@ -29,6 +29,9 @@ struct JacobianOptions {
   OperatorMetricsOptions metrics;  // its alignment_ks as asked: run_jacobian drops the ks ≥ d
   bool surgery = false;
   SurgeryOptions surgery_options;
+  // Zero ablations of sublayer parts (model/ablation.h): the Jacobians are those of the ablated model, every
+  // checkpoint ablated alike.
+  std::vector<Ablation> ablations;
   std::vector<int64_t> eig_depths;  // 1-based depths whose eigenvalues are plotted; empty: first, middle, last
   bool keep_matrices = false;       // the result keeps every J̄_k and C_k (2 K d² doubles; else only streamed)
   // The metrics of C_k at the first and last depth only, what the bottleneck verdict reads; the other depths' are
