@@ -329,5 +329,30 @@ TEST(TopologyCli, TopologyOnlyWithThreshold) {
                                       out.string())), 1);
 }
 
+// --ablate: with layer 1's attention output zeroed, resid_mid = resid_pre there in every sample, so the two
+// boundaries' correlation matrices are the same bit for bit, and the attention step's mean Jacobian is I (pre-norm).
+TEST(TopologyCli, AblatedAttentionOutputLeavesItsStepTheIdentity) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path out = test::scratch_dir("topology_cli_ablate");
+  std::string stderr_text;
+  const std::string args = fmt::format("topology {} --samples 4 --max-len 32 --out {} --permutations 0 --ablate blocks.1.hook_attn_out "
+                                       "--save-correlations --save-jacobians -q",
+                                       (test::shared_dir() / kStories).string(), out.string());
+  ASSERT_EQ(test::run_cli(args, nullptr, &stderr_text), 0) << stderr_text;
+  const nlohmann::json j = read_json(out / "results.json");
+  EXPECT_EQ(j["options"]["ablate"], nlohmann::json({"blocks.1.hook_attn_out:zero"}));
+  EXPECT_EQ(read_npy(out / "correlation_blocks.1.hook_resid_mid.npy").as_double(),
+            read_npy(out / "correlation_blocks.1.hook_resid_pre.npy").as_double());
+  EXPECT_NE(read_npy(out / "correlation_blocks.0.hook_resid_mid.npy").as_double(),
+            read_npy(out / "correlation_blocks.0.hook_resid_pre.npy").as_double());
+  const NpyArray jacobians = read_npy(out / "mean_jacobians.npy");  // [coupling layer = sublayer k, d, d]
+  const int64_t d = jacobians.shape[1];
+  const std::vector<double> j_bar = jacobians.as_double();
+  double worst = 0;
+  for (int64_t r = 0; r < d; ++r)
+    for (int64_t c = 0; c < d; ++c) worst = std::max(worst, std::abs(j_bar[(2 * d + r) * d + c] - (r == c ? 1.0 : 0.0)));
+  EXPECT_LE(worst, 1e-12) << "J̄ of layer 1's attention step";
+}
+
 }  // namespace
 }  // namespace tdyn

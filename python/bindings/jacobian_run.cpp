@@ -69,7 +69,7 @@ py::dict jacobian_run(const py::object& model, const py::object& ids, const std:
   options.surgery_options = {alphas, surgery_seed};
   options.eig_depths = eig_depths;
   options.keep_matrices = true;
-  for (const std::string& spec : ablate) options.ablations.push_back(Ablation::parse(spec));
+  options.ablations = Ablation::parse(ablate);
   const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
   std::vector<JacobianCheckpoint> checkpoints = {checkpoint_of(model)};
   for (const py::object& c : compare) checkpoints.push_back(checkpoint_of(c));

@@ -21,8 +21,10 @@ class PyModel {
   const ModelConfig& config() const { return model_->config; }
   const Transformer& transformer() const { return *transformer_; }
 
-  const JacobianModel& jacobian_model() {
-    if (!jacobians_) jacobians_ = std::make_unique<JacobianModel>(transformer_);
+  // The float64 Jacobian model of this model with the `zeroed` parts set to 0 (made again when they change).
+  const JacobianModel& jacobian_model(const ZeroedParts& zeroed = {}) {
+    if (!jacobians_ || jacobians_->zeroed().to_json() != zeroed.to_json())
+      jacobians_ = std::make_unique<JacobianModel>(transformer_, zeroed);
     return *jacobians_;
   }
 

@@ -24,9 +24,10 @@ namespace {
 PassFile topology_pass(PyModel& model, const std::vector<Sample>& samples, const TopologyOptions& options,
                        const std::string& label, ProgressSink& progress) {
   const Model& m = model.model();
-  return obtain_pass({}, model.transformer(), options.coupling ? &model.jacobian_model() : nullptr, samples,
-                     topology_pass_spec(m.config.n_layers, options), pass_model_identity(m.path.string(), m), {}, false,
-                     fmt::format("topology {}: samples", label), progress);
+  PassSpec spec = topology_pass_spec(m.config.n_layers, options);
+  spec.zeroed = ZeroedParts(model.transformer(), options.ablations);
+  return obtain_pass({}, model.transformer(), options.coupling ? &model.jacobian_model(spec.zeroed) : nullptr, samples, spec,
+                     pass_model_identity(m.path.string(), m), {}, false, fmt::format("topology {}: samples", label), progress);
 }
 
 // [rows, d] of the per-boundary (or per-layer) vectors `field` of `items`.
@@ -104,7 +105,8 @@ void bind_topology(py::module_& m) {
          uint64_t leiden_seed, const std::vector<double>& gamma_scan, bool coupling, const std::string& positions,
          int64_t permutations, uint64_t permutation_seed, double min_effect, double fdr_q, bool keep_correlations,
          bool keep_jacobians, int64_t draw_boundary, const std::optional<std::string>& communities_control,
-         bool communities_control_independent, int64_t communities_permutations, const std::optional<std::string>& label,
+         bool communities_control_independent, int64_t communities_permutations, const std::vector<std::string>& ablate,
+         const std::optional<std::string>& label,
          const std::optional<py::function>& progress, const std::optional<std::string>& out) {
         const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
         TopologyOptions o;
@@ -116,6 +118,7 @@ void bind_topology(py::module_& m) {
         o.communities_control = communities_control.value_or("");
         o.communities_control_independent = communities_control_independent;
         o.communities_permutations = communities_permutations;
+        o.ablations = Ablation::parse(ablate);
         return topology_run(model, sample_args, boundaries, coupling, o, label, progress, out);
       },
       py::arg("model"), py::arg("ids") = py::none(), py::kw_only(), py::arg("data") = py::none(), py::arg("prompt") = py::none(),
@@ -128,6 +131,7 @@ void bind_topology(py::module_& m) {
       py::arg("fdr_q") = CouplingOptions{}.fdr_q, py::arg("keep_correlations") = false, py::arg("keep_jacobians") = false,
       py::arg("draw_boundary") = -1, py::arg("communities_control") = py::none(),
       py::arg("communities_control_independent") = false, py::arg("communities_permutations") = 1000,
+      py::arg("ablate") = std::vector<std::string>{},
       py::arg("label") = py::none(), py::arg("progress") = py::none(), py::arg("out") = py::none(),
       R"doc(Runs what `tdyn topology` runs for one checkpoint and returns what it writes.
 
@@ -137,7 +141,8 @@ of token-id lists, or one list: one sample), else drawn as the CLI draws them fr
 tokenizer (default the model's own). The other arguments are
 the CLI's options: boundaries ('layers' or 'sublayers'), top_k or threshold, gamma, leiden_seed, gamma_scan,
 coupling (False: topology only), positions, permutations, permutation_seed, min_effect, fdr_q, draw_boundary,
-communities_control (a topology results directory), communities_control_independent, communities_permutations;
+communities_control (a topology results directory), communities_control_independent, communities_permutations,
+ablate (zero ablations as --ablate takes them, e.g. ['blocks.1.hook_attn_out']);
 keep_correlations and keep_jacobians return (and with out= write) the d x d matrices. label names the checkpoint
 (default: its file stem). progress: a callable given each progress line, or None. out: also write the CLI's
 results directory there.

@@ -58,6 +58,18 @@ class TopologyLikeTheCliTest(unittest.TestCase):
             checkpoint.pop("results_dir")  # the directory each wrote to
         self.assertEqual(written["results"], cli_json["results"])
 
+    def test_ablated_same_as_cli(self):
+        ablate = "blocks.2.attn.hook_z:heads=1"
+        cli_dir, cli_json = self.run_cli("--permutations", "0", "--save-jacobians", "--ablate", ablate)
+        model = tdyn.load(self.path)
+        plain = tdyn.topology(model, prompt=PROMPT, permutations=0, keep_jacobians=True)
+        run = tdyn.topology(model, prompt=PROMPT, permutations=0, keep_jacobians=True, ablate=[ablate])
+        self.assertEqual(run["options"]["ablate"], ["blocks.2.attn.hook_z:zero:heads=1"])
+        self.assertEqual(run["options"], {k: v for k, v in cli_json["options"].items() if k not in COMMAND_OPTIONS})
+        np.testing.assert_array_equal(run["mean_jacobians"], np.load(cli_dir / "mean_jacobians.npy"))
+        np.testing.assert_array_equal(run["mean_jacobians"][:4], plain["mean_jacobians"][:4])  # layers 0 and 1
+        self.assertGreater(np.abs(run["mean_jacobians"][4] - plain["mean_jacobians"][4]).max(), 1e-3)
+
     def test_topology_only_from_ids(self):
         ids = tdyn.load(self.path).tokenizer().encode(PROMPT)
         cli_dir, cli_json = self.run_cli("--no-coupling", "--boundaries", "layers", "--threshold", "0.3")

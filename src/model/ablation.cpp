@@ -50,6 +50,12 @@ Ablation Ablation::parse(const std::string& spec) {
   return a;
 }
 
+std::vector<Ablation> Ablation::parse(const std::vector<std::string>& specs) {
+  std::vector<Ablation> out;
+  for (const std::string& spec : specs) out.push_back(parse(spec));
+  return out;
+}
+
 std::string Ablation::to_string() const {
   std::string s = glob + (mean ? ":mean" : ":zero");
   if (!heads.empty()) s += fmt::format(":heads={}", fmt::join(heads, ","));
@@ -130,10 +136,12 @@ void ZeroedParts::add_edits(ActivationCache& cache) const {
   for (const Ablation& a : ablations_) cache.add_edit(a.glob, a.heads.empty() ? zero_ablation() : on_heads(a.heads, zero_ablation()));
 }
 
-nlohmann::json ZeroedParts::to_json() const {
+nlohmann::json to_json(const std::vector<Ablation>& ablations) {
   nlohmann::json out = nlohmann::json::array();
-  for (const Ablation& a : ablations_) out.push_back(a.to_string());
+  for (const Ablation& a : ablations) out.push_back(a.to_string());
   return out;
 }
+
+nlohmann::json ZeroedParts::to_json() const { return tdyn::to_json(ablations_); }
 
 }  // namespace tdyn

@@ -25,8 +25,12 @@ struct Ablation {
 
   // "GLOB[:zero|:mean][:heads=H,H,...]"; throws Error naming the spec on anything else.
   static Ablation parse(const std::string& spec);
+  static std::vector<Ablation> parse(const std::vector<std::string>& specs);
   std::string to_string() const;  // the spec parse() reads back
 };
+
+// The specs as to_string() writes them, in order (what results.json records).
+nlohmann::json to_json(const std::vector<Ablation>& ablations);
 
 // `edit` confined to the given heads of a [pos, heads, d_head] activation: it runs on a copy, and only those heads'
 // values are written back. Throws Error (naming the hook) on an activation of another shape or a head out of range.

@@ -92,14 +92,15 @@ TopologyResult analyse_checkpoint(const AnalysisInputs& in, const TopologyCompar
                                   const std::string& path, const std::string& label, ResultsDir& out, ProgressSink& progress) {
   check_sample_ids(in.samples, model->config, path);
   auto transformer = std::make_shared<const Transformer>(model);
+  PassSpec spec = topology_pass_spec(model->config.n_layers, options);
+  spec.zeroed = ZeroedParts(*transformer, options.ablations);
   std::unique_ptr<JacobianModel> jacobians;
-  if (options.coupling) jacobians = std::make_unique<JacobianModel>(transformer);
+  if (options.coupling) jacobians = std::make_unique<JacobianModel>(transformer, spec.zeroed);
   std::optional<PassFile> pass;
   {
     PhaseTimer timer(out, jacobians ? "forward_correlations_and_jacobians" : "forward_correlations");
-    pass = obtain_pass(in.pass, *transformer, jacobians.get(), in.samples, topology_pass_spec(model->config.n_layers, options),
-                       pass_model_identity(path, *model), out.file("pass.tdynpass"), false, fmt::format("topology {}: samples", label),
-                       progress);
+    pass = obtain_pass(in.pass, *transformer, jacobians.get(), in.samples, spec, pass_model_identity(path, *model),
+                       out.file("pass.tdynpass"), false, fmt::format("topology {}: samples", label), progress);
   }
   TopologyResult result = run_topology(*model, path, label, *pass, options, progress);
   out.options() = comparisons.to_json();

@@ -29,7 +29,7 @@ JacobianOptions resolved_options(const JacobianArgs& a) {
   o.structured = a.mean == "structured";
   o.mean_of_products = a.cumulative != "product-of-means";
   o.ranks_share_metrics = true;  // every rank runs this command
-  for (const std::string& spec : a.ablate) o.ablations.push_back(Ablation::parse(spec));
+  o.ablations = Ablation::parse(a.ablate);
   return o;
 }
 
@@ -67,11 +67,7 @@ std::function<int()> setup_jacobian(CLI::App& app) {
                   "Further checkpoints of the same architecture, run on the same samples (comma-separated or "
                   "repeated; CACHE@REVISION for the steps of a training run)")
       ->delimiter(',');
-  cmd->add_option("--ablate", a->ablate,
-                  "Analyse the model with these parts set to 0 (a constant: their derivatives drop out of every Jacobian): "
-                  "writable hooks of the sublayers, blocks.{l}.attn.hook_z (:heads=H,H,... for some heads only), "
-                  "hook_attn_out, mlp.hook_post, hook_mlp_out; e.g. 'blocks.3.attn.hook_z:heads=5'. Repeatable")
-      ->type_name("GLOB[:heads=H,...]");
+  add_ablate_option(cmd, a->ablate);
   cmd->add_flag("--surgery", a->options.surgery, "Schur surgery: J_alpha = Q(Lambda + alpha N)Q* and the random-N control");
   cmd->add_option("--alphas", a->options.surgery_options.alphas, "Surgery alpha values (comma-separated)")
       ->capture_default_str()->delimiter(',')->allow_extra_args(false)->check(finite_number);

@@ -119,8 +119,7 @@ ActivationCache capture_pass(const Transformer& transformer, std::span<const int
 // any pass. Mean ablation reads a pass of the prompt without edits, patching a pass of --patch-prompt / --patch-ids.
 void add_edits(const RunArgs& a, const Transformer& transformer, const std::vector<int32_t>& prompt,
                const Tokenizer* tok, std::span<const int32_t> types, ActivationCache& hooks) {
-  std::vector<Ablation> ablations;
-  for (const std::string& spec : a.ablate) ablations.push_back(Ablation::parse(spec));
+  const std::vector<Ablation> ablations = Ablation::parse(a.ablate);
   if (ablations.empty() && a.patch.empty()) return;
   std::vector<std::string> all_globs = a.patch, mean_globs;
   for (const Ablation& x : ablations) {

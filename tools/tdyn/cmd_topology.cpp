@@ -27,12 +27,14 @@ struct TopologyArgs {
   uint64_t init_seed = 0;
   std::string boundaries = "sublayers";
   bool no_coupling = false;
+  std::vector<std::string> ablate;
   TopologyOptions options;
 };
 
 int run(TopologyArgs& a) {
   a.options.boundaries = parse_boundary_set(a.boundaries);
   a.options.coupling = !a.no_coupling;
+  a.options.ablations = Ablation::parse(a.ablate);
   PositionSpec::parse(a.options.positions);  // fail early on a bad --positions
   TopologyComparisons comparisons{a.compare, std::nullopt};
   if (a.random_init) comparisons.random_init = a.init_seed;
@@ -63,6 +65,7 @@ void add_graph_options(CLI::App* cmd, TopologyArgs& a) {
 void add_coupling_options(CLI::App* cmd, TopologyArgs& a) {
   CouplingOptions& c = a.options.coupling_test;
   cmd->add_flag("--no-coupling", a.no_coupling, "Topology only: no mean Jacobians, no coupling statistics");
+  add_ablate_option(cmd, a.ablate);
   cmd->add_option("--positions", a.options.positions, "Positions averaged in the mean Jacobians: last, all, or a list like 5,23,-1")
       ->capture_default_str();
   cmd->add_option("--permutations", c.permutations, "Permutations of each Spearman permutation test (0: parametric p only)")

@@ -13,4 +13,12 @@ void add_pass_flags(CLI::App* cmd, PassSource& source, bool offer_from_pass) {
         ->excludes(resume_flag);
 }
 
+void add_ablate_option(CLI::App* cmd, std::vector<std::string>& specs) {
+  cmd->add_option("--ablate", specs,
+                  "Analyse the model with these parts set to 0 in every sample's forward pass (a constant: their derivatives "
+                  "drop out of every Jacobian): blocks.{l}.attn.hook_z (:heads=H,H,... for some heads only), hook_attn_out, "
+                  "mlp.hook_post, hook_mlp_out; e.g. 'blocks.3.attn.hook_z:heads=5'. Repeatable")
+      ->type_name("GLOB[:heads=H,...]");
+}
+
 }  // namespace tdyn::cli

@@ -12,4 +12,8 @@ namespace tdyn::cli {
 // `offer_from_pass`: also offer --from-pass (not for analyze, which makes the pass it hands over).
 void add_pass_flags(CLI::App* cmd, PassSource& source, bool offer_from_pass = true);
 
+// --ablate GLOB[:heads=H,...] (repeatable; model/ablation.h parses the specs): the analysis of the model with
+// those sublayer parts set to 0 in every sample's forward pass.
+void add_ablate_option(CLI::App* cmd, std::vector<std::string>& specs);
+
 }  // namespace tdyn::cli

@@ -350,8 +350,7 @@ nlohmann::json options_json(const JacobianResult& result, const JacobianOptions&
                       {"complex_tolerance", options.metrics.complex_tolerance},
                       {"energy_fraction", 0.9},
                       {"surgery", options.surgery}};
-  o["ablate"] = nlohmann::json::array();
-  for (const Ablation& a : options.ablations) o["ablate"].push_back(a.to_string());
+  o["ablate"] = to_json(options.ablations);
   o["haar_null_draws"] = options.haar_null_draws;
   if (options.haar_null_draws > 0) o["haar_null_seed"] = options.haar_null_seed;
   if (options.surgery) {

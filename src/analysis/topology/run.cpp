@@ -215,6 +215,7 @@ nlohmann::json options_json(const TopologyResult& r, const TopologyOptions& o) {
       {"leiden", {{"objective", "signed CPM: Q_CPM(G+; gamma) - Q_CPM(G-; 0)"}, {"gamma", leiden.resolution}, {"seed", leiden.seed},
                   {"beta", leiden.beta}, {"max_passes", leiden.max_passes}}},
       {"gamma_scan", o.graph.gamma_scan},
+      {"ablate", to_json(o.ablations)},
       {"boundary_score", "participation coefficient 1 - sum_c (k_ic/k_i)^2 over positive edges (weighted)"},
       {"bridge_rule", "positive edges into >= 2 communities other than the node's own"},
       {"coupling", !o.coupling

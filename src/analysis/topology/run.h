@@ -26,6 +26,7 @@ struct TopologyOptions {
   bool coupling = true;            // mean Jacobians and the coupling statistics; false: topology only
   std::string positions = "last";  // positions averaged in the mean Jacobians (PositionSpec::parse)
   CouplingOptions coupling_test;
+  std::vector<Ablation> ablations;  // zero ablations (model/ablation.h): the topology of the ablated model, every checkpoint alike
   bool keep_correlations = false;  // TopologyResult::correlations (each d × d)
   bool keep_jacobians = false;     // TopologyResult::mean_jacobians (each d × d)
   int64_t draw_boundary = -1;      // the boundary whose graph is laid out; −1: the middle one
