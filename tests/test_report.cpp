@@ -850,6 +850,17 @@ TEST(Report, SingleResultsDirectoryAndMissingKeys) {
   EXPECT_FALSE(fs::exists(empty / "index.html"));
 }
 
+// A run of an ablated model says so at the top of its part, its specs escaped; an unablated run says nothing.
+TEST(Report, AblatedRunSaysSo) {
+  const fs::path dir = test::scratch_dir("report_ablated");
+  write_part(dir / "jacobian", "jacobian", jacobian_results(), json{{"ablate", {"blocks.1.attn.hook_z:zero:heads=0", "<b>"}}}, {});
+  write_part(dir / "topology", "topology", json::object(), json{{"ablate", json::array()}}, {});
+  const std::string html = render_html_report(dir);
+  EXPECT_NE(html.find("Ablated: every forward pass ran with <code>blocks.1.attn.hook_z:zero:heads=0</code>, <code>&lt;b&gt;</code> set to 0"),
+            std::string::npos);
+  EXPECT_EQ(html.find("Ablated:"), html.rfind("Ablated:")) << "once: the topology run is not ablated";
+}
+
 // The clustering paper's verdicts are decided by the particles analysis (results.verdicts); the report shows each as written,
 // "differs" included, and an older results.json without them as "not computed".
 TEST(Report, ParticlesVerdictsAreShownAsWritten) {

@@ -40,6 +40,7 @@ figcaption { font-size: 0.9em; margin-top: 6px; } figcaption .what { color: #5b6
 .missing { padding: 24px; background: #f6f8fb; color: #5b6475; text-align: center; }
 details { margin: 8px 0; } summary { cursor: pointer; font-weight: 600; }
 .error { background: #fde7d9; border: 1px solid #f0b48f; padding: 8px 10px; border-radius: 4px; }
+.ablated { background: #fff4cc; border: 1px solid #e6c65c; padding: 8px 10px; border-radius: 4px; }
 )";
 
 using json = nlohmann::json;
@@ -276,26 +277,10 @@ void timings_details(std::string& h, const json& root) {
 }
 
 // `launch` is the analyze record of this part (null for a single results directory).
-void part_section(std::string& h, const fs::path& root, const ReportPart& p, const json* launch) {
-  h += fmt::format("<h2 id=\"{}\">{}</h2>\n", anchor(p), html_escape(part_title(p)));
-  if (!p.rel_dir.empty()) h += fmt::format("<p class=\"sub\">directory <code>{}</code></p>\n", html_escape(p.rel_dir));
-  if (!p.error.empty()) h += fmt::format("<p class=\"error\">{}</p>\n", html_escape(p.error));
-  if (const json* bridge = launch ? find(*launch, "/bridge") : nullptr) {
-    h += fmt::format("<p>Real-model bridge: head {} of layer {} of the model, with its own Q, K, V, O, simulated as {} particles "
-                     "({}). The part's own results.json lists these matrices as its .npy inputs.</p>\n",
-                     html_escape(text_at(*bridge, "/head")), html_escape(text_at(*bridge, "/layer")),
-                     html_escape(text_at(*bridge, "/tokens")), html_escape(text_at(*bridge, "/initial_tokens")));
-    json_details(h, "The bridge", bridge);
-  }
-  if (p.json.is_null()) return;
-  const json& j = p.json;
-  const json* argv = find(j, "/argv");
-  h += "<p>Reproduce:</p>\n";
-  h += fmt::format("<pre><code>{}</code></pre>\n", argv && argv->is_array() ? html_escape(shell_command(*argv)) : kNotComputed);
-  const std::string model = text_at(j, "/model/path");
-  if (!model.empty()) h += fmt::format("<p class=\"sub\">model <code>{}</code> {}</p>\n", html_escape(model), html_escape(text_at(j, "/model/family")));
-
-  // Figures: every NAME.svg listed in results.json, or NAME.gp when gnuplot could not render it.
+// The part's figures (every NAME.svg listed in results.json, or NAME.gp when gnuplot could not render it) into `h`;
+// returns its other files (not .dat or .gp), with what results.json says each holds.
+std::vector<std::pair<std::string, std::string>> figures_section(std::string& h, const fs::path& root, const ReportPart& p,
+                                                                 const json& j) {
   struct Fig {
     std::string stem, what;
     size_t order;
@@ -337,6 +322,35 @@ void part_section(std::string& h, const fs::path& root, const ReportPart& p, con
   } else {
     h += "<p class=\"sub\">No figures.</p>\n";
   }
+  return other_files;
+}
+
+void part_section(std::string& h, const fs::path& root, const ReportPart& p, const json* launch) {
+  h += fmt::format("<h2 id=\"{}\">{}</h2>\n", anchor(p), html_escape(part_title(p)));
+  if (!p.rel_dir.empty()) h += fmt::format("<p class=\"sub\">directory <code>{}</code></p>\n", html_escape(p.rel_dir));
+  if (!p.error.empty()) h += fmt::format("<p class=\"error\">{}</p>\n", html_escape(p.error));
+  if (const json* bridge = launch ? find(*launch, "/bridge") : nullptr) {
+    h += fmt::format("<p>Real-model bridge: head {} of layer {} of the model, with its own Q, K, V, O, simulated as {} particles "
+                     "({}). The part's own results.json lists these matrices as its .npy inputs.</p>\n",
+                     html_escape(text_at(*bridge, "/head")), html_escape(text_at(*bridge, "/layer")),
+                     html_escape(text_at(*bridge, "/tokens")), html_escape(text_at(*bridge, "/initial_tokens")));
+    json_details(h, "The bridge", bridge);
+  }
+  if (p.json.is_null()) return;
+  const json& j = p.json;
+  const json* argv = find(j, "/argv");
+  h += "<p>Reproduce:</p>\n";
+  h += fmt::format("<pre><code>{}</code></pre>\n", argv && argv->is_array() ? html_escape(shell_command(*argv)) : kNotComputed);
+  const std::string model = text_at(j, "/model/path");
+  if (!model.empty()) h += fmt::format("<p class=\"sub\">model <code>{}</code> {}</p>\n", html_escape(model), html_escape(text_at(j, "/model/family")));
+
+  if (const json* ablate = find(j, "/options/ablate"); ablate && ablate->is_array() && !ablate->empty()) {
+    std::vector<std::string> specs;
+    for (const json& a : *ablate) specs.push_back(html_escape(a.is_string() ? a.get<std::string>() : a.dump()));
+    h += fmt::format("<p class=\"ablated\">Ablated: every forward pass ran with <code>{}</code> set to 0; these are the "
+                     "results of the ablated model.</p>\n", fmt::join(specs, "</code>, <code>"));
+  }
+  const std::vector<std::pair<std::string, std::string>> other_files = figures_section(h, root, p, j);
   const json* notes = find(j, "/results/notes");
   if (notes && notes->is_array() && !notes->empty()) {
     h += "<details><summary>Notes</summary><ul>\n";
