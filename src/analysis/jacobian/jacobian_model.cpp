@@ -504,18 +504,15 @@ Dual residual_step(const ModelConfig& c, const Dual& x, Dual f, const DenseNorm&
   return add(x, f);
 }
 
-// The local attention step at `pos` (transformer.cpp attention_block / attention, ops.cpp attention).
-Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W,
-                    const std::vector<double>& inv_freq, const SequenceState& s, int64_t layer, int64_t pos, const Dual& x,
-                    const ZeroedParts::Layer& zeroed, AttentionTrace* trace, NormJacobian* post,
-                    const StepProjections* projected = nullptr) {
-  const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd;
-  const int64_t m = x.t.cols();
-  const bool own = lc.kv_source == layer;
-
-  Dual h = x;  // sublayer input [d]
-  if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, W.attn_norm, c.norm_eps, h, trace ? &trace->pre : nullptr);
-
+// The attention step's query at `pos`, and its own key and value where the layer makes them, from the pre-normed
+// input h: projections (or the `projected` ones), QK-/V-norms and RoPE.
+struct QueryKeyValue {
+  Dual q, k, v;
+};
+QueryKeyValue queries_keys_values(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W,
+                                  const std::vector<double>& inv_freq, bool own, int64_t pos, const Dual& h, AttentionTrace* trace,
+                                  const StepProjections* projected) {
+  const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads;
   Dual q = projected ? given(projected->q, h) : linear(W.q, h);  // [n_heads * d_head]
   if (trace) trace->q_raw = q.v;
   if (c.qk_norm == QKNorm::FullProjection) norm_inplace(c.norm, W.q_norm, c.norm_eps, q);
@@ -523,7 +520,7 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
     for (int64_t i = 0; i < H; ++i) norm_inplace(c.norm, W.q_norm.w.data(), nullptr, c.norm_eps, q, i * hd, hd);
   rope_inplace(lc.rope.style, inv_freq, q, H, hd, pos);
 
-  Dual k, v;  // position p's own key and value [n_kv_heads * d_head]
+  Dual k, v;  // position p's own key and value [n_kv_heads * d_head]: on layers with their own keys only
   if (own) {
     k = projected ? given(projected->k, h) : linear(W.k, h);
     v = projected ? given(projected->v, h) : linear(W.v, h);
@@ -536,11 +533,42 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
     rope_inplace(lc.rope.style, inv_freq, k, G, hd, pos);
   }
 
+  return {std::move(q), std::move(k), std::move(v)};
+}
+
+// Columns [col, col + width) of the visible rows of `stored` (the forward pass's keys or values) in float64, row
+// `own_pos` (≥ 0) taken from `own` instead: position p's own key or value, which the local map varies.
+Matrix visible_rows(const Tensor& stored, const KeyRange& range, int64_t col, int64_t width, int64_t own_pos, const Vector& own) {
+  Matrix out(range.last - range.first + 1, width);
+  for (int64_t j = 0; j < out.rows(); ++j) {
+    const int64_t key = range.first + j;
+    if (key == own_pos)
+      out.row(j) = own.segment(col, width).transpose();
+    else
+      out.row(j) = Eigen::Map<const Eigen::RowVectorXf>(stored.row(key) + col, width).cast<double>();
+  }
+  return out;
+}
+
+// The local attention step at `pos` (transformer.cpp attention_block / attention, ops.cpp attention).
+Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W,
+                    const std::vector<double>& inv_freq, const SequenceState& s, int64_t layer, int64_t pos, const Dual& x,
+                    const ZeroedParts::Layer& zeroed, AttentionTrace* trace, NormJacobian* post,
+                    const StepProjections* projected = nullptr) {
+  const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd;
+  const int64_t m = x.t.cols();
+  const bool own = lc.kv_source == layer;
+
+  Dual h = x;  // sublayer input [d]
+  if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, W.attn_norm, c.norm_eps, h, trace ? &trace->pre : nullptr);
+
+  const QueryKeyValue qkv = queries_keys_values(c, lc, W, inv_freq, own, pos, h, trace, projected);
+  const Dual &q = qkv.q, &k = qkv.k, &v = qkv.v;
+
   const Tensor& keys = s.keys.at(lc.kv_source);
   const Tensor& values = s.values.at(lc.kv_source);
   AttentionShape shape{1, s.n_pos, pos, H, G, hd, lc.attn_scale, c.causal, lc.sliding_window};
   const KeyRange range = visible_keys(shape, pos);
-  const int64_t n_keys = range.last - range.first + 1;
 
   Dual z{Vector::Zero(q_dim), Matrix::Zero(q_dim, m)};
   if (trace) {
@@ -553,17 +581,8 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
   // write disjoint rows of z and entries of the trace, and throw nothing.
 #pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel() && G > 1)
   for (int64_t g = 0; g < G; ++g) {
-    Matrix kh(n_keys, hd), vh(n_keys, hd);  // visible keys / values of kv head g [keys, d_head]
-    for (int64_t j = 0; j < n_keys; ++j) {
-      const int64_t key = range.first + j;
-      if (own && key == pos) {
-        kh.row(j) = k.v.segment(g * hd, hd).transpose();
-        vh.row(j) = v.v.segment(g * hd, hd).transpose();
-      } else {
-        kh.row(j) = Eigen::Map<const Eigen::RowVectorXf>(keys.row(key) + g * hd, hd).cast<double>();
-        vh.row(j) = Eigen::Map<const Eigen::RowVectorXf>(values.row(key) + g * hd, hd).cast<double>();
-      }
-    }
+    const Matrix kh = visible_rows(keys, range, g * hd, hd, own ? pos : -1, k.v);  // [keys, d_head]
+    const Matrix vh = visible_rows(values, range, g * hd, hd, own ? pos : -1, v.v);
     for (int64_t head = g * group; head < (g + 1) * group; ++head) {
       if (zeroed.head(head)) {  // z_h is the constant 0: no value, no derivative
         if (trace) {
@@ -753,6 +772,112 @@ BranchMiddle block_middle(int64_t n_blocks, int64_t block_rows, int64_t cols) {
   return m;
 }
 
+// The attention step's factors at `pos` into `st` (JacobianModel::structure; st's identities and post-norm weight set).
+void attention_structure(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W, const std::vector<double>& inv_freq,
+                         const SequenceState& s, int64_t layer, int64_t pos, const Dual& in, const ZeroedParts::Layer& zeroed,
+                         const StepProjections* projected, StepStructure& st) {
+  AttentionTrace tr;
+  attention_step(c, lc, W, inv_freq, s, layer, pos, in, zeroed, &tr, &st.post, projected);
+  st.pre = tr.pre;
+  st.out = &W.o.w;
+  const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd, kv_dim = G * hd;
+  const bool own = lc.kv_source == layer;
+  const bool full_qk = c.qk_norm == QKNorm::FullProjection;
+
+  // ∂(q, k, v after QK-/V-norm and RoPE)/∂(raw projection). Per head (d_head × d_head blocks) unless the QK-norm
+  // spans the whole projection (OLMo 3), where each head's rows span the whole projection.
+  const DenseNorm* per_head_q = c.qk_norm == QKNorm::PerHead ? &W.q_norm : nullptr;
+  const DenseNorm* per_head_k = c.qk_norm == QKNorm::PerHead ? &W.k_norm : nullptr;
+  auto head_block = [&](const Vector& raw, int64_t head, const DenseNorm* norm, bool rope, bool v_norm) {
+    Dual b{raw.segment(head * hd, hd), Matrix::Identity(hd, hd)};
+    if (norm) norm_inplace(c.norm, norm->w.data(), nullptr, c.norm_eps, b, 0, hd);
+    if (v_norm) norm_inplace(NormKind::RMSNorm, nullptr, nullptr, c.norm_eps, b, 0, hd);
+    if (rope) rope_inplace(lc.rope.style, inv_freq, b, 1, hd, pos);
+    return b.t;
+  };
+  auto full_block = [&](const Vector& raw, const DenseNorm& norm, int64_t heads) {
+    Dual b{raw, Matrix::Identity(raw.size(), raw.size())};
+    norm_inplace(c.norm, norm, c.norm_eps, b);
+    rope_inplace(lc.rope.style, inv_freq, b, heads, hd, pos);
+    return b.t;
+  };
+  // ∂z_h/∂q_h = mix_h (softmax derivative through the scores): one block per head (heads over threads as in
+  // attention_step).
+  JacobianBranch bq{&W.q_in.w, block_middle(H, hd, q_dim), in_times_v(W.q_in, tr.q_raw, st.pre)};
+  const Matrix q_full = full_qk ? full_block(tr.q_raw, W.q_norm, H) : Matrix();
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel() && H > 1)
+  for (int64_t h = 0; h < H; ++h) {
+    if (full_qk) {
+      bq.m.blocks[h] = tr.mix[h] * q_full.middleRows(h * hd, hd);
+      bq.m.block_col[h] = 0;
+    } else {
+      bq.m.blocks[h] = tr.mix[h] * head_block(tr.q_raw, h, per_head_q, true, false);
+      bq.m.block_col[h] = h * hd;
+    }
+  }
+  st.branches.push_back(std::move(bq));
+
+  if (own) {
+    // ∂z_h/∂k_p = scale P_pp (v_p − z_h) q_hᵀ; ∂z_h/∂v_p = P_pp I (per query head h, its kv head g = h / group,
+    // so the heads of a group share their blocks' columns).
+    const Matrix k_full = full_qk ? full_block(tr.k_raw, W.k_norm, G) : Matrix();
+    std::vector<Matrix> k_blocks(G), v_blocks(G);
+    for (int64_t g = 0; g < G && !full_qk; ++g) k_blocks[g] = head_block(tr.k_raw, g, per_head_k, true, false);
+    for (int64_t g = 0; g < G; ++g) v_blocks[g] = head_block(tr.v_raw, g, nullptr, false, c.v_norm);
+    JacobianBranch bk{&W.k_in.w, block_middle(H, hd, kv_dim), in_times_v(W.k_in, tr.k_raw, st.pre)};
+    JacobianBranch bv{&W.v_in.w, block_middle(H, hd, kv_dim), in_times_v(W.v_in, tr.v_raw, st.pre)};
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / group;
+      const Vector vz = (lc.attn_scale * tr.p_self[h]) * (tr.v_self.segment(g * hd, hd) - tr.z.segment(h * hd, hd));
+      const auto qh = tr.q.segment(h * hd, hd).transpose();
+      if (full_qk) {
+        bk.m.blocks[h] = vz * (qh * k_full.middleRows(g * hd, hd));
+        bk.m.block_col[h] = 0;
+      } else {
+        bk.m.blocks[h] = vz * (qh * k_blocks[g]);
+        bk.m.block_col[h] = g * hd;
+      }
+      bv.m.blocks[h] = tr.p_self[h] * v_blocks[g];
+      bv.m.block_col[h] = g * hd;
+    }
+    st.branches.push_back(std::move(bk));
+    st.branches.push_back(std::move(bv));
+  }
+}
+
+// The MLP step's factors at `pos` into `st` (as attention_structure).
+void mlp_structure(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W, const SequenceState& s, int64_t layer,
+                   int64_t pos, const Dual& in, const ZeroedParts::Layer& zeroed, const StepProjections* projected, StepStructure& st) {
+  MlpTrace tr;
+  NormJacobian ple_post;
+  mlp_step(c, lc, W, s, layer, pos, in, zeroed, &tr, &st.post, &ple_post, projected);
+  st.pre = tr.pre;
+  st.out = &W.down.w;
+  if (c.gated_mlp) {
+    // ∂(act(g) ⊙ u) = diag(act'(g) ⊙ u) ∂g + diag(act(g)) ∂u
+    Vector m_gate = tr.pre_act.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); }).cwiseProduct(tr.up);
+    Vector m_up = tr.pre_act.unaryExpr([&](double g) { return activate64(c.activation, g); });
+    st.branches.push_back({&W.gate_in.w, diagonal_middle(std::move(m_gate)), in_times_v(W.gate_in, tr.pre_act, st.pre)});
+    st.branches.push_back({&W.up_in.w, diagonal_middle(std::move(m_up)), in_times_v(W.up_in, tr.up, st.pre)});
+  } else {
+    Vector m_up = tr.pre_act.unaryExpr([&](double u) { return activate64_derivative(c.activation, u); });
+    st.branches.push_back({&W.up_in.w, diagonal_middle(std::move(m_up)), in_times_v(W.up_in, tr.pre_act, st.pre)});
+  }
+  if (zeroed.mlp_hidden || zeroed.mlp_out)  // the MLP adds a constant: no derivative through it
+    for (JacobianBranch& b : st.branches) b.m.diag.setZero();
+  if (c.d_per_layer_input > 0) {
+    // ∂ branch/∂y = diag(w) λ'(I − U'U'ᵀ) W_proj diag(act'(W_gate y) ⊙ input) W_gate
+    const Vector e = tr.ple_gate_pre.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); })
+                         .cwiseProduct(tr.ple_input);
+    Matrix left = W.ple_proj.w * e.asDiagonal();  // [d, P]
+    left = ple_post.scale * (left - ple_post.u * (ple_post.u.transpose() * left));
+    if (W.ple_post_norm.w.size()) left = W.ple_post_norm.w.asDiagonal() * left;
+    st.ple_left = std::move(left);
+    st.ple_gate = &W.ple_gate.w;
+  }
+  st.layer_scalar = W.layer_scalar;
+}
+
 }  // namespace
 
 StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos,
@@ -772,104 +897,10 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
   const DenseNorm& post_norm = which == Sublayer::Attention ? W.attn_post_norm : W.mlp_post_norm;
   if (has_post_norm(c.norm_placement) && post_norm.w.size()) st.post_weight = &post_norm.w;
 
-  if (which == Sublayer::Attention) {
-    AttentionTrace tr;
-    attention_step(c, lc, W, inv_freq_[layer], s, layer, pos, in, zeroed, &tr, &st.post, projected);
-    st.pre = tr.pre;
-    st.out = &W.o.w;
-    const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads, group = H / G, q_dim = H * hd, kv_dim = G * hd;
-    const bool own = lc.kv_source == layer;
-    const bool full_qk = c.qk_norm == QKNorm::FullProjection;
-
-    // ∂(q, k, v after QK-/V-norm and RoPE)/∂(raw projection). Per head (d_head × d_head blocks) unless the QK-norm
-    // spans the whole projection (OLMo 3), where each head's rows span the whole projection.
-    const DenseNorm* per_head_q = c.qk_norm == QKNorm::PerHead ? &W.q_norm : nullptr;
-    const DenseNorm* per_head_k = c.qk_norm == QKNorm::PerHead ? &W.k_norm : nullptr;
-    auto head_block = [&](const Vector& raw, int64_t head, const DenseNorm* norm, bool rope, bool v_norm) {
-      Dual b{raw.segment(head * hd, hd), Matrix::Identity(hd, hd)};
-      if (norm) norm_inplace(c.norm, norm->w.data(), nullptr, c.norm_eps, b, 0, hd);
-      if (v_norm) norm_inplace(NormKind::RMSNorm, nullptr, nullptr, c.norm_eps, b, 0, hd);
-      if (rope) rope_inplace(lc.rope.style, inv_freq_[layer], b, 1, hd, pos);
-      return b.t;
-    };
-    auto full_block = [&](const Vector& raw, const DenseNorm& norm, int64_t heads) {
-      Dual b{raw, Matrix::Identity(raw.size(), raw.size())};
-      norm_inplace(c.norm, norm, c.norm_eps, b);
-      rope_inplace(lc.rope.style, inv_freq_[layer], b, heads, hd, pos);
-      return b.t;
-    };
-    // ∂z_h/∂q_h = mix_h (softmax derivative through the scores): one block per head (heads over threads as in
-    // attention_step).
-    JacobianBranch bq{&W.q_in.w, block_middle(H, hd, q_dim), in_times_v(W.q_in, tr.q_raw, st.pre)};
-    const Matrix q_full = full_qk ? full_block(tr.q_raw, W.q_norm, H) : Matrix();
-#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel() && H > 1)
-    for (int64_t h = 0; h < H; ++h) {
-      if (full_qk) {
-        bq.m.blocks[h] = tr.mix[h] * q_full.middleRows(h * hd, hd);
-        bq.m.block_col[h] = 0;
-      } else {
-        bq.m.blocks[h] = tr.mix[h] * head_block(tr.q_raw, h, per_head_q, true, false);
-        bq.m.block_col[h] = h * hd;
-      }
-    }
-    st.branches.push_back(std::move(bq));
-
-    if (own) {
-      // ∂z_h/∂k_p = scale P_pp (v_p − z_h) q_hᵀ; ∂z_h/∂v_p = P_pp I (per query head h, its kv head g = h / group,
-      // so the heads of a group share their blocks' columns).
-      const Matrix k_full = full_qk ? full_block(tr.k_raw, W.k_norm, G) : Matrix();
-      std::vector<Matrix> k_blocks(G), v_blocks(G);
-      for (int64_t g = 0; g < G && !full_qk; ++g) k_blocks[g] = head_block(tr.k_raw, g, per_head_k, true, false);
-      for (int64_t g = 0; g < G; ++g) v_blocks[g] = head_block(tr.v_raw, g, nullptr, false, c.v_norm);
-      JacobianBranch bk{&W.k_in.w, block_middle(H, hd, kv_dim), in_times_v(W.k_in, tr.k_raw, st.pre)};
-      JacobianBranch bv{&W.v_in.w, block_middle(H, hd, kv_dim), in_times_v(W.v_in, tr.v_raw, st.pre)};
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t g = h / group;
-        const Vector vz = (lc.attn_scale * tr.p_self[h]) * (tr.v_self.segment(g * hd, hd) - tr.z.segment(h * hd, hd));
-        const auto qh = tr.q.segment(h * hd, hd).transpose();
-        if (full_qk) {
-          bk.m.blocks[h] = vz * (qh * k_full.middleRows(g * hd, hd));
-          bk.m.block_col[h] = 0;
-        } else {
-          bk.m.blocks[h] = vz * (qh * k_blocks[g]);
-          bk.m.block_col[h] = g * hd;
-        }
-        bv.m.blocks[h] = tr.p_self[h] * v_blocks[g];
-        bv.m.block_col[h] = g * hd;
-      }
-      st.branches.push_back(std::move(bk));
-      st.branches.push_back(std::move(bv));
-    }
-  } else {
-    MlpTrace tr;
-    NormJacobian ple_post;
-    mlp_step(c, lc, W, s, layer, pos, in, zeroed, &tr, &st.post, &ple_post, projected);
-    st.pre = tr.pre;
-    st.out = &W.down.w;
-    if (c.gated_mlp) {
-      // ∂(act(g) ⊙ u) = diag(act'(g) ⊙ u) ∂g + diag(act(g)) ∂u
-      Vector m_gate = tr.pre_act.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); }).cwiseProduct(tr.up);
-      Vector m_up = tr.pre_act.unaryExpr([&](double g) { return activate64(c.activation, g); });
-      st.branches.push_back({&W.gate_in.w, diagonal_middle(std::move(m_gate)), in_times_v(W.gate_in, tr.pre_act, st.pre)});
-      st.branches.push_back({&W.up_in.w, diagonal_middle(std::move(m_up)), in_times_v(W.up_in, tr.up, st.pre)});
-    } else {
-      Vector m_up = tr.pre_act.unaryExpr([&](double u) { return activate64_derivative(c.activation, u); });
-      st.branches.push_back({&W.up_in.w, diagonal_middle(std::move(m_up)), in_times_v(W.up_in, tr.pre_act, st.pre)});
-    }
-    if (zeroed.mlp_hidden || zeroed.mlp_out)  // the MLP adds a constant: no derivative through it
-      for (JacobianBranch& b : st.branches) b.m.diag.setZero();
-    if (c.d_per_layer_input > 0) {
-      // ∂ branch/∂y = diag(w) λ'(I − U'U'ᵀ) W_proj diag(act'(W_gate y) ⊙ input) W_gate
-      const Vector e = tr.ple_gate_pre.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); })
-                           .cwiseProduct(tr.ple_input);
-      Matrix left = W.ple_proj.w * e.asDiagonal();  // [d, P]
-      left = ple_post.scale * (left - ple_post.u * (ple_post.u.transpose() * left));
-      if (W.ple_post_norm.w.size()) left = W.ple_post_norm.w.asDiagonal() * left;
-      st.ple_left = std::move(left);
-      st.ple_gate = &W.ple_gate.w;
-    }
-    st.layer_scalar = W.layer_scalar;
-  }
+  if (which == Sublayer::Attention)
+    attention_structure(c, lc, W, inv_freq_[layer], s, layer, pos, in, zeroed, projected, st);
+  else
+    mlp_structure(c, lc, W, s, layer, pos, in, zeroed, projected, st);
   return st;
 }
 
