@@ -792,6 +792,69 @@ std::string first_difference(const nlohmann::json& was, const nlohmann::json& no
 
 }  // namespace
 
+namespace {
+
+// Where rank 0's pass file starts: a new file, or an unfinished one of the same run continued after its last finished
+// layer (control.resume), or a finished one (first_layer = n_layers, no writer).
+struct PassStart {
+  std::unique_ptr<PassWriter> writer;
+  int64_t first_layer = 0;
+};
+PassStart start_or_resume(const fs::path& path, const nlohmann::json& header, const PassControl& control, int64_t n_layers) {
+  auto say = [&](const std::string& text) {
+    if (control.note) control.note(text);
+  };
+  PassStart start;
+  if (!control.resume || !fs::exists(path)) {
+    if (control.resume) say(fmt::format("no unfinished pass at {}: starting from the first layer", path.string()));
+    start.writer = std::make_unique<PassWriter>(path, header);
+    return start;
+  }
+  Scan scan = scan_pass(path, true);
+  if (scan.header != header)
+    fail("{}: the pass file is of a different run ({}); rerun with the options it was made with, or remove it to "
+         "start afresh", path.string(), first_difference(scan.header, header));
+  if (scan.complete) {
+    say(fmt::format("{}: the pass had finished; using it", path.string()));
+    start.first_layer = n_layers;
+  } else {
+    start.first_layer = scan.layers_done;
+    start.writer = std::make_unique<PassWriter>(path, scan.end_of_layers);
+    say(fmt::format("resuming {}: {} of {} layers done", path.string(), start.first_layer, n_layers));
+  }
+  return start;
+}
+
+// The keys/values the pass keeps for KV-shared layers (Gemma 4): a slot per source layer (KV-source layer -> slot),
+// and the floats per row of a slot: the widest source's (Gemma 4's full-attention heads are wider).
+std::pair<std::map<int64_t, int64_t>, int64_t> kv_slots(const Transformer& t) {
+  std::map<int64_t, int64_t> slot;
+  int64_t stride = 0;
+  for (int64_t l = 0; l < t.config().n_layers; ++l) {
+    const int64_t src = t.layer_config(l).kv_source;
+    if (src == l || slot.count(src)) continue;
+    slot.emplace(src, static_cast<int64_t>(slot.size()));
+    stride = std::max(stride, t.config().n_kv_heads * t.layer_config(src).d_head);
+  }
+  return {slot, stride};
+}
+
+// One finished layer's sums (all ranks' added) into the pass file, then its marker.
+void write_layer(PassWriter& writer, const PassSpec& spec, int64_t layer, int64_t n_layers, const LayerSums& sums) {
+  const LayerPlan plan = plan_layer(spec, layer, n_layers);
+  for (size_t s = 0; s < plan.boundaries.size(); ++s) {
+    if (spec.correlations) writer.section(kCorrelation, plan.boundaries[s], sums.correlations[s].to_buffer());
+    if (spec.jacobians && sums.jacobian_sums[s].size() > 0) {
+      const linalg::Matrix& m = sums.jacobian_sums[s];
+      writer.section(kJacobianSum, plan.boundaries[s], {m.data(), static_cast<size_t>(m.size())});
+    }
+  }
+  for (size_t q = 0; q < plan.probes.size(); ++q) writer.section(kProbe, plan.probes[q], sums.probes[q]);
+  writer.section(kLayerDone, layer, {});
+}
+
+}  // namespace
+
 PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians, const std::vector<Sample>& samples,
                   const PassSpec& spec, const nlohmann::json& identity, const PassControl& control) {
   TDYN_CHECK(!spec.jacobians || jacobians);
@@ -800,9 +863,6 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
   const Ranks& me = ranks();
   const ModelConfig& c = transformer.config();
   const int64_t n_samples = static_cast<int64_t>(samples.size()), chunk = std::max<int64_t>(1, spec.chunk);
-  auto say = [&](const std::string& text) {
-    if (control.note) control.note(text);
-  };
 
   // The totals follow from the samples alone.
   int64_t n_tokens = 0, n_pairs = 0;
@@ -833,40 +893,15 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
   if (control.file.empty()) temporary.paths = {path, stem + ".states", stem + ".kv"};
 
   // Rank 0 owns the file: it starts it, or continues an unfinished one of the same run after its last layer.
-  std::unique_ptr<PassWriter> writer;
-  int64_t first_layer = 0;
   if (!path.parent_path().empty()) fs::create_directories(path.parent_path());
-  if (me.root()) {
-    if (control.resume && fs::exists(path)) {
-      Scan scan = scan_pass(path, true);
-      if (scan.header != header)
-        fail("{}: the pass file is of a different run ({}); rerun with the options it was made with, or remove it to "
-             "start afresh", path.string(), first_difference(scan.header, header));
-      if (scan.complete) {
-        say(fmt::format("{}: the pass had finished; using it", path.string()));
-        first_layer = c.n_layers;
-      } else {
-        first_layer = scan.layers_done;
-        writer = std::make_unique<PassWriter>(path, scan.end_of_layers);
-        say(fmt::format("resuming {}: {} of {} layers done", path.string(), first_layer, c.n_layers));
-      }
-    } else {
-      if (control.resume) say(fmt::format("no unfinished pass at {}: starting from the first layer", path.string()));
-      writer = std::make_unique<PassWriter>(path, header);
-    }
-  }
-  first_layer = static_cast<int64_t>(broadcast_from_root(static_cast<double>(first_layer)));
+  PassStart start;
+  if (me.root()) start = start_or_resume(path, header, control, c.n_layers);
+  std::unique_ptr<PassWriter>& writer = start.writer;
+  const int64_t first_layer = static_cast<int64_t>(broadcast_from_root(static_cast<double>(start.first_layer)));
 
   if (first_layer < c.n_layers) {
     // The working buffers: the residual states (two halves) and the kept keys/values.
-    std::map<int64_t, int64_t> kv_slot;  // KV-source layer -> slot
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      const int64_t src = transformer.layer_config(l).kv_source;
-      if (src == l || kv_slot.count(src)) continue;
-      kv_slot.emplace(src, static_cast<int64_t>(kv_slot.size()));
-    }
-    int64_t kv_stride = 0;  // floats per row of a slot: the widest source's (Gemma 4's full-attention heads are wider)
-    for (const auto& [src, slot] : kv_slot) kv_stride = std::max(kv_stride, c.n_kv_heads * transformer.layer_config(src).d_head);
+    const auto [kv_slot, kv_stride] = kv_slots(transformer);
     const int64_t kv_floats = 2 * static_cast<int64_t>(kv_slot.size()) * rows.offset.back() * kv_stride;
     WorkBuffer states(stem + ".states", 2 * rows.offset.back() * c.d_model, first_layer > 0);
     WorkBuffer kv(stem + ".kv", kv_floats, first_layer > 0);
@@ -879,17 +914,7 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
         const std::vector<std::vector<double>> shares = gather_to_root(sums.to_buffer());
         for (size_t r = 1; r < shares.size(); ++r) sums.add(shares[r]);
       }
-      if (!me.root()) continue;
-      const LayerPlan plan = plan_layer(spec, layer, c.n_layers);
-      for (size_t s = 0; s < plan.boundaries.size(); ++s) {
-        if (spec.correlations) writer->section(kCorrelation, plan.boundaries[s], sums.correlations[s].to_buffer());
-        if (spec.jacobians && sums.jacobian_sums[s].size() > 0) {
-          const linalg::Matrix& m = sums.jacobian_sums[s];
-          writer->section(kJacobianSum, plan.boundaries[s], {m.data(), static_cast<size_t>(m.size())});
-        }
-      }
-      for (size_t q = 0; q < plan.probes.size(); ++q) writer->section(kProbe, plan.probes[q], sums.probes[q]);
-      writer->section(kLayerDone, layer, {});
+      if (me.root()) write_layer(*writer, spec, layer, c.n_layers, sums);
     }
     states.remove();
     kv.remove();
