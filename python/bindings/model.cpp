@@ -132,7 +132,7 @@ py::dict jacobians(PyModel& self, const Ids& ids, const Positions& positions, co
         const std::string prefix = fmt::format("pos{}.blocks.{}.", pos, l);
         linalg::Matrix attn = model.jacobian(state, l, Sublayer::Attention, pos);
         linalg::Matrix mlp = model.jacobian(state, l, Sublayer::Mlp, pos);
-        linalg::Matrix block = mlp * attn;  // chain rule: the other positions stay fixed through both steps
+        linalg::Matrix block = model.block_jacobian(attn, mlp);  // the other positions stay fixed through both steps
         out.emplace_back(prefix + "jac_attn", std::move(attn));
         out.emplace_back(prefix + "jac_mlp", std::move(mlp));
         out.emplace_back(prefix + "jac_block", std::move(block));
@@ -248,7 +248,9 @@ edited ones. A glob that matches no writable hook raises tdyn.Error before the r
            R"doc(Exact sublayer Jacobians of one sequence in float64, d x d with rows = outputs.
 
 Keys as the fixtures: 'pos{p}.blocks.{l}.jac_attn' (d resid_mid[p] / d resid_pre[p]), '...jac_mlp'
-(d resid_post[p] / d resid_mid[p]) and '...jac_block' (their product), the other positions held fixed.
+(d resid_post[p] / d resid_mid[p]; for a parallel-residual block, GPT-NeoX's, the MLP step's map from
+resid_pre) and '...jac_block' (d resid_post[p] / d resid_pre[p]: their product, or jac_attn + jac_mlp - I for
+a parallel block), the other positions held fixed.
 positions: 'last', 'all', an int or a list of ints (negative count from the end).)doc")
       .def("mean_jacobians", &mean_jacobians, py::arg("samples"), py::arg("positions") = "last",
            py::arg("structured") = true, py::arg("mean_of_products") = false,

@@ -698,6 +698,13 @@ Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer w
   return structure(s, layer, which, pos).dense();
 }
 
+Matrix JacobianModel::block_jacobian(const Matrix& attn, const Matrix& mlp) const {
+  if (!config().parallel_residual) return linalg::multiply(mlp, attn);
+  Matrix block = attn + mlp;
+  block.diagonal().array() -= 1.0;
+  return block;
+}
+
 Matrix JacobianModel::jacobian_by_tangents(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   const LayerConfig& lc = transformer_->layer_config(layer);
   const Weights& W = weights(layer);

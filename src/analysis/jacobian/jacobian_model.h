@@ -191,6 +191,9 @@ class JacobianModel {
 
   // Exact J [d, d] at the forward-pass input, in closed form (structure().dense()).
   linalg::Matrix jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
+  // ∂hook_resid_post/∂hook_resid_pre of one layer at one position from its two sublayer Jacobians: J_mlp J_attn, or
+  // J_attn + J_mlp − I where both sublayers read the layer's input (a parallel-residual block).
+  linalg::Matrix block_jacobian(const linalg::Matrix& attn, const linalg::Matrix& mlp) const;
   // The same J by batched JVPs whatever the sublayer: the independent reference the factored form is tested against.
   linalg::Matrix jacobian_by_tangents(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const;
   // The same J in factored form (structured path). `projected`, when given, holds the step's input projections at
