@@ -790,10 +790,6 @@ std::string first_difference(const nlohmann::json& was, const nlohmann::json& no
   return fmt::format("{}: {} vs now {}", path.empty() ? "header" : path, brief(was), brief(now));
 }
 
-}  // namespace
-
-namespace {
-
 // Where rank 0's pass file starts: a new file, or an unfinished one of the same run continued after its last finished
 // layer (control.resume), or a finished one (first_layer = n_layers, no writer).
 struct PassStart {
