@@ -277,7 +277,7 @@ TEST(JacobianCli, AblatedHeadInThePassAndPerSample) {
            {"--ablate blocks.0.hook_resid_post", "blocks.0.hook_resid_post is a residual-stream boundary"},
            {"--ablate blocks.0.mlp.hook_post:mean", "the analyses run zero ablations only"},
            {"--ablate 'blocks.0.attn.hook_z:heads=99'", "head 99 is out of range"},
-           {"--ablate blocks.0.hook_pattern", "matches no writable hook"}}) {
+           {"--ablate blocks.0.hook_pattern", "'blocks.0.hook_pattern' matches no writable hook"}}) {
     std::string out, err;
     EXPECT_NE(test::run_cli(fmt::format("--quiet jacobian {} --samples 3 --max-len 24 --out {} {}", model, (dir / "bad").string(), args),
                             &out, &err), 0) << args;

@@ -480,12 +480,14 @@ TEST(PassCli, AnonymousMemoryDoesNotGrowWithDepth) {
   }
 }
 
+// topology on a model with one MLP's output ablated (analyze's kill test covers the unablated pass).
 TEST(PassCli, KilledAndResumedRunEqualsUninterrupted) {
   TDYN_REQUIRE_SHARED(kStories);
   const std::string model = (test::shared_dir() / kStories).string();
   kill_and_resume("pass_kill", [&](const fs::path& out) {
     return std::vector<std::string>{"--threads", "1", "--quiet", "topology", model, "--samples", "80", "--max-len", "64",
-                                    "--permutations", "200", "--save-correlations", "--save-jacobians", "--out", out.string()};
+                                    "--permutations", "200", "--save-correlations", "--save-jacobians",
+                                    "--ablate", "blocks.0.hook_mlp_out", "--out", out.string()};
   }, "pass.tdynpass", {""}, {0, 1, 3});
 }
 
@@ -502,12 +504,13 @@ TEST(PassCli, ResumingAnotherRunNamesWhatDiffers) {
   EXPECT_LT(err.size(), 400u) << err;
 }
 
+// On a model with one head ablated: the resumed pass continues with the same edits (they are in its identity).
 TEST(PassCli, KilledAndResumedJacobianEqualsUninterrupted) {
   TDYN_REQUIRE_SHARED(kStories);
   const std::string model = (test::shared_dir() / kStories).string();
   kill_and_resume("pass_kill_jacobian", [&](const fs::path& out) {
     return std::vector<std::string>{"--threads", "1", "--quiet", "jacobian", model, "--samples", "80", "--max-len", "64",
-                                    "--surgery", "--out", out.string()};
+                                    "--surgery", "--ablate", "blocks.1.attn.hook_z:heads=2", "--out", out.string()};
   }, "pass.tdynpass", {""}, {2});
 }
 

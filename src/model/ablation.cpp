@@ -63,6 +63,7 @@ std::string Ablation::to_string() const {
 }
 
 ActivationCache::Edit on_heads(std::vector<int64_t> heads, ActivationCache::Edit edit) {
+  if (heads.empty()) return edit;
   return [heads = std::move(heads), edit = std::move(edit)](const std::string& name, int64_t start, float* data,
                                                              const Shape& shape) {
     if (shape.size() != 3) fail("{}: heads can be chosen only in a [pos, heads, d_head] activation (attn.hook_z)", name);
@@ -87,18 +88,12 @@ ZeroedParts::ZeroedParts(const Transformer& transformer, const std::vector<Ablat
     : ablations_(ablations) {
   const ModelConfig& c = transformer.config();
   layers_.assign(c.n_layers, Layer{});
-  const std::set<std::string> writable = transformer.writable_hook_names();
   for (const Ablation& a : ablations) {
     const std::string spec = a.to_string();
     if (a.mean) fail("--ablate {}: the analyses run zero ablations only (a mean needs a pass without it)", spec);
-    bool matched = false;
     for (int64_t l = 0; l < c.n_layers; ++l) {
       Layer& layer = layers_[l];
-      auto ablated = [&](const char* part) {
-        const bool hit = matches_glob(a.glob, fmt::format("blocks.{}.{}", l, part));
-        matched = matched || hit;
-        return hit;
-      };
+      auto ablated = [&](const char* part) { return matches_glob(a.glob, fmt::format("blocks.{}.{}", l, part)); };
       for (const char* resid : {"hook_resid_pre", "hook_resid_mid", "hook_resid_post"})
         if (ablated(resid))
           fail("--ablate {}: blocks.{}.{} is a residual-stream boundary, which the analyses measure between; ablate "
@@ -121,10 +116,10 @@ ZeroedParts::ZeroedParts(const Transformer& transformer, const std::vector<Ablat
       layer.mlp_hidden = layer.mlp_hidden || ablated("mlp.hook_post");
       layer.mlp_out = layer.mlp_out || ablated("hook_mlp_out");
     }
-    if (!matched)
-      fail("--ablate {}: the glob matches no writable hook of this model (writable: {})", spec,
-           fmt::join(hook_name_templates(writable), ", "));
   }
+  ActivationCache check = ActivationCache::keeping_nothing();  // each glob must match a writable hook, as in a run
+  add_edits(check);
+  check.check_edits(transformer.writable_hook_names());
 }
 
 const ZeroedParts::Layer& ZeroedParts::layer(int64_t l) const {
@@ -133,7 +128,7 @@ const ZeroedParts::Layer& ZeroedParts::layer(int64_t l) const {
 }
 
 void ZeroedParts::add_edits(ActivationCache& cache) const {
-  for (const Ablation& a : ablations_) cache.add_edit(a.glob, a.heads.empty() ? zero_ablation() : on_heads(a.heads, zero_ablation()));
+  for (const Ablation& a : ablations_) cache.add_edit(a.glob, on_heads(a.heads, zero_ablation()));
 }
 
 nlohmann::json to_json(const std::vector<Ablation>& ablations) {

@@ -33,7 +33,8 @@ struct Ablation {
 nlohmann::json to_json(const std::vector<Ablation>& ablations);
 
 // `edit` confined to the given heads of a [pos, heads, d_head] activation: it runs on a copy, and only those heads'
-// values are written back. Throws Error (naming the hook) on an activation of another shape or a head out of range.
+// values are written back (no heads: `edit` itself, on the whole activation). Throws Error (naming the hook) on an
+// activation of another shape or a head out of range.
 ActivationCache::Edit on_heads(std::vector<int64_t> heads, ActivationCache::Edit edit);
 
 // Zero ablations resolved against a model, per layer: what the analyses over samples set to zero.

@@ -24,7 +24,7 @@ struct RunArgs {
   ModelArgs model;
   std::string tokenizer, prompt, save_logits, save_hooks, hooks = "*", overflow;
   std::vector<int32_t> ids, token_types;
-  std::vector<std::string> ablate, patch;  // hook globs, ablate's with an optional ":zero" / ":mean"
+  std::vector<std::string> ablate, patch;  // hook globs; ablate's as Ablation::parse reads them
   std::string patch_prompt;
   std::vector<int32_t> patch_ids;
   int64_t max_new_tokens = 32, steps = -1;
@@ -140,10 +140,7 @@ void add_edits(const RunArgs& a, const Transformer& transformer, const std::vect
     check_vocabulary(ids, transformer.config(), "--patch: ");
     source = capture_pass(transformer, ids, a.patch);
   }
-  for (const Ablation& x : ablations) {
-    ActivationCache::Edit edit = x.mean ? mean_ablation(*clean) : zero_ablation();
-    hooks.add_edit(x.glob, x.heads.empty() ? std::move(edit) : on_heads(x.heads, std::move(edit)));
-  }
+  for (const Ablation& x : ablations) hooks.add_edit(x.glob, on_heads(x.heads, x.mean ? mean_ablation(*clean) : zero_ablation()));
   for (const std::string& glob : a.patch) hooks.add_edit(glob, patching(*source));
 }
 
