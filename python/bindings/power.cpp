@@ -44,8 +44,8 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
                    uint64_t sample_seed, const std::optional<std::string>& tokenizer, const std::string& mode, bool residual,
                    std::optional<int64_t> iterate_layer, bool iterate, int64_t iterate_sample, int64_t iterations,
                    bool steer, const std::string& steer_direction, uint64_t steer_seed, const std::vector<double>& steer_scales,
-                   int64_t steer_samples, int64_t steer_control_draws, bool save_matrices, const std::optional<py::function>& progress,
-                   const std::optional<std::string>& out) {
+                   int64_t steer_samples, int64_t steer_control_draws, bool save_matrices, const std::vector<std::string>& ablate,
+                   const std::optional<py::function>& progress, const std::optional<std::string>& out) {
   // results.json's model path: as given, as the CLI records it, or the loaded model's.
   const bool loaded = py::isinstance<PyModel>(model);
   const std::shared_ptr<const Model> m =
@@ -60,6 +60,7 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
   options.steering.scales = steer_scales, options.steer_samples = steer_samples;
   options.steering.control_draws = steer_control_draws;
   options.save_matrices = save_matrices;
+  options.ablations = Ablation::parse(ablate);
   if (iterations < 1 || steer_samples < 1) fail("iterations and steer_samples must be >= 1");
   if (steer_control_draws < 0) fail("steer_control_draws must be >= 0 (got {})", steer_control_draws);
 
@@ -98,7 +99,8 @@ void bind_power(py::module_& m) {
         py::arg("iterate_layer") = py::none(), py::arg("iterate") = true, py::arg("iterate_sample") = 0,
         py::arg("iterations") = IterationOptions{}.steps, py::arg("steer") = true, py::arg("steer_direction") = "random",
         py::arg("steer_seed") = 0, py::arg("steer_scales") = steering.scales, py::arg("steer_samples") = 8,
-        py::arg("steer_control_draws") = steering.control_draws, py::arg("save_matrices") = false, py::arg("progress") = py::none(),
+        py::arg("steer_control_draws") = steering.control_draws, py::arg("save_matrices") = false,
+        py::arg("ablate") = std::vector<std::string>{}, py::arg("progress") = py::none(),
         py::arg("out") = py::none(),
         R"doc(Runs what `tdyn power` runs and returns what it writes.
 
@@ -111,7 +113,9 @@ shared-weight model, else none; iterate=False skips it) for `iterations` steps o
 steering sweep (steer=False skips it) along steer_direction ('random' seeded by steer_seed, 'token:ID',
 'token:TEXT' or a .npy path) at steer_scales times |lambda1| of the last layer, on the first steer_samples
 samples; steer_control_draws: the verdict's control, as many perturbations of the same norm along random
-directions orthogonal to u at the largest scale. progress: None (silent) or a callable that gets each progress line. out: also write the CLI's results
+directions orthogonal to u at the largest scale. ablate: zero ablations as --ablate takes them, e.g.
+['blocks.3.attn.hook_z:heads=5']: the analysis of the model with those parts set to 0 (its layer matrices, token
+dynamics, iteration and steering). progress: None (silent) or a callable that gets each progress line. out: also write the CLI's results
 directory there.
 
 Returns a dict: results, options and model (results.json's sections), and the arrays of the .npy files:

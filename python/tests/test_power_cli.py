@@ -76,6 +76,25 @@ class PowerLikeTheCliTest(unittest.TestCase):
         self.assert_same_run(run, cli_dir, cli_json, self.tmp / "py")
         self.assertEqual(run["options"]["iteration"]["layer"], 0)  # the shared layer, by default
 
+    def test_ablated_like_the_cli(self):
+        if not have_shared(STORIES):
+            self.skipTest(missing_shared(STORIES))
+        path = str(shared(STORIES))
+        ids = [1, 403, 407, 261, 378, 418, 356, 260, 299]
+        ablate = ["blocks.4.attn.hook_z:heads=1,6", "blocks.1.hook_mlp_out"]
+        cli_dir, cli_json = self.run_cli(path, "--ids", ",".join(map(str, ids)), "--iterate-layer", "1", "--iterations", "20",
+                                         "--steer-scales", "0,100", "--ablate", ablate[0], "--ablate", ablate[1])
+        run = tdyn.power(path, ids=ids, iterate_layer=1, iterations=20, steer_scales=[0, 100], ablate=ablate,
+                         out=str(self.tmp / "py"))
+        self.assert_same_run(run, cli_dir, cli_json, self.tmp / "py")
+        self.assertEqual(run["options"]["ablate"], ["blocks.4.attn.hook_z:zero:heads=1,6", "blocks.1.hook_mlp_out:zero"])
+        clean = tdyn.power(path, ids=ids, iterate_layer=1, iterations=20, steer_scales=[0, 100])
+        np.testing.assert_array_equal(run["alignment_after"][0], clean["alignment_after"][0])  # before any ablated part
+        self.assertGreater(np.abs(run["alignment_after"][1] - clean["alignment_after"][1]).max(), 1e-4)
+        self.assertNotEqual(run["results"]["iteration"], clean["results"]["iteration"])
+        with self.assertRaisesRegex(Exception, "residual-stream boundary"):
+            tdyn.power(path, ids=ids, ablate=["blocks.0.hook_resid_post"])
+
     def test_errors(self):
         if not have_shared(STORIES):
             self.skipTest(missing_shared(STORIES))

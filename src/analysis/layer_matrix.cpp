@@ -48,7 +48,7 @@ void dense_matrix(const Linear& linear, linalg::Matrix& d) {
   }
 }
 
-linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer) {
+linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer, const ZeroedParts& zeroed) {
   require_layer(model, layer);
   const ModelConfig& c = model.config;
   const int64_t d_head = c.layer(layer).d_head, group = c.n_heads / c.n_kv_heads;
@@ -56,7 +56,10 @@ linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer) {
   TDYN_CHECK(v.out == c.n_kv_heads * d_head && v.in == c.d_model);
   const linalg::Matrix stored = dense_matrix(v);
   linalg::Matrix expanded(c.n_heads * d_head, c.d_model);  // [n_heads * d_head, d_model]
-  for (int64_t h = 0; h < c.n_heads; ++h) expanded.middleRows(h * d_head, d_head) = stored.middleRows((h / group) * d_head, d_head);
+  for (int64_t h = 0; h < c.n_heads; ++h) {
+    if (zeroed.layer(layer).head(h)) expanded.middleRows(h * d_head, d_head).setZero();  // its z is 0
+    else expanded.middleRows(h * d_head, d_head) = stored.middleRows((h / group) * d_head, d_head);
+  }
   return expanded;
 }
 
@@ -65,33 +68,35 @@ linalg::Matrix output_matrix(const Model& model, int64_t layer) {
   return dense_matrix(model.weights.layers.at(layer).o);  // [d_model, n_heads * d_head]
 }
 
-LayerMatrix layer_matrix(const Model& model, int64_t layer) {
+LayerMatrix layer_matrix(const Model& model, int64_t layer, const ZeroedParts& zeroed) {
   require_layer(model, layer);
   const ModelConfig& c = model.config;
   LayerMatrix m;
   m.layer = layer;
   m.value_layer = c.layer(layer).kv_source;
   const linalg::Matrix o = output_matrix(model, layer);                // [d_model, n_heads * d_head]
-  const linalg::Matrix v = expanded_value_matrix(model, layer);        // [n_heads * d_head, d_model]
+  const linalg::Matrix v = expanded_value_matrix(model, layer, zeroed);  // [n_heads * d_head, d_model]
   TDYN_CHECK(o.cols() == v.rows());
   m.f = o * v;
 
-  // c_t = O b_V (b_V expanded like V) + b_O.
+  // c_t = O b_V (b_V expanded like V, zeroed heads left out) + b_O.
+  const ZeroedParts::Layer& zeroed_parts = zeroed.layer(layer);
   const int64_t d_head = c.layer(layer).d_head, group = c.n_heads / c.n_kv_heads;
   linalg::Vector value_bias = linalg::Vector::Zero(v.rows());
   if (const float* b = value_projection(model, layer).b) {
     for (int64_t h = 0; h < c.n_heads; ++h)
-      for (int64_t r = 0; r < d_head; ++r) value_bias[h * d_head + r] = b[(h / group) * d_head + r];
+      if (!zeroed_parts.head(h))
+        for (int64_t r = 0; r < d_head; ++r) value_bias[h * d_head + r] = b[(h / group) * d_head + r];
   }
   m.bias = o * value_bias;
-  if (const float* b = model.weights.layers.at(layer).o.b)
+  if (const float* b = model.weights.layers.at(layer).o.b; b && !zeroed_parts.attn_out)
     for (int64_t i = 0; i < c.d_model; ++i) m.bias[i] += b[i];
   return m;
 }
 
-std::vector<LayerMatrix> layer_matrices(const Model& model) {
+std::vector<LayerMatrix> layer_matrices(const Model& model, const ZeroedParts& zeroed) {
   std::vector<LayerMatrix> out;
-  for (int64_t l = 0; l < model.config.n_layers; ++l) out.push_back(layer_matrix(model, l));
+  for (int64_t l = 0; l < model.config.n_layers; ++l) out.push_back(layer_matrix(model, l, zeroed));
   return out;
 }
 

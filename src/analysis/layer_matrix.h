@@ -12,12 +12,17 @@
 //   - Gemma 4 v_norm (RMS normalisation of each value head) is non-linear and is not part of F_t.
 // With the attention pattern uniform over the keys, the attention output is exactly F x̄ + c (x̄ the mean
 // value input), which is how the fixture references were checked.
+//
+// Of a model with ablated parts (model/ablation.h ZeroedParts) the matrices are the ablated model's: a head whose z
+// is set to zero drops out of the sum (its block of V_t is zero, and so is its share of c_t), and an attention output
+// set to zero makes F_t and c_t zero. MLP parts do not enter F_t.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "linalg/dense.h"
+#include "model/ablation.h"
 #include "model/loader.h"
 
 namespace tdyn {
@@ -34,15 +39,17 @@ linalg::Matrix dense_matrix(const Linear& linear);
 // The same into `into`, whose buffer is reused when it has the size already.
 void dense_matrix(const Linear& linear, linalg::Matrix& into);
 
-// The expanded value projection V_t [n_heads * d_head, d_model] in float64 (block h = KV head h / group).
-linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer);
+// The expanded value projection V_t [n_heads * d_head, d_model] in float64 (block h = KV head h / group; zero for a
+// head `zeroed` sets to zero).
+linalg::Matrix expanded_value_matrix(const Model& model, int64_t layer, const ZeroedParts& zeroed = {});
 // The output projection O_t [d_model, n_heads * d_head] in float64.
 linalg::Matrix output_matrix(const Model& model, int64_t layer);
 
-// F_t and c_t of one layer (0 <= layer < n_layers); throws Error for an out-of-range layer.
-LayerMatrix layer_matrix(const Model& model, int64_t layer);
+// F_t and c_t of one layer (0 <= layer < n_layers), of the model with `zeroed`'s parts set to zero; throws Error
+// for an out-of-range layer.
+LayerMatrix layer_matrix(const Model& model, int64_t layer, const ZeroedParts& zeroed = {});
 // Every layer, in order.
-std::vector<LayerMatrix> layer_matrices(const Model& model);
+std::vector<LayerMatrix> layer_matrices(const Model& model, const ZeroedParts& zeroed = {});
 
 // G = diag(sqrt(d_model) g) [d_model]: what the layer's pre-attention norm does to a unit token x̂ (RMSNorm and
 // LayerNorm give g ⊙ sqrt(d) x̂ up to epsilon, mean and bias; g = 1 when the layer has no pre-attention norm, as

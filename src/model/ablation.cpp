@@ -131,6 +131,13 @@ void ZeroedParts::add_edits(ActivationCache& cache) const {
   for (const Ablation& a : ablations_) cache.add_edit(a.glob, on_heads(a.heads, zero_ablation()));
 }
 
+std::unique_ptr<ActivationCache> ZeroedParts::edits(int64_t layer) const {
+  if (!this->layer(layer).any()) return nullptr;
+  auto cache = std::make_unique<ActivationCache>(ActivationCache::keeping_nothing());
+  add_edits(*cache);
+  return cache;
+}
+
 nlohmann::json to_json(const std::vector<Ablation>& ablations) {
   nlohmann::json out = nlohmann::json::array();
   for (const Ablation& a : ablations) out.push_back(a.to_string());

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,8 @@ class ZeroedParts {
   const Layer& layer(int64_t l) const;
   // Adds the float32 edits that set these parts to zero in a forward pass to `cache`.
   void add_edits(ActivationCache& cache) const;
+  // The same edits on their own, for running one layer (or part of it), or null when this layer zeroes nothing.
+  std::unique_ptr<ActivationCache> edits(int64_t layer) const;
   nlohmann::json to_json() const;  // the specs, as to_string() writes them (what a pass's identity records)
 
  private:

@@ -394,27 +394,33 @@ void Transformer::layer_step(int64_t l, Tensor& x, int64_t start, KVCache* cache
 }
 
 Tensor Transformer::sublayer_without_residual(int64_t l, Sublayer which, const Tensor& x, int64_t start,
-                                              KVCache* cache) const {
+                                              KVCache* cache, ActivationCache* hooks) const {
   const ModelConfig& c = config();
   const LayerWeights& L = model_->weights.layers[l];
   const bool attn = which == Sublayer::Attention;
   const int64_t n = x.dim(0), d = c.d_model;
   Tensor input = x;
   if (has_pre_norm(c.norm_placement)) apply_norm(c.norm, x.ptr(), n, d, attn ? L.attn_norm : L.mlp_norm, c.norm_eps, input.ptr());
-  Tensor f = attn ? attention(l, input, start, cache) : mlp(l, input, nullptr, start);
-  if (has_post_norm(c.norm_placement))
-    apply_norm(c.norm, f.ptr(), n, d, attn ? L.attn_post_norm : L.mlp_post_norm, c.norm_eps, f.ptr());
+  Tensor f = attn ? attention(l, input, start, cache, hooks) : mlp(l, input, hooks, start);
+  // The post-norm around f, with the hook where residual_step offers it: after a post-sublayer norm, before a
+  // post-residual one.
+  const Norm& post_norm = attn ? L.attn_post_norm : L.mlp_post_norm;
+  const bool post_residual = c.norm_placement == NormPlacement::PostResidual;
+  if (has_post_norm(c.norm_placement) && !post_residual) apply_norm(c.norm, f.ptr(), n, d, post_norm, c.norm_eps, f.ptr());
+  edit_hook(hooks, l, attn ? "hook_attn_out" : "hook_mlp_out", start, f.ptr(), {n, d});
+  if (post_residual) apply_norm(c.norm, f.ptr(), n, d, post_norm, c.norm_eps, f.ptr());
   return f;
 }
 
-Tensor Transformer::layer_without_residual(int64_t l, const Tensor& x, int64_t start, KVCache* cache) const {
+Tensor Transformer::layer_without_residual(int64_t l, const Tensor& x, int64_t start, KVCache* cache,
+                                           ActivationCache* hooks) const {
   const ModelConfig& c = config();
-  Tensor y = sublayer_without_residual(l, Sublayer::Attention, x, start, cache);
+  Tensor y = sublayer_without_residual(l, Sublayer::Attention, x, start, cache, hooks);
   if (c.parallel_residual) {
-    const Tensor m = sublayer_without_residual(l, Sublayer::Mlp, x, start, cache);
+    const Tensor m = sublayer_without_residual(l, Sublayer::Mlp, x, start, cache, hooks);
     add_inplace(y.ptr(), m.ptr(), y.size());
   } else {
-    y = sublayer_without_residual(l, Sublayer::Mlp, y, start, cache);
+    y = sublayer_without_residual(l, Sublayer::Mlp, y, start, cache, hooks);
   }
   if (c.layer_scalar) {
     const float s = model_->weights.layers[l].layer_scalar[0];

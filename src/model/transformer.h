@@ -143,8 +143,11 @@ class Transformer {
   // as NormPlacement places them (Pre: f(N(x)); PostResidual, PostSublayer: N(f(x)); Sandwich: N_post(f(N_pre(x)))),
   // and a whole layer: its sublayers composed f_mlp(f_attn(x)), or summed f_attn(x) + f_mlp(x) in a parallel block,
   // times the layer scalar (Gemma 4). The per-layer-input branch is left out. Keys and values as in attention().
-  Tensor sublayer_without_residual(int64_t layer, Sublayer which, const Tensor& x, int64_t start, KVCache* cache) const;
-  Tensor layer_without_residual(int64_t layer, const Tensor& x, int64_t start, KVCache* cache) const;
+  // `hooks` sees (and may edit) the sublayers' hooks, hook_attn_out and hook_mlp_out where the residual step offers them.
+  Tensor sublayer_without_residual(int64_t layer, Sublayer which, const Tensor& x, int64_t start, KVCache* cache,
+                                   ActivationCache* hooks = nullptr) const;
+  Tensor layer_without_residual(int64_t layer, const Tensor& x, int64_t start, KVCache* cache,
+                                ActivationCache* hooks = nullptr) const;
 
  private:
   // A one-token pass with a cache that keeps nothing and lists every hook offered to it.

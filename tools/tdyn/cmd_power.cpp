@@ -4,6 +4,7 @@
 // by power_to (pipeline/parts.h).
 #include "cli_util.h"
 #include "command.h"
+#include "pass_args.h"
 #include "pipeline/parts.h"
 #include "report/progress.h"
 
@@ -15,6 +16,7 @@ struct PowerArgs {
   SampleArgs samples;
   std::string from_pass, out_dir, mode = "full";
   bool no_residual = false, no_iterate = false, no_steer = false;
+  std::vector<std::string> ablate;
   PowerOptions options;
 };
 
@@ -23,6 +25,7 @@ int run_power(PowerArgs& a) {
   a.options.dynamics = {parse_dynamics_mode(a.mode), !a.no_residual};
   a.options.iterate = !a.no_iterate;
   a.options.steer = !a.no_steer;
+  a.options.ablations = Ablation::parse(a.ablate);
   const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, {false, a.from_pass});
   ResultsDir out(a.out_dir, "power", invocation());
   power_to(out, in, a.options, progress);
@@ -90,6 +93,7 @@ std::function<int()> setup_power(CLI::App& app) {
                                      "removed, norms replaced by x/|x|: the paper's idealisation)")
       ->capture_default_str()->check(CLI::IsMember({"full", "attn-only", "attn-only-l2"}));
   cmd->add_flag("--no-residual", a->no_residual, "Drop the residual: Attn(x) instead of x + Attn(x)");
+  add_ablate_option(cmd, a->ablate);
   add_spectrum_options(cmd, *a);
   add_iteration_options(cmd, *a);
   add_steering_options(cmd, *a);

@@ -16,7 +16,7 @@ void add_pass_flags(CLI::App* cmd, PassSource& source, bool offer_from_pass) {
 void add_ablate_option(CLI::App* cmd, std::vector<std::string>& specs) {
   cmd->add_option("--ablate", specs,
                   "Analyse the model with these parts set to 0 in every sample's forward pass (a constant: their derivatives "
-                  "drop out of every Jacobian): blocks.{l}.attn.hook_z (:heads=H,H,... for some heads only), hook_attn_out, "
+                  "drop out of every Jacobian, a zeroed head's block out of every layer matrix F = O V): blocks.{l}.attn.hook_z (:heads=H,H,... for some heads only), hook_attn_out, "
                   "mlp.hook_post, hook_mlp_out; e.g. 'blocks.3.attn.hook_z:heads=5'. Repeatable")
       ->type_name("GLOB[:heads=H,...]");
 }

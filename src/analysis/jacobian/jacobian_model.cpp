@@ -330,14 +330,6 @@ void unstack_rows(const Tensor& stacked, std::span<const LayerEntry> sequences) 
   }
 }
 
-// The float32 edits that zero `zeroed`'s parts in one call of a layer half, or null when it zeroes nothing there.
-std::unique_ptr<ActivationCache> zeroing(const ZeroedParts& zeroed, int64_t layer) {
-  if (!zeroed.layer(layer).any()) return nullptr;
-  auto edits = std::make_unique<ActivationCache>(ActivationCache::keeping_nothing());
-  zeroed.add_edits(*edits);
-  return edits;
-}
-
 }  // namespace
 
 void run_attention_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences,
@@ -373,7 +365,7 @@ void run_attention_half(const Transformer& t, int64_t layer, std::span<const Lay
     // What the layer's own keys and values become, kept in the state; the zeroed heads of z.
     std::unique_ptr<ActivationCache> hooks =
         own ? std::make_unique<ActivationCache>(fmt::format("blocks.{0}.attn.hook_k,blocks.{0}.attn.hook_v", layer))
-            : zeroing(zeroed, layer);
+            : zeroed.edits(layer);
     if (own) zeroed.add_edits(*hooks);
     z[i] = t.attention_mix(layer, std::move(mine), 0, e.kv, hooks.get());
     auto flat = [](Tensor tensor) {
@@ -392,7 +384,7 @@ void run_attention_half(const Transformer& t, int64_t layer, std::span<const Lay
     e.state->resid_mid[layer] = *e.x;
     e.state->per_layer_inputs[layer] = t.per_layer_input(layer, e.ids, e.embeddings ? *e.embeddings : Tensor());
   };
-  const std::unique_ptr<ActivationCache> out_edits = zeroing(zeroed, layer);
+  const std::unique_ptr<ActivationCache> out_edits = zeroed.edits(layer);
   auto one_by_one = [&] {  // each x still holds its resid_pre: only a stacked step that succeeds writes them
     for (int64_t i = 0; i < n; ++i) {
       t.attention_out(layer, *sequences[i].x, z[i], 0, out_edits.get());
@@ -416,7 +408,7 @@ namespace {
 // The MLP step of one sequence, or of several whose rows are stacked; x enters as hook_resid_mid.
 void mlp_step(const Transformer& t, int64_t layer, Tensor& x, const Tensor& resid_pre, const Tensor& per_layer,
               const ZeroedParts& zeroed) {
-  const std::unique_ptr<ActivationCache> edits = zeroing(zeroed, layer);
+  const std::unique_ptr<ActivationCache> edits = zeroed.edits(layer);
   t.mlp_block(layer, x, per_layer.data.empty() ? nullptr : per_layer.ptr(), edits.get(), 0, &resid_pre);
 }
 

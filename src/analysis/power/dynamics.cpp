@@ -1,6 +1,9 @@
 #include "analysis/power/dynamics.h"
 
 #include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
 
 #include "analysis/layer_matrix.h"
 #include "core/error.h"
@@ -96,17 +99,20 @@ void apply_layer(const Transformer& model, int64_t layer, TokenState& s, const D
   if (refresh_shared_kv && source != layer) refresh_source_kv(model, source, s, options.mode);
   const float* per_layer = s.per_layer.empty() ? nullptr : s.per_layer[layer].ptr();
 
+  const std::unique_ptr<ActivationCache> edits = options.zeroed.edits(layer);  // null: nothing zeroed here
   switch (options.mode) {
     case DynamicsMode::Full:
-      if (options.residual) model.layer_step(layer, s.x, 0, &s.kv, per_layer);
-      else s.x = model.layer_without_residual(layer, s.x, 0, &s.kv);
+      if (options.residual) model.layer_step(layer, s.x, 0, &s.kv, per_layer, edits.get());
+      else s.x = model.layer_without_residual(layer, s.x, 0, &s.kv, edits.get());
       break;
     case DynamicsMode::AttnOnly:
-      if (options.residual) model.attention_block(layer, s.x, 0, &s.kv);
-      else s.x = model.sublayer_without_residual(layer, Sublayer::Attention, s.x, 0, &s.kv);
+      if (options.residual) model.attention_block(layer, s.x, 0, &s.kv, edits.get());
+      else s.x = model.sublayer_without_residual(layer, Sublayer::Attention, s.x, 0, &s.kv, edits.get());
       break;
     case DynamicsMode::AttnOnlyL2: {
-      Tensor a = model.attention(layer, unit_token_input(model, layer, s.x), 0, &s.kv);  // A_t(G x) [pos, d_model], biases included
+      // A_t(G x) [pos, d_model], biases included
+      Tensor a = model.attention(layer, unit_token_input(model, layer, s.x), 0, &s.kv, edits.get());
+      if (edits) edits->edit_and_capture(fmt::format("blocks.{}.hook_attn_out", layer), 0, a.ptr(), a.shape);
       if (options.residual) {
         for (int64_t i = 0; i < a.size(); ++i) s.x.data[i] += a.data[i];
       } else {

@@ -18,12 +18,16 @@
 // Without the residual the "x +" term of every sublayer is dropped (f(N(x)), N(f(x)), N2(f(N1(x))), and
 // A_t(x)/‖A_t(x)‖ in attn-only-l2); Gemma 4's per-layer-input branch, itself residual, is then left out. A
 // parallel block without its residual is attn(N1(x)) + mlp(N2(x)) (the layer's input term dropped).
+//
+// In every mode the layers may be those of an ablated model (model/ablation.h): the parts `zeroed` names are set to
+// zero wherever the mode runs them (in attn-only-l2 hook_attn_out is A_t(G x) itself).
 #pragma once
 
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "model/ablation.h"
 #include "model/transformer.h"
 
 namespace tdyn {
@@ -37,6 +41,7 @@ const char* attention_input(DynamicsMode mode);
 struct DynamicsOptions {
   DynamicsMode mode = DynamicsMode::Full;
   bool residual = true;  // x + Attn(x) (the model) vs Attn(x)
+  ZeroedParts zeroed;    // parts of the model set to zero (run_power resolves PowerOptions::ablations into it)
 };
 
 // The tokens of one sequence between layers, with what the layers need beside them.

@@ -59,7 +59,7 @@ void measure_spectra(const Model& model, const PowerOptions& options, ProgressSi
   PhaseClock clock(r.timings, "spectra");
   if (options.spectra) TDYN_CHECK(static_cast<int64_t>(options.spectra->size()) == model.config.n_layers);
   const int64_t L = model.config.n_layers;
-  for (int64_t l = 0; l < L; ++l) r.matrices.push_back(layer_matrix(model, l));
+  for (int64_t l = 0; l < L; ++l) r.matrices.push_back(layer_matrix(model, l, options.dynamics.zeroed));
   if (options.spectra) r.spectra = *options.spectra;
   else r.spectra.resize(static_cast<size_t>(L));
   // The layers' eigenproblems are independent: one per thread, a batch at a time (their workspace in memory), each
@@ -99,6 +99,7 @@ void measure_token_dynamics(const Transformer& transformer, const std::string& p
     spec.boundaries = residual_boundaries(c.n_layers, BoundarySet::Layers);  // where the probes are taken
     spec.correlations = spec.jacobians = false;
     spec.probes = token_dynamics_probes(r.spectra);
+    spec.zeroed = options.dynamics.zeroed;
     const PassFile file = pass ? pass(spec)
                                : obtain_pass(PassSource{}, transformer, nullptr, samples, spec,
                                              pass_model_identity(path, transformer.model()), "", false, "token dynamics", progress);
@@ -132,7 +133,7 @@ void run_steering(std::shared_ptr<const Model> model, const std::vector<Sample>&
   const Vector u = steering_direction(options.steer_direction, options.steer_seed, *model, tok, &r.steering_description);
   r.steering_samples = std::min<int64_t>(options.steer_samples, samples.size());
   const std::vector<Sample> steered(samples.begin(), samples.begin() + r.steering_samples);
-  r.steering = steering_sweep(model, u, steered, options.steering, progress);
+  r.steering = steering_sweep(model, u, steered, options.steering, progress, options.dynamics.zeroed);
   r.pieces[r.steering->token_closest_to_u] = piece_of(tok, r.steering->token_closest_to_u);
   for (const auto& t : r.steering->unsteered_top_tokens) r.pieces[t.token] = piece_of(tok, t.token);
   for (const auto& p : r.steering->points)
@@ -148,9 +149,14 @@ nlohmann::json tokens_json(const std::vector<TokenProbability>& tokens, const st
 }  // namespace
 
 PowerResult run_power(std::shared_ptr<const Model> model, const std::string& path, const std::vector<Sample>& samples,
-                      const PowerOptions& options, ProgressSink& progress, const Tokenizer* tokenizer,
+                      const PowerOptions& asked, ProgressSink& progress, const Tokenizer* tokenizer,
                       const PowerPassSource& pass) {
   const ModelConfig& c = model->config;
+  const Transformer transformer(model);
+  PowerOptions options = asked;  // with the ablations resolved against the model, for every part to run
+  options.dynamics.zeroed = ZeroedParts(transformer, asked.ablations);
+  if (!options.ablations.empty() && options.spectra)
+    fail("power on an ablated model measures its own spectra (the ones given are of another model)");
   PowerResult r;
   r.shared_weights = c.n_stored_layers() == 1 && c.n_layers > 1;
   r.iterate_layer = !options.iterate ? -1 : options.iterate_layer >= 0 ? options.iterate_layer : (r.shared_weights ? 0 : -1);
@@ -160,7 +166,6 @@ PowerResult run_power(std::shared_ptr<const Model> model, const std::string& pat
   r.model = {{"path", path},         {"family", c.family},     {"format", c.format},
              {"d_model", c.d_model}, {"n_layers", c.n_layers}, {"n_heads", c.n_heads},
              {"n_kv_heads", c.n_kv_heads}, {"d_vocab", c.d_vocab}, {"stored_layers", c.n_stored_layers()}};
-  const Transformer transformer(model);
   measure_spectra(*model, options, progress, r);
   measure_token_dynamics(transformer, path, samples, options, progress, pass, r);
   run_iteration(transformer, samples, options, progress, r);
@@ -190,6 +195,7 @@ nlohmann::json options_json(const PowerResult& r, const PowerOptions& options) {
                    {"arnoldi_restarts", options.spectrum.arnoldi.max_restarts},
                    {"method", r.spectra.at(0).full ? "dgeev (all eigenvalues)" : "Spectra (top-k Arnoldi)"}};
   o["save_matrices"] = options.save_matrices;
+  o["ablate"] = to_json(options.ablations);
   o["alignment"] = "a(x; v) = |<x, v>| / |x|; complex pair: |projection onto span{Re v1, Im v1}| / |x|";
   o["p_value"] = "one-sided exact binomial test of rho_t > 1/2 over every pooled token";
   o["p_value_samples"] = "one-sided sign-flip test over samples of rho_s > 1/2, rho_s over the sample's tokens whose "

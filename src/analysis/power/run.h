@@ -23,11 +23,15 @@
 #include "analysis/sample_pass.h"
 #include "core/phase_times.h"
 #include "core/progress.h"
+#include "model/ablation.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tdyn {
 
 struct PowerOptions {
+  // Zero ablations (model/ablation.h): every part of the analysis is of the model with these parts set to 0 (its
+  // layer matrices, token dynamics, iteration and steering).
+  std::vector<Ablation> ablations;
   SpectrumOptions spectrum;
   // The spectra of this model's F_t with `spectrum` when they were measured already (analyze measures them once per
   // model, for its pass's probes and its power parts); null: measured here.

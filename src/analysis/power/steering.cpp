@@ -13,15 +13,19 @@
 
 namespace tdyn {
 
-RankOneSteering rank_one_steering(const Model& model, int64_t layer, const Vector& direction) {
+RankOneSteering rank_one_steering(const Model& model, int64_t layer, const Vector& direction, const ZeroedParts& zeroed) {
   const int64_t d = model.config.d_model;
   if (direction.size() != d) fail("the steering direction has {} entries but d_model is {}", direction.size(), d);
   if (!(direction.norm() > 0) || !direction.allFinite()) fail("the steering direction must be finite and non-zero");
+  const std::vector<bool>& heads = zeroed.layer(layer).heads;
+  if (!heads.empty() && std::find(heads.begin(), heads.end(), false) == heads.end())
+    fail("layer {}'s attention is ablated (every head's output set to 0): there is no O to steer; run without the "
+         "steering sweep", layer);
   RankOneSteering s;
   s.layer = layer;
   s.u = direction.normalized();
   // V = U Σ Wᵀ (thin): V⁺ᵀ u = U Σ⁻¹ Wᵀ u and V⁺V u = W Wᵀ u over the singular values above round-off.
-  const Matrix v = expanded_value_matrix(model, layer);  // [n_heads * d_head, d_model]
+  const Matrix v = expanded_value_matrix(model, layer, zeroed);  // [n_heads * d_head, d_model]
   const linalg::SingularValueDecomposition svd = linalg::svd(v, true);
   const double cutoff = std::max(v.rows(), v.cols()) * std::numeric_limits<double>::epsilon() *
                         (svd.singular_values.size() ? svd.singular_values[0] : 0.0);
@@ -150,13 +154,13 @@ std::vector<TokenProbability> top_tokens(const std::vector<double>& probabilitie
 
 SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& direction,
                               const std::vector<Sample>& samples, const SteeringOptions& options,
-                              ProgressSink& progress) {
+                              ProgressSink& progress, const ZeroedParts& zeroed) {
   const ModelConfig& c = model->config;
   const int64_t last = c.n_layers - 1, vocab = c.d_vocab;
   SteeringResult result;
-  result.steering = rank_one_steering(*model, last, direction);
+  result.steering = rank_one_steering(*model, last, direction, zeroed);
   const Vector& u = result.steering.u;
-  result.lambda1_modulus = std::abs(layer_spectrum(layer_matrix(*model, last)).f.lambda1);
+  result.lambda1_modulus = std::abs(layer_spectrum(layer_matrix(*model, last, zeroed)).f.lambda1);
 
   const Transformer base(model);
   {  // the token the unembedding maps u to (through the final norm / MLM head, as the stream would be)
@@ -175,7 +179,7 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
       v -= v.dot(u) * u;
       if (v.norm() < 1e-6) continue;  // the draw is u (a seed of u's)
       v.normalize();
-      const RankOneSteering other = rank_one_steering(*model, last, v);
+      const RankOneSteering other = rank_one_steering(*model, last, v, zeroed);
       const double c_max = options.scales.back() * result.lambda1_modulus;
       const double c_other = other.w.norm() > 0 ? c_max * result.steering.w.norm() / other.w.norm() : 0.0;
       result.controls.push_back({seed, c_other, 0, 0, 0});
@@ -189,7 +193,7 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
     p.scale = scale;
     p.c = scale * result.lambda1_modulus;
     auto m = steered_model(model, result.steering, p.c);
-    const LayerSpectrum spectrum = layer_spectrum(layer_matrix(*m, last));
+    const LayerSpectrum spectrum = layer_spectrum(layer_matrix(*m, last, zeroed));
     p.spectrum = spectrum.f;
     p.eigenvector_alignment = alignment(u, dominant_basis(spectrum.f));
     p.min_alignment = 1;
@@ -198,6 +202,12 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
   }
 
   const std::string final_hook = fmt::format("blocks.{}.hook_resid_post", last);
+  // Every forward pass keeps the final states and runs the ablations' edits.
+  auto final_states_cache = [&] {
+    ActivationCache cache(final_hook);
+    zeroed.add_edits(cache);
+    return cache;
+  };
   std::vector<std::vector<double>> mean_probability(options.scales.size(), std::vector<double>(vocab, 0.0));
   std::vector<double> unsteered_probability(vocab, 0.0);
   int64_t positions = 0;
@@ -205,7 +215,8 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
   for (size_t si = 0; si < samples.size(); ++si) {
     const auto& ids = samples[si].ids;
     const int64_t n = static_cast<int64_t>(ids.size());
-    const Tensor base_logits = base.forward(ids);
+    ActivationCache base_cache = final_states_cache();
+    const Tensor base_logits = base.forward(ids, &base_cache);
     std::vector<std::vector<double>> base_log(n);
     for (int64_t i = 0; i < n; ++i) {
       base_log[i] = log_softmax(base_logits.row(i), vocab);
@@ -213,7 +224,7 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
     }
     for (size_t pi = 0; pi < steered.size(); ++pi) {
       SteeringPoint& p = result.points[pi];
-      ActivationCache cache(final_hook);
+      ActivationCache cache = final_states_cache();
       const Tensor logits = steered[pi].forward(ids, &cache);
       const Tensor& final_states = cache.at(final_hook);
       const Matrix basis = u;
@@ -235,7 +246,7 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
     }
     for (size_t j = 0; j < controls.size(); ++j) {
       SteeringControl& k = result.controls[j];
-      ActivationCache cache(final_hook);
+      ActivationCache cache = final_states_cache();
       const Tensor logits = controls[j].forward(ids, &cache);
       const Tensor& final_states = cache.at(final_hook);
       const Matrix basis = u, own = control_directions[j];

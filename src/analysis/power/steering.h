@@ -11,6 +11,7 @@
 #include "analysis/power/spectra.h"
 #include "analysis/samples.h"
 #include "core/progress.h"
+#include "model/ablation.h"
 #include "model/transformer.h"
 
 namespace tdyn {
@@ -18,14 +19,15 @@ namespace tdyn {
 // O' = O + c·u wᵀ with w = V^{+ᵀ} u, so that F' = O'V = F + c·u (V⁺V u)ᵀ = F + c·u uᵀ when V [n_heads·d_head,
 // d_model] has full column rank. V⁺V is the projection onto the row space of V; with fewer value dimensions
 // than d_model (GQA, small heads) F' = F + c·u (P u)ᵀ, whose added term still has u as its eigenvector with
-// eigenvalue c·‖P u‖² (`reachable`).
+// eigenvalue c·‖P u‖² (`reachable`). In a model with ablated heads (`zeroed`) V is the ablated one (a zeroed
+// head's block is 0), so w steers through the heads that still write.
 struct RankOneSteering {
   int64_t layer = 0;
   Vector u;             // [d_model] unit target direction
   Vector w;             // [n_heads * d_head] w = V^{+T} u
   double reachable = 0; // ‖P u‖² = uᵀ V⁺V u
 };
-RankOneSteering rank_one_steering(const Model& model, int64_t layer, const Vector& direction);
+RankOneSteering rank_one_steering(const Model& model, int64_t layer, const Vector& direction, const ZeroedParts& zeroed = {});
 
 // A model identical to `base` except that layer `steering.layer`'s output matrix is O + c·u wᵀ (float32, owned
 // by the returned model; every other weight is the base's, which the returned pointer keeps alive).
@@ -86,9 +88,10 @@ struct SteeringResult {
   nlohmann::json to_json() const;
 };
 
-// Sweeps c over the scales (times |λ1(F_L)|), running the steered model's real forward pass on the samples.
+// Sweeps c over the scales (times |λ1(F_L)|), running the steered model's real forward pass on the samples: of the
+// model with `zeroed`'s parts set to zero, when there are any.
 SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& direction,
                               const std::vector<Sample>& samples, const SteeringOptions& options,
-                              ProgressSink& progress = silent_progress());
+                              ProgressSink& progress = silent_progress(), const ZeroedParts& zeroed = {});
 
 }  // namespace tdyn
