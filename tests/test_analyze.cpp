@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/layer_matrix.h"
 #include "core/text.h"
 #include "test_util.h"
 
@@ -361,6 +362,66 @@ TEST(Analyze, ModelDependentOptionsFailBeforeThePass) {
                                       model, blocked.string()), nullptr, &err), 1);
   EXPECT_NE(err.find("tdyn: error: analyze: the power part failed: cannot create output directory"), std::string::npos) << err;
   EXPECT_TRUE(fs::exists(blocked / "jacobian/results.json"));
+}
+
+// --ablate reaches every pass, part and control: each part's command line and results record it, the power part's
+// spectra are the ablated model's, a part's command line run alone reproduces its results from the ablated pass, the
+// report says so, and an ablated particles head is refused before any pass.
+TEST(Analyze, AblatedModelInEveryPartAndControl) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("analyze_ablated");
+  const std::string model = (test::shared_dir() / kStories).string(), spec = "blocks.2.attn.hook_z:zero:heads=1,4";
+  const std::string run = fmt::format("--threads 1 --quiet analyze {} --samples 6 --max-len 16 --init-seeds 1 --interval-subsets 2 "
+                                      "--particles-tokens 8 --particles-T 1 --ablate blocks.2.attn.hook_z:heads=1,4", model);
+  std::string err;
+  ASSERT_EQ(test::run_cli(fmt::format("{} --out {}", run, (dir / "out").string()), nullptr, &err), 0) << err;
+  const json results = json::parse(read_file(dir / "out/results.json"));
+  EXPECT_EQ(results["options"]["ablate"], json({spec}));
+  auto expect_ablated = [&](const json& argv, const std::string& what) {
+    const auto args = argv.get<std::vector<std::string>>();
+    const auto flag = std::find(args.begin(), args.end(), "--ablate");
+    ASSERT_NE(flag, args.end()) << what;
+    ASSERT_NE(flag + 1, args.end()) << what;
+    EXPECT_EQ(*(flag + 1), spec) << what;
+  };
+  for (const char* part : {"power", "power-l2", "jacobian", "topology", "particles", "init"}) {
+    const json& record = results["results"]["parts"][part];
+    ASSERT_EQ(record["status"], "ok") << part << ": " << record.dump();
+    if (std::string(part) == "particles") {
+      EXPECT_EQ(record["argv"].dump().find("--ablate"), std::string::npos) << "one head on its own: nothing of it is ablated";
+    } else if (std::string(part) == "init") {
+      for (const json& seed : record["seeds"])
+        for (const auto& [command, argv] : seed["argv"].items()) expect_ablated(argv, "init " + command);
+    } else {
+      expect_ablated(record["argv"], part);
+      EXPECT_EQ(json::parse(read_file(dir / "out" / part / "results.json"))["options"]["ablate"], json({spec})) << part;
+    }
+  }
+  for (const char* part : {"init/seed-0/jacobian", "init/scaled-0/power", "subsets/subset-1/jacobian", "nested/half/jacobian"})
+    EXPECT_EQ(json::parse(read_file(dir / "out" / part / "results.json"))["options"]["ablate"], json({spec})) << part;
+  // The power part's F_2 is the ablated model's.
+  auto loaded = load_model(model);
+  const Transformer transformer(loaded);
+  const ZeroedParts parts(transformer, Ablation::parse(std::vector<std::string>{spec}));
+  const json power = json::parse(read_file(dir / "out/power/results.json"));
+  const double norm = layer_matrix(*loaded, 2, parts).f.norm();
+  EXPECT_NEAR(power["results"]["layers"][2]["frobenius_norm"].get<double>(), norm, 1e-12 * norm);
+  EXPECT_GT(layer_matrix(*loaded, 2).f.norm() - norm, 1e-3);
+  // The jacobian part's command line alone, from the ablated pass, gives the same results.
+  auto argv = results["results"]["parts"]["jacobian"]["argv"].get<std::vector<std::string>>();
+  const auto out_flag = std::find(argv.begin(), argv.end(), "--out");
+  ASSERT_NE(out_flag, argv.end());
+  *(out_flag + 1) = (dir / "alone").string();
+  std::string line;
+  for (size_t i = 1; i < argv.size(); ++i) line += test::shell_quote(argv[i]) + " ";
+  ASSERT_EQ(test::run_cli(line, nullptr, &err), 0) << line << "\n" << err;
+  EXPECT_EQ(json::parse(read_file(dir / "alone/results.json"))["results"],
+            json::parse(read_file(dir / "out/jacobian/results.json"))["results"]);
+  EXPECT_NE(read_file(dir / "out/index.html").find("Ablated:"), std::string::npos);
+
+  EXPECT_EQ(test::run_cli(fmt::format("{} --particles-layer 2 --particles-head 4 --out {}", run, (dir / "bad").string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("--particles-head 4 of layer 2 is ablated"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(dir / "bad/pass")) << "the pass ran before the check";
 }
 
 // Progress into a log (stderr not a terminal): every line under one prefix, and a stage's count at most once

@@ -21,7 +21,7 @@ namespace {
 py::dict analyze_run(const std::string& model, const std::string& out, const std::optional<std::string>& data,
                      const std::optional<std::string>& tokenizer, int64_t samples, int64_t max_len, const std::vector<std::string>& skip,
                      bool init_control, int64_t init_seeds, int64_t interval_subsets, int64_t particles_layer, int64_t particles_head, int64_t particles_tokens, double particles_t,
-                     const std::optional<py::function>& progress) {
+                     const std::vector<std::string>& ablate, const std::optional<py::function>& progress) {
   AnalyzeOptions o;
   o.model_path = model;
   o.data = data.value_or("");
@@ -33,6 +33,7 @@ py::dict analyze_run(const std::string& model, const std::string& out, const std
   o.interval_subsets = interval_subsets;
   o.particles_layer = particles_layer, o.particles_head = particles_head;
   o.particles_tokens = particles_tokens, o.particles_t = particles_t;
+  o.ablations = Ablation::parse(ablate);
   o.threads = omp_get_max_threads();
   o.quiet = true;
   o.keep_matrices = true;
@@ -67,7 +68,7 @@ void bind_analyze(py::module_& m) {
         py::arg("init_seeds") = defaults.init_seeds, py::arg("interval_subsets") = defaults.interval_subsets,
         py::arg("particles_layer") = defaults.particles_layer, py::arg("particles_head") = defaults.particles_head,
         py::arg("particles_tokens") = defaults.particles_tokens, py::arg("particles_T") = defaults.particles_t,
-        py::arg("progress") = py::none(),
+        py::arg("ablate") = std::vector<std::string>{}, py::arg("progress") = py::none(),
         R"doc(Runs what `tdyn analyze` runs: every analysis of the three papers on one model, into the results directory
 `out` with the report (out/index.html), and returns a dict.
 
@@ -78,7 +79,8 @@ init_control: run random initialisations of the architecture through power, powe
 the controls of the claims about training; init_seeds: how
 many (seeds 0 .. init_seeds - 1). interval_subsets: the disjoint sample subsets behind the intervals of the
 Jacobian statistics (0: none). particles_layer, particles_head, particles_tokens,
-particles_T: the head simulated as particles. progress: None (silent) or a callable that gets each progress
+particles_T: the head simulated as particles. ablate: zero ablations as --ablate takes them (e.g.
+['blocks.3.attn.hook_z:heads=5']): every part and control of the model with those parts set to 0. progress: None (silent) or a callable that gets each progress
 line.
 
 The dict: 'results' is out/results.json (parts, their status and command lines, the verdicts), 'dir' the

@@ -88,6 +88,14 @@ class AnalyzeLikeTheCliTest(unittest.TestCase):
         argv = run["results"]["argv"]
         self.assertIn("analyze", argv)
         self.assertIn("--no-init-control", argv)
+        ablated = tdyn.analyze(self.model, out=str(self.tmp / "ablated"), data=self.corpus, samples=3, max_len=12,
+                               skip=["power-l2", "topology", "particles"], init_control=False,
+                               ablate=["blocks.1.hook_attn_out"])
+        self.assertEqual(ablated["results"]["options"]["ablate"], ["blocks.1.hook_attn_out:zero"])
+        for part in ("power", "jacobian"):
+            self.assertEqual(ablated[part]["options"]["ablate"], ["blocks.1.hook_attn_out:zero"], part)
+        self.assertEqual(ablated["power"]["results"]["layers"][1]["frobenius_norm"], 0)  # F_1 of no attention
+        self.assertIn("--ablate", ablated["results"]["argv"])
         with self.assertRaisesRegex(tdyn.Error, "unknown part 'bogus'"):
             tdyn.analyze(self.model, out=str(self.tmp / "bad"), skip=["bogus"])
         with self.assertRaisesRegex(tdyn.Error, "outside the vocabulary"):

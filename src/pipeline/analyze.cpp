@@ -47,6 +47,13 @@ std::vector<std::string> loading_flags(const LoadOptions& load) {
 
 void append(std::vector<std::string>& argv, const std::vector<std::string>& more) { argv.insert(argv.end(), more.begin(), more.end()); }
 
+// The --ablate flags of a command line.
+std::vector<std::string> ablate_flags(const std::vector<Ablation>& ablations) {
+  std::vector<std::string> flags;
+  for (const Ablation& a : ablations) append(flags, {"--ablate", a.to_string()});
+  return flags;
+}
+
 }  // namespace
 
 std::vector<std::string> AnalyzeOptions::command_line(const fs::path& out_dir) const {
@@ -61,6 +68,7 @@ std::vector<std::string> AnalyzeOptions::command_line(const fs::path& out_dir) c
   if (!init_control) argv.push_back("--no-init-control");
   else if (init_seeds != AnalyzeOptions{}.init_seeds) append(argv, {"--init-seeds", std::to_string(init_seeds)});
   if (interval_subsets != AnalyzeOptions{}.interval_subsets) append(argv, {"--interval-subsets", std::to_string(interval_subsets)});
+  append(argv, ablate_flags(ablations));
   append(argv, {"--particles-layer", std::to_string(particles_layer), "--particles-head", std::to_string(particles_head),
                 "--particles-tokens", std::to_string(particles_tokens), "--particles-T", fmt::format("{}", particles_t)});
   return argv;
@@ -139,8 +147,9 @@ class Analysis {
   bool runs_init() const {
     return o_.init_control && (!skipped("power") || !skipped("power-l2") || !skipped("jacobian") || !skipped("topology"));
   }
-  std::shared_ptr<const std::vector<LayerSpectrum>> model_spectra(const Model& model) const;
-  PassSpec pass_spec(const std::vector<LayerSpectrum>& spectra) const;
+  ZeroedParts zeroed(const Transformer& transformer) const { return ZeroedParts(transformer, o_.ablations); }
+  std::shared_ptr<const std::vector<LayerSpectrum>> model_spectra(const Transformer& transformer) const;
+  PassSpec pass_spec(const Transformer& transformer, const std::vector<LayerSpectrum>& spectra) const;
   bool draw_samples_and_pass();
   bool init_passes();
   bool subset_passes();
@@ -217,7 +226,8 @@ nlohmann::json Analysis::options_json() const {
           {"topology", "the topology command's defaults (coupling on)"},
           {"particles", {{"layer", o_.particles_layer}, {"head", o_.particles_head}, {"tokens", o_.particles_tokens},
                          {"T", o_.particles_t}, {"sphere", true}, {"cluster_on", "x"}}},
-          {"pass", PassSource{o_.resume, ""}.to_json()}};
+          {"pass", PassSource{o_.resume, ""}.to_json()},
+          {"ablate", to_json(o_.ablations)}};
 }
 
 std::vector<uint64_t> Analysis::init_seed_list() const {
@@ -226,22 +236,25 @@ std::vector<uint64_t> Analysis::init_seed_list() const {
   return seeds;
 }
 
-// The spectra of `model`'s F_t with the default options, measured once per model: its pass probes the dominant
-// eigenvectors' alignments and its power parts read them (power-l2 too: they do not depend on the dynamics' mode).
-// Empty when both power parts are skipped.
-std::shared_ptr<const std::vector<LayerSpectrum>> Analysis::model_spectra(const Model& model) const {
+// The spectra of the model's F_t (of the ablated model, with ablations) with the default options, measured once per
+// model: its pass probes the dominant eigenvectors' alignments and its power parts read them (power-l2 too: they do
+// not depend on the dynamics' mode). Empty when both power parts are skipped.
+std::shared_ptr<const std::vector<LayerSpectrum>> Analysis::model_spectra(const Transformer& transformer) const {
   auto spectra = std::make_shared<std::vector<LayerSpectrum>>();
   if (skipped("power") && skipped("power-l2")) return spectra;
-  for (int64_t l = 0; l < model.config.n_layers; ++l) spectra->push_back(layer_spectrum(layer_matrix(model, l), SpectrumOptions{}));
+  const ZeroedParts parts = zeroed(transformer);
+  for (int64_t l = 0; l < transformer.config().n_layers; ++l)
+    spectra->push_back(layer_spectrum(layer_matrix(transformer.model(), l, parts), SpectrumOptions{}));
   return spectra;
 }
 
 // What a pass sums for the parts that read it: the Jacobians leaving every sublayer (jacobian, topology's
 // coupling), the correlations (topology) and power's token alignments with the dominant eigenvectors of the
-// model's F_t (`spectra`, from model_spectra).
-PassSpec Analysis::pass_spec(const std::vector<LayerSpectrum>& spectra) const {
+// model's F_t (`spectra`, from model_spectra); of the ablated model, with ablations.
+PassSpec Analysis::pass_spec(const Transformer& transformer, const std::vector<LayerSpectrum>& spectra) const {
   PassSpec spec;
-  spec.boundaries = residual_boundaries(in_.model->config.n_layers, BoundarySet::Sublayers);
+  spec.boundaries = residual_boundaries(transformer.config().n_layers, BoundarySet::Sublayers);
+  spec.zeroed = zeroed(transformer);
   spec.correlations = !skipped("topology");
   spec.jacobians = !skipped("jacobian") || !skipped("topology");
   if (!skipped("power")) spec.probes = token_dynamics_probes(spectra);
@@ -259,8 +272,9 @@ bool Analysis::draw_samples_and_pass() {
   samples.max_len = o_.max_len;
   draw_samples(in_, samples, o_.tokenizer);
   if (in_.samples.empty()) fail("no samples to analyse in {} (check the data)", o_.data);
-  spectra_ = model_spectra(*in_.model);
-  const PassSpec spec = pass_spec(*spectra_);
+  auto transformer = std::make_shared<const Transformer>(in_.model);
+  spectra_ = model_spectra(*transformer);
+  const PassSpec spec = pass_spec(*transformer, *spectra_);
   const nlohmann::json model_identity = pass_model_identity(o_.model_path, *in_.model);
   const fs::path file = dir_ / "pass" / "pass.tdynpass";
   nlohmann::json record = {{"file", "pass/pass.tdynpass"}, {"samples", in_.samples.size()}, {"spec", spec.to_json()}};
@@ -271,9 +285,8 @@ bool Analysis::draw_samples_and_pass() {
     } catch (const Error&) {
     }  // unfinished: the pass continues it; of another run: it says so
   }
-  auto transformer = std::make_shared<const Transformer>(in_.model);
   std::unique_ptr<JacobianModel> jacobians;
-  if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
+  if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer, spec.zeroed);
   try {
     obtain_pass({o_.resume, ""}, *transformer, jacobians.get(), in_.samples, spec, model_identity, file, true,
                 "forward pass", progress_);
@@ -343,11 +356,11 @@ bool Analysis::init_pass(InitSeed& seed) {
     seed.error = e.what();
     return ranks().root();
   }
-  seed.spectra = model_spectra(*seed.in.model);
-  const PassSpec spec = pass_spec(*seed.spectra);
   auto transformer = std::make_shared<const Transformer>(seed.in.model);
+  seed.spectra = model_spectra(*transformer);
+  const PassSpec spec = pass_spec(*transformer, *seed.spectra);
   std::unique_ptr<JacobianModel> jacobians;
-  if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer);
+  if (spec.jacobians) jacobians = std::make_unique<JacobianModel>(transformer, spec.zeroed);
   const fs::path file = seed.dir / "pass.tdynpass";
   try {
     obtain_pass({o_.resume, ""}, *transformer, jacobians.get(), seed.in.samples, spec,
@@ -410,8 +423,8 @@ bool Analysis::subset_passes() {
     for (size_t i = 0; i < dirs.size(); ++i) write_token_ids(dirs[i] / "samples.ids", samples[i]);
   broadcast_from_root(1.0);  // the barrier after which the files are there
   auto transformer = std::make_shared<const Transformer>(in_.model);
-  const JacobianModel jacobians(transformer);
-  const PassSpec full = pass_spec(*spectra_);
+  const PassSpec full = pass_spec(*transformer, *spectra_);
+  const JacobianModel jacobians(transformer, full.zeroed);
   PassSpec jacobians_only = full, subset_spec = full;  // the subsets run jacobian and topology, the nested sets jacobian
   jacobians_only.correlations = false, jacobians_only.probes.clear();
   subset_spec.probes.clear();
@@ -486,6 +499,7 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
   append(argv, loading_flags(o_.load));
   append(argv, tokenizer);
   if (name == "particles") return argv;
+  append(argv, ablate_flags(o_.ablations));
   if (idealised(name)) {
     append(argv, kControlPowerFlags);
     append(argv, kIdealisedFlags);
@@ -512,6 +526,7 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
     append(argv, {checkpoint, "--data", in.sample_options.data, "--samples", std::to_string(in.samples.size()), "--max-len",
                   std::to_string(o_.max_len), "--min-len", "1"});
     append(argv, loading_flags(o_.load));
+    append(argv, ablate_flags(o_.ablations));
     if (part == "power" || idealised(part)) append(argv, kControlPowerFlags);
     if (idealised(part)) append(argv, kIdealisedFlags);
     if (part == "jacobian") append(argv, kControlJacobianFlags);
@@ -524,18 +539,22 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
     if (!figures) out.without_figures("the report shows none of this run's figures; its command line draws them");
     if (part == "power" || idealised(part)) {
       PowerOptions options = control_power_options(idealised(part) ? DynamicsMode::AttnOnlyL2 : DynamicsMode::Full);
+      options.ablations = o_.ablations;
       options.spectra = spectra;
       PowerResult r = power_to(out, idealised(part) ? without_pass(in) : in, options, progress_);
       if (first && part == "power") result_.init_power = std::move(r), result_.init_power_options = options;
     } else if (part == "jacobian") {
       JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
+      options.ablations = o_.ablations;
       // A run whose figures are drawn shows the cumulative ranks at every depth; the others serve only the verdicts.
       options.cumulative_ends_only = !figures;
       JacobianResult r = jacobian_to(out, in, {}, options, progress_);
       if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
     } else if (part == "topology") {
-      TopologyResult r = topology_to(out, in, {}, TopologyOptions{}, progress_);
-      if (first) result_.init_topology = std::move(r), result_.init_topology_options = TopologyOptions{};
+      TopologyOptions options;
+      options.ablations = o_.ablations;
+      TopologyResult r = topology_to(out, in, {}, options, progress_);
+      if (first) result_.init_topology = std::move(r), result_.init_topology_options = options;
     }
   }
 }
@@ -605,10 +624,12 @@ void Analysis::run_part(const std::string& name) {
       record["argv"] = argv;
       ResultsDir part(dir, command_of(name), argv);
       if (name == "power") {
+        result_.power_options.ablations = o_.ablations;
         result_.power_options.spectra = spectra_;
         result_.power = power_to(part, in_, result_.power_options, progress_);
       } else if (idealised(name)) {
         result_.power_l2_options = control_power_options(DynamicsMode::AttnOnlyL2);
+        result_.power_l2_options.ablations = o_.ablations;
         result_.power_l2_options.spectra = spectra_;
         result_.power_l2 = power_to(part, without_pass(in_), result_.power_l2_options, progress_);
       } else if (name == "jacobian") {
@@ -616,10 +637,12 @@ void Analysis::run_part(const std::string& name) {
         options.surgery = true;
         options.haar_null_draws = kHaarNullDraws;
         options.keep_matrices = o_.keep_matrices;
+        options.ablations = o_.ablations;
         result_.jacobian = jacobian_to(part, in_, {}, options, progress_);
         run_subsets(record);
       } else if (name == "topology") {
         TopologyOptions& options = result_.topology_options;
+        options.ablations = o_.ablations;
         if (result_.init_topology) {
           // The initialisation's communities: an independent draw, whose units are not the trained model's, so the
           // report shows their NMI without judging it (docs/topology.md).
@@ -687,10 +710,14 @@ AnalyzeResult Analysis::run() {
   in_.model_path = o_.model_path;
   in_.load = o_.load;
   in_.model = load_model(o_.model_path, o_.load);
-  if (!skipped("particles")) {  // the one option that depends on the model: checked before any pass
+  const ZeroedParts ablated = zeroed(Transformer(in_.model));  // the ablations' errors before any pass
+  if (!skipped("particles")) {  // the options that depend on the model: checked before any pass
     const ModelConfig& c = in_.model->config;
     if (o_.particles_layer >= c.n_layers) fail("--particles-layer {}: the model has layers 0 to {}", o_.particles_layer, c.n_layers - 1);
     if (o_.particles_head >= c.n_heads) fail("--particles-head {}: the model has heads 0 to {}", o_.particles_head, c.n_heads - 1);
+    if (ablated.layer(o_.particles_layer).head(o_.particles_head))
+      fail("--particles-head {} of layer {} is ablated: its particles would not move; choose another head, or --skip particles",
+           o_.particles_head, o_.particles_layer);
   }
   if (!skipped("power") || !skipped("power-l2") || !skipped("jacobian") || !skipped("topology")) {
     // Every pass runs before any part, so that MPI worker ranks, which only take their shares of the passes, are

@@ -48,6 +48,10 @@ struct AnalyzeOptions {
   int threads = 1;               // the thread count the parts' command lines carry (BLAS sums depend on it)
   bool quiet = false;            // the parts' command lines carry --quiet
   bool keep_matrices = false;    // the jacobian results keep every J̄_k and C_k (JacobianOptions::keep_matrices)
+  // Zero ablations (model/ablation.h): every pass, part and control is of the model (and of the initialisations)
+  // with these parts set to 0. The particles part simulates one head on its own, which they leave as it is unless
+  // they zero that head itself (refused).
+  std::vector<Ablation> ablations;
 
   // The `tdyn analyze` command line of these options writing to `out_dir`.
   std::vector<std::string> command_line(const fs::path& out_dir) const;

@@ -19,7 +19,7 @@ struct AnalyzeArgs {
   ModelArgs model;
   PassSource pass;  // --resume only
   std::string out_dir;
-  std::vector<std::string> skip;
+  std::vector<std::string> skip, ablate;
   bool no_init_control = false;
   AnalyzeOptions options;
 };
@@ -31,6 +31,7 @@ int run_analyze(AnalyzeArgs& a) {
   o.resume = a.pass.resume;
   o.init_control = !a.no_init_control;
   o.skip = {a.skip.begin(), a.skip.end()};
+  o.ablations = Ablation::parse(a.ablate);
   o.program = invocation().empty() ? "tdyn" : invocation()[0];
   o.threads = omp_get_max_threads();  // the parts' command lines carry it: BLAS sums depend on it at the round-off level
   o.quiet = progress_quiet();
@@ -80,6 +81,7 @@ std::function<int()> setup_analyze(CLI::App& app) {
   cmd->add_flag("--no-init-control", a->no_init_control,
                "Do not run the random initialisations; a claim about training that holds on the model is then inconclusive, "
                "and the communities get no NMI with the initialisation's")->excludes("--init-seeds");
+  add_ablate_option(cmd, a->ablate);
   cmd->add_option("--particles-layer", o.particles_layer, "Layer whose attention head is simulated as particles")
       ->capture_default_str()->check(non_negative_number);
   cmd->add_option("--particles-head", o.particles_head, "That head's index")->capture_default_str()->check(non_negative_number);

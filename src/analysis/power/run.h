@@ -33,8 +33,8 @@ struct PowerOptions {
   // layer matrices, token dynamics, iteration and steering).
   std::vector<Ablation> ablations;
   SpectrumOptions spectrum;
-  // The spectra of this model's F_t with `spectrum` when they were measured already (analyze measures them once per
-  // model, for its pass's probes and its power parts); null: measured here.
+  // The spectra of this model's F_t with `spectrum` (of the ablated model, with `ablations`) when they were measured
+  // already (analyze measures them once per model, for its pass's probes and its power parts); null: measured here.
   std::shared_ptr<const std::vector<LayerSpectrum>> spectra;
   DynamicsOptions dynamics;     // mode and residual of the token dynamics and of the iteration
   bool save_matrices = false;   // keep every F_t for the writer (layer_matrices.npy)
