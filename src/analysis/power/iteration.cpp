@@ -158,22 +158,27 @@ nlohmann::json IterationResult::to_json() const {
           {"bipartite_test", bipartite.to_json()}};
 }
 
-IterationResult iterate_layer(const Transformer& model, const Sample& sample, const LayerMatrix& matrix,
-                              const IterationOptions& options, ProgressSink& progress) {
-  const int64_t layer = options.layer, d = model.config().d_model;
-  if (layer != matrix.layer) fail("iterate_layer: the layer matrix is of layer {}, not {}", matrix.layer, layer);
-  if (options.steps < 1) fail("the iteration needs at least one step, got {}", options.steps);
-  const DynamicsOptions& dyn = options.dynamics;
+namespace {
 
-  // The step matrix: a residual step x + F x linearises to I + F, a plain one to F. In attn-only-l2 the attention
-  // reads G x (dynamics.h), so F G takes F's place.
-  IterationResult r;
-  r.layer = layer;
-  r.sample_index = sample.source_index;
+// The layer's step matrix, its spectrum, and the subspaces the curves measure alignment with.
+struct StepSpectrum {
+  linalg::Eigendecomposition decomposition;
+  std::vector<EigenGroup> groups;
+  Matrix dominant;     // of the step matrix
+  Matrix dominant_f;   // of F itself
+  Matrix top_two;      // the invariant subspace of the step matrix's two leading eigen-groups
+  std::optional<PlaneCoordinates> plane;  // the dominant pair's plane, when it is complex
+};
+
+// The step matrix: a residual step x + F x linearises to I + F, a plain one to F. In attn-only-l2 the attention reads
+// G x (dynamics.h), so F G takes F's place. Sets r's step_matrix, step and expected_angle_per_step.
+StepSpectrum step_spectrum(const Transformer& model, const LayerMatrix& matrix, const IterationOptions& options, IterationResult& r) {
+  const DynamicsOptions& dyn = options.dynamics;
+  const int64_t d = model.config().d_model;
   const bool gain = dyn.mode == DynamicsMode::AttnOnlyL2;
   Matrix linear = matrix.f;
   if (gain) {
-    const std::vector<double> g = unit_token_gain(model.model(), layer);
+    const std::vector<double> g = unit_token_gain(model.model(), matrix.layer);
     linear = linear * Eigen::Map<const Vector>(g.data(), d).asDiagonal();
   }
   const std::string f_name = gain ? "F G" : "F";
@@ -181,47 +186,46 @@ IterationResult iterate_layer(const Transformer& model, const Sample& sample, co
   const Matrix step_matrix = dyn.residual ? Matrix(linear + Matrix::Identity(d, d)) : linear;
   SpectrumOptions spectrum_options;
   spectrum_options.top_k = std::max<Index>(spectrum_options.top_k, options.eigenvectors + 2);
-  const linalg::Eigendecomposition decomposition =
-      sorted_spectrum(step_matrix, spectrum_options, r.step_matrix.c_str()).decomposition;
-  r.step = dominant_spectrum(decomposition);
+  StepSpectrum s;
+  s.decomposition = sorted_spectrum(step_matrix, spectrum_options, r.step_matrix.c_str()).decomposition;
+  r.step = dominant_spectrum(s.decomposition);
   r.expected_angle_per_step = std::arg(r.step.lambda1);
-  const Matrix basis1 = dominant_basis(r.step);
-  const Matrix basis_f = dyn.residual || gain ? dominant_basis(layer_spectrum(matrix, spectrum_options).f) : basis1;
-  const std::vector<EigenGroup> groups = eigen_groups(decomposition.eigenvalues);
-  const Matrix basis12 = invariant_basis(decomposition.eigenvectors,
-                                         {groups.begin(), groups.begin() + std::min<size_t>(2, groups.size())});
-  std::optional<PlaneCoordinates> plane;
-  if (r.step.complex_pair) plane.emplace(r.step);
+  s.dominant = dominant_basis(r.step);
+  s.dominant_f = dyn.residual || gain ? dominant_basis(layer_spectrum(matrix, spectrum_options).f) : s.dominant;
+  s.groups = eigen_groups(s.decomposition.eigenvalues);
+  s.top_two = invariant_basis(s.decomposition.eigenvectors, {s.groups.begin(), s.groups.begin() + std::min<size_t>(2, s.groups.size())});
+  if (r.step.complex_pair) s.plane.emplace(r.step);
+  return s;
+}
 
-  // The states entering the layer in the model (in the chosen mode).
-  TokenState state = initial_state(model, sample.ids, dyn);
-  for (int64_t l = 0; l < layer; ++l) apply_layer(model, l, state, dyn);
-  const int64_t n = state.x.dim(0);
-  r.tokens = n;
+// The curves' values at each step, and each token's alignment and plane coordinates, added to an IterationResult.
+class CurveRecorder {
+ public:
+  CurveRecorder(const StepSpectrum& spectrum, int64_t tokens) : s_(spectrum), previous_(tokens) {}
 
-  std::vector<Complex> previous(n);
-  auto record = [&](int64_t step) {
+  void operator()(const Tensor& states, int64_t step, IterationResult& r) {
+    const int64_t n = states.dim(0);
     double sum = 0, lowest = 1, sum_f = 0, energy = 0, positive = 0, angle_sum = 0;
     int64_t angles = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const Vector x = token_state(state.x, i);
-      const double a = alignment(x, basis1);
+      const Vector x = token_state(states, i);
+      const double a = alignment(x, s_.dominant);
       sum += a;
       lowest = std::min(lowest, a);
-      sum_f += alignment(x, basis_f);
-      const double a12 = alignment(x, basis12);
+      sum_f += alignment(x, s_.dominant_f);
+      const double a12 = alignment(x, s_.top_two);
       energy += a12 * a12;
       positive += x.dot(r.step.eigenvector_real) > 0;
       r.alignment_per_token.push_back(a);
-      Complex zeta = plane ? (*plane)(x) : Complex(x.dot(r.step.eigenvector_real), 0);
+      Complex zeta = s_.plane ? (*s_.plane)(x) : Complex(x.dot(r.step.eigenvector_real), 0);
       const double norm = x.norm();
       r.plane_coordinates.push_back(norm > 0 ? zeta.real() / norm : 0);
       r.plane_coordinates.push_back(norm > 0 ? zeta.imag() / norm : 0);
-      if (plane && step > 0 && std::abs(zeta) > 0 && std::abs(previous[i]) > 0) {
-        angle_sum += std::arg(zeta / previous[i]);
+      if (s_.plane && step > 0 && std::abs(zeta) > 0 && std::abs(previous_[i]) > 0) {
+        angle_sum += std::arg(zeta / previous_[i]);
         ++angles;
       }
-      previous[i] = zeta;
+      previous_[i] = zeta;
     }
     IterationCurves& c = r.curves;
     c.mean_alignment.push_back(sum / n);
@@ -230,64 +234,93 @@ IterationResult iterate_layer(const Transformer& model, const Sample& sample, co
     c.span12_energy.push_back(energy / n);
     c.positive_fraction.push_back(positive / n);
     c.mean_angle_step.push_back(angles ? angle_sum / angles : 0);
-  };
-  record(0);
+  }
+
+ private:
+  const StepSpectrum& s_;
+  std::vector<Complex> previous_;  // each token's ζ at the step before
+};
+
+// Bipartite instability: the tokens put on ±v_k (alternating signs, norms kept), optionally perturbed, and iterated;
+// v_k the bipartite regime's eigenvector, else the first real one searched. Fills r.bipartite when there is one.
+void bipartite_test(const Transformer& model, const TokenState& state, const StepSpectrum& s, const IterationOptions& options,
+                    IterationResult& r) {
+  std::optional<Index> k;
+  if (r.regime.regime == Regime::Bipartite) k = r.regime.eigenvector;
+  for (size_t g = 0; !k && g < s.groups.size() && static_cast<int64_t>(g) < options.eigenvectors; ++g)
+    if (!s.groups[g].pair) k = s.groups[g].start;
+  if (!k) return;
+  const int64_t n = state.x.dim(0), d = state.x.dim(1);
+  BipartiteTest& b = r.bipartite;
+  b.ran = true;
+  b.eigenvector = *k;
+  b.perturbation = options.perturbation;
+  const Vector v = s.decomposition.eigenvectors.col(*k).real().normalized();
+  std::vector<int> split(n);
+  for (int64_t i = 0; i < n; ++i) split[i] = i % 2 == 0 ? 1 : -1;
+  const int64_t test_steps = options.bipartite_steps > 0 ? options.bipartite_steps : options.steps;
+  std::mt19937_64 rng(options.seed);
+  std::normal_distribution<double> gaussian;
+  for (double size : {0.0, options.perturbation}) {
+    TokenState test = state;
+    for (int64_t i = 0; i < n; ++i) {
+      const double norm = token_state(state.x, i).norm();
+      Vector noise(d);
+      for (Index j = 0; j < d; ++j) noise[j] = gaussian(rng);
+      const Vector x = split[i] * norm * v + size * norm * noise.normalized();
+      for (Index j = 0; j < d; ++j) test.x.row(i)[j] = static_cast<float>(x[j]);
+    }
+    for (int64_t step = 0; step < test_steps; ++step) apply_layer(model, options.layer, test, options.dynamics, true);
+    RegimeEvidence e = classify_regime(test.x, s.decomposition.eigenvalues, s.decomposition.eigenvectors, options.threshold,
+                                       options.eigenvectors);
+    // The same split up to a global sign (a negative eigenvalue flips every token each step).
+    const std::vector<int> signs = sign_pattern(test.x, v);
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; ++i) same += signs[i] == split[i];
+    const int64_t flips = std::min(same, n - same);
+    const bool left = !(e.regime == Regime::Bipartite && e.eigenvector == *k && flips == 0);
+    if (size == 0) {
+      b.unperturbed = e;
+      b.left_unperturbed = left;
+    } else {
+      b.perturbed = e;
+      b.left_perturbed = left;
+      b.sign_flips_perturbed = flips;
+    }
+  }
+}
+
+}  // namespace
+
+IterationResult iterate_layer(const Transformer& model, const Sample& sample, const LayerMatrix& matrix,
+                              const IterationOptions& options, ProgressSink& progress) {
+  const int64_t layer = options.layer;
+  if (layer != matrix.layer) fail("iterate_layer: the layer matrix is of layer {}, not {}", matrix.layer, layer);
+  if (options.steps < 1) fail("the iteration needs at least one step, got {}", options.steps);
+  IterationResult r;
+  r.layer = layer;
+  r.sample_index = sample.source_index;
+  const StepSpectrum spectrum = step_spectrum(model, matrix, options, r);
+
+  // The states entering the layer in the model (in the chosen mode).
+  TokenState state = initial_state(model, sample.ids, options.dynamics);
+  for (int64_t l = 0; l < layer; ++l) apply_layer(model, l, state, options.dynamics);
+  r.tokens = state.x.dim(0);
+
+  CurveRecorder record(spectrum, r.tokens);
+  record(state.x, 0, r);
   ProgressLoop loop(progress, fmt::format("iterating layer {}", layer), options.steps, "steps");
   for (int64_t k = 1; k <= options.steps; ++k) {
-    apply_layer(model, layer, state, dyn, /*refresh_shared_kv=*/true);
-    record(k);
+    apply_layer(model, layer, state, options.dynamics, /*refresh_shared_kv=*/true);
+    record(state.x, k, r);
     loop.advance();
   }
   const auto& angles = r.curves.mean_angle_step;
   const int64_t tail = std::max<int64_t>(1, options.steps / 4);
   r.measured_angle_per_step = std::accumulate(angles.end() - tail, angles.end(), 0.0) / tail;
-  r.regime = classify_regime(state.x, decomposition.eigenvalues, decomposition.eigenvectors, options.threshold,
+  r.regime = classify_regime(state.x, spectrum.decomposition.eigenvalues, spectrum.decomposition.eigenvectors, options.threshold,
                              options.eigenvectors);
-
-  // Bipartite instability: put the tokens on ±v_k (alternating signs, norms kept), optionally perturb, iterate.
-  std::optional<Index> k;
-  if (r.regime.regime == Regime::Bipartite) k = r.regime.eigenvector;
-  for (size_t g = 0; !k && g < groups.size() && static_cast<int64_t>(g) < options.eigenvectors; ++g)
-    if (!groups[g].pair) k = groups[g].start;
-  if (k) {
-    BipartiteTest& b = r.bipartite;
-    b.ran = true;
-    b.eigenvector = *k;
-    b.perturbation = options.perturbation;
-    const Vector v = decomposition.eigenvectors.col(*k).real().normalized();
-    std::vector<int> split(n);
-    for (int64_t i = 0; i < n; ++i) split[i] = i % 2 == 0 ? 1 : -1;
-    const int64_t test_steps = options.bipartite_steps > 0 ? options.bipartite_steps : options.steps;
-    std::mt19937_64 rng(options.seed);
-    std::normal_distribution<double> gaussian;
-    for (double size : {0.0, options.perturbation}) {
-      TokenState test = state;
-      for (int64_t i = 0; i < n; ++i) {
-        const double norm = token_state(state.x, i).norm();
-        Vector noise(d);
-        for (Index j = 0; j < d; ++j) noise[j] = gaussian(rng);
-        const Vector x = split[i] * norm * v + size * norm * noise.normalized();
-        for (Index j = 0; j < d; ++j) test.x.row(i)[j] = static_cast<float>(x[j]);
-      }
-      for (int64_t s = 0; s < test_steps; ++s) apply_layer(model, layer, test, dyn, true);
-      RegimeEvidence e = classify_regime(test.x, decomposition.eigenvalues, decomposition.eigenvectors,
-                                         options.threshold, options.eigenvectors);
-      // The same split up to a global sign (a negative eigenvalue flips every token each step).
-      const std::vector<int> signs = sign_pattern(test.x, v);
-      int64_t same = 0;
-      for (int64_t i = 0; i < n; ++i) same += signs[i] == split[i];
-      const int64_t flips = std::min(same, n - same);
-      const bool left = !(e.regime == Regime::Bipartite && e.eigenvector == *k && flips == 0);
-      if (size == 0) {
-        b.unperturbed = e;
-        b.left_unperturbed = left;
-      } else {
-        b.perturbed = e;
-        b.left_perturbed = left;
-        b.sign_flips_perturbed = flips;
-      }
-    }
-  }
+  bipartite_test(model, state, spectrum, options, r);
   return r;
 }
 

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -150,44 +152,37 @@ std::vector<TokenProbability> top_tokens(const std::vector<double>& probabilitie
   return out;
 }
 
-}  // namespace
-
-SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& direction,
-                              const std::vector<Sample>& samples, const SteeringOptions& options,
-                              ProgressSink& progress, const ZeroedParts& zeroed) {
-  const ModelConfig& c = model->config;
-  const int64_t last = c.n_layers - 1, vocab = c.d_vocab;
-  SteeringResult result;
-  result.steering = rank_one_steering(*model, last, direction, zeroed);
-  const Vector& u = result.steering.u;
-  result.lambda1_modulus = std::abs(layer_spectrum(layer_matrix(*model, last, zeroed)).f.lambda1);
-
-  const Transformer base(model);
-  {  // the token the unembedding maps u to (through the final norm / MLM head, as the stream would be)
-    Tensor x({1, c.d_model});
-    for (int64_t j = 0; j < c.d_model; ++j) x.data[j] = static_cast<float>(u[j]);
-    Tensor logits = base.unembed(x);
-    result.token_closest_to_u = static_cast<int32_t>(std::max_element(logits.data.begin(), logits.data.end()) - logits.data.begin());
-  }
-
-  // The controls, at the largest scale: random directions orthogonal to u, each perturbation as large as u's.
-  std::vector<Transformer> controls;
+// The sweep's models beside the base: one per scale, and the controls at the largest scale with their directions.
+struct SweepModels {
+  std::vector<Transformer> steered, controls;
   std::vector<Vector> control_directions;
-  if (!options.scales.empty() && c.d_model > 1)  // with d = 1 every direction is ±u
-    for (uint64_t seed = options.control_seed; static_cast<int64_t>(result.controls.size()) < options.control_draws; ++seed) {
-      Vector v = random_direction(c.d_model, seed);
-      v -= v.dot(u) * u;
-      if (v.norm() < 1e-6) continue;  // the draw is u (a seed of u's)
-      v.normalize();
-      const RankOneSteering other = rank_one_steering(*model, last, v, zeroed);
-      const double c_max = options.scales.back() * result.lambda1_modulus;
-      const double c_other = other.w.norm() > 0 ? c_max * result.steering.w.norm() / other.w.norm() : 0.0;
-      result.controls.push_back({seed, c_other, 0, 0, 0});
-      controls.emplace_back(steered_model(model, other, c_other));
-      control_directions.push_back(other.u);
-    }
+};
 
-  std::vector<Transformer> steered;
+// The controls, at the largest scale: random directions orthogonal to u, each perturbation as large as u's.
+void add_controls(const std::shared_ptr<const Model>& model, const SteeringOptions& options, const ZeroedParts& zeroed,
+                  SteeringResult& result, SweepModels& models) {
+  const ModelConfig& c = model->config;
+  const Vector& u = result.steering.u;
+  if (options.scales.empty() || c.d_model <= 1) return;  // with d = 1 every direction is ±u
+  for (uint64_t seed = options.control_seed; static_cast<int64_t>(result.controls.size()) < options.control_draws; ++seed) {
+    Vector v = random_direction(c.d_model, seed);
+    v -= v.dot(u) * u;
+    if (v.norm() < 1e-6) continue;  // the draw is u (a seed of u's)
+    v.normalize();
+    const RankOneSteering other = rank_one_steering(*model, c.n_layers - 1, v, zeroed);
+    const double c_max = options.scales.back() * result.lambda1_modulus;
+    const double c_other = other.w.norm() > 0 ? c_max * result.steering.w.norm() / other.w.norm() : 0.0;
+    result.controls.push_back({seed, c_other, 0, 0, 0});
+    models.controls.emplace_back(steered_model(model, other, c_other));
+    models.control_directions.push_back(other.u);
+  }
+}
+
+// The steered models, one per scale, with the spectrum of their last layer and u's alignment with its dominant
+// eigenvectors.
+void add_points(const std::shared_ptr<const Model>& model, const SteeringOptions& options, const ZeroedParts& zeroed,
+                SteeringResult& result, SweepModels& models) {
+  const int64_t last = model->config.n_layers - 1;
   for (double scale : options.scales) {
     SteeringPoint p;
     p.scale = scale;
@@ -195,91 +190,125 @@ SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& 
     auto m = steered_model(model, result.steering, p.c);
     const LayerSpectrum spectrum = layer_spectrum(layer_matrix(*m, last, zeroed));
     p.spectrum = spectrum.f;
-    p.eigenvector_alignment = alignment(u, dominant_basis(spectrum.f));
+    p.eigenvector_alignment = alignment(result.steering.u, dominant_basis(spectrum.f));
     p.min_alignment = 1;
     result.points.push_back(std::move(p));
-    steered.emplace_back(m);
+    models.steered.emplace_back(m);
   }
+}
 
-  const std::string final_hook = fmt::format("blocks.{}.hook_resid_post", last);
-  // Every forward pass keeps the final states and runs the ablations' edits.
-  auto final_states_cache = [&] {
-    ActivationCache cache(final_hook);
-    zeroed.add_edits(cache);
-    return cache;
-  };
-  std::vector<std::vector<double>> mean_probability(options.scales.size(), std::vector<double>(vocab, 0.0));
-  std::vector<double> unsteered_probability(vocab, 0.0);
+// What the sweep sums over the samples' positions besides SteeringResult's own sums.
+struct SweepSums {
+  std::vector<std::vector<double>> mean_probability;  // [scale][token]
+  std::vector<double> unsteered_probability;          // [token]
   int64_t positions = 0;
-  ProgressLoop loop(progress, "steering", static_cast<int64_t>(samples.size()), "samples");
-  for (size_t si = 0; si < samples.size(); ++si) {
-    const auto& ids = samples[si].ids;
-    const int64_t n = static_cast<int64_t>(ids.size());
-    ActivationCache base_cache = final_states_cache();
-    const Tensor base_logits = base.forward(ids, &base_cache);
-    std::vector<std::vector<double>> base_log(n);
-    for (int64_t i = 0; i < n; ++i) {
-      base_log[i] = log_softmax(base_logits.row(i), vocab);
-      for (int64_t v = 0; v < vocab; ++v) unsteered_probability[v] += std::exp(base_log[i][v]);
-    }
-    for (size_t pi = 0; pi < steered.size(); ++pi) {
-      SteeringPoint& p = result.points[pi];
-      ActivationCache cache = final_states_cache();
-      const Tensor logits = steered[pi].forward(ids, &cache);
-      const Tensor& final_states = cache.at(final_hook);
-      const Matrix basis = u;
-      for (int64_t i = 0; i < n; ++i) {
-        const double a = alignment(token_state(final_states, i), basis);
-        p.mean_alignment += a;
-        p.min_alignment = std::min(p.min_alignment, a);
-        const std::vector<double> log_q = log_softmax(logits.row(i), vocab);
-        double kl = 0;
-        for (int64_t v = 0; v < vocab; ++v) {
-          const double pv = std::exp(base_log[i][v]);
-          if (pv > 0) kl += pv * (base_log[i][v] - log_q[v]);
-          mean_probability[pi][v] += std::exp(log_q[v]);
-        }
-        p.mean_kl += kl;
-        p.max_kl = std::max(p.max_kl, kl);
-        p.probability_of_argmax_u += std::exp(log_q[result.token_closest_to_u]);
-      }
-    }
-    for (size_t j = 0; j < controls.size(); ++j) {
-      SteeringControl& k = result.controls[j];
-      ActivationCache cache = final_states_cache();
-      const Tensor logits = controls[j].forward(ids, &cache);
-      const Tensor& final_states = cache.at(final_hook);
-      const Matrix basis = u, own = control_directions[j];
-      for (int64_t i = 0; i < n; ++i) {
-        k.mean_alignment_with_u += alignment(token_state(final_states, i), basis);
-        k.mean_alignment_with_own += alignment(token_state(final_states, i), own);
-        k.probability_of_argmax_u += std::exp(log_softmax(logits.row(i), vocab)[result.token_closest_to_u]);
-      }
-    }
-    positions += n;
-    loop.advance();
+};
+
+// One sample through the base, every steered model and every control, its positions added to the sums. `run` runs a
+// model on the sample with the final states kept (and the ablations' edits) and returns its logits and those states.
+void measure_sample(const std::vector<int32_t>& ids, const Transformer& base, const SweepModels& models, int64_t vocab,
+                    const std::function<std::pair<Tensor, Tensor>(const Transformer&)>& run, SteeringResult& result,
+                    SweepSums& sums) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const Matrix u = result.steering.u;
+  const Tensor base_logits = run(base).first;
+  std::vector<std::vector<double>> base_log(n);
+  for (int64_t i = 0; i < n; ++i) {
+    base_log[i] = log_softmax(base_logits.row(i), vocab);
+    for (int64_t v = 0; v < vocab; ++v) sums.unsteered_probability[v] += std::exp(base_log[i][v]);
   }
-  result.tokens = positions;
+  for (size_t pi = 0; pi < models.steered.size(); ++pi) {
+    SteeringPoint& p = result.points[pi];
+    const auto [logits, final_states] = run(models.steered[pi]);
+    for (int64_t i = 0; i < n; ++i) {
+      const double a = alignment(token_state(final_states, i), u);
+      p.mean_alignment += a;
+      p.min_alignment = std::min(p.min_alignment, a);
+      const std::vector<double> log_q = log_softmax(logits.row(i), vocab);
+      double kl = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        const double pv = std::exp(base_log[i][v]);
+        if (pv > 0) kl += pv * (base_log[i][v] - log_q[v]);
+        sums.mean_probability[pi][v] += std::exp(log_q[v]);
+      }
+      p.mean_kl += kl;
+      p.max_kl = std::max(p.max_kl, kl);
+      p.probability_of_argmax_u += std::exp(log_q[result.token_closest_to_u]);
+    }
+  }
+  for (size_t j = 0; j < models.controls.size(); ++j) {
+    SteeringControl& k = result.controls[j];
+    const auto [logits, final_states] = run(models.controls[j]);
+    const Matrix own = models.control_directions[j];
+    for (int64_t i = 0; i < n; ++i) {
+      k.mean_alignment_with_u += alignment(token_state(final_states, i), u);
+      k.mean_alignment_with_own += alignment(token_state(final_states, i), own);
+      k.probability_of_argmax_u += std::exp(log_softmax(logits.row(i), vocab)[result.token_closest_to_u]);
+    }
+  }
+  sums.positions += n;
+}
+
+// The sums over positions made means, and the top tokens of the mean distributions.
+void finish_means(SweepSums& sums, int64_t top_k, SteeringResult& result) {
+  result.tokens = sums.positions;
+  if (sums.positions == 0) return;
+  const auto positions = static_cast<double>(sums.positions);
   for (size_t pi = 0; pi < result.points.size(); ++pi) {
     SteeringPoint& p = result.points[pi];
-    if (positions == 0) continue;
     p.mean_alignment /= positions;
     p.mean_kl /= positions;
     p.probability_of_argmax_u /= positions;
-    for (double& v : mean_probability[pi]) v /= positions;
-    p.top_tokens = top_tokens(mean_probability[pi], options.top_k);
+    for (double& v : sums.mean_probability[pi]) v /= positions;
+    p.top_tokens = top_tokens(sums.mean_probability[pi], top_k);
   }
-  for (SteeringControl& k : result.controls)
-    if (positions > 0) {
-      k.mean_alignment_with_u /= positions, k.mean_alignment_with_own /= positions;
-      k.probability_of_argmax_u /= positions;
-    }
-  if (positions > 0) {
-    for (double& v : unsteered_probability) v /= positions;
-    result.unsteered_top_tokens = top_tokens(unsteered_probability, options.top_k);
+  for (SteeringControl& k : result.controls) {
+    k.mean_alignment_with_u /= positions, k.mean_alignment_with_own /= positions;
+    k.probability_of_argmax_u /= positions;
   }
-  return result;
+  for (double& v : sums.unsteered_probability) v /= positions;
+  result.unsteered_top_tokens = top_tokens(sums.unsteered_probability, top_k);
 }
 
+}  // namespace
+
+SteeringResult steering_sweep(std::shared_ptr<const Model> model, const Vector& direction,
+                              const std::vector<Sample>& samples, const SteeringOptions& options,
+                              ProgressSink& progress, const ZeroedParts& zeroed) {
+  const ModelConfig& c = model->config;
+  const int64_t last = c.n_layers - 1;
+  SteeringResult result;
+  result.steering = rank_one_steering(*model, last, direction, zeroed);
+  result.lambda1_modulus = std::abs(layer_spectrum(layer_matrix(*model, last, zeroed)).f.lambda1);
+
+  const Transformer base(model);
+  {  // the token the unembedding maps u to (through the final norm / MLM head, as the stream would be)
+    Tensor x({1, c.d_model});
+    for (int64_t j = 0; j < c.d_model; ++j) x.data[j] = static_cast<float>(result.steering.u[j]);
+    Tensor logits = base.unembed(x);
+    result.token_closest_to_u = static_cast<int32_t>(std::max_element(logits.data.begin(), logits.data.end()) - logits.data.begin());
+  }
+  SweepModels models;
+  add_controls(model, options, zeroed, result, models);
+  add_points(model, options, zeroed, result, models);
+
+  const std::string final_hook = fmt::format("blocks.{}.hook_resid_post", last);
+  SweepSums sums{std::vector<std::vector<double>>(options.scales.size(), std::vector<double>(c.d_vocab, 0.0)),
+                 std::vector<double>(c.d_vocab, 0.0)};
+  ProgressLoop loop(progress, "steering", static_cast<int64_t>(samples.size()), "samples");
+  for (const Sample& sample : samples) {
+    // Every forward pass keeps the final states and runs the ablations' edits.
+    auto run = [&](const Transformer& m) {
+      ActivationCache cache(final_hook);
+      zeroed.add_edits(cache);
+      Tensor logits = m.forward(sample.ids, &cache);
+      return std::pair{std::move(logits), cache.at(final_hook)};
+    };
+    measure_sample(sample.ids, base, models, c.d_vocab, run, result, sums);
+    loop.advance();
+  }
+  finish_means(sums, options.top_k, result);
+  return result;
+}
 
 }  // namespace tdyn
