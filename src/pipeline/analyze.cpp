@@ -240,12 +240,8 @@ std::vector<uint64_t> Analysis::init_seed_list() const {
 // model: its pass probes the dominant eigenvectors' alignments and its power parts read them (power-l2 too: they do
 // not depend on the dynamics' mode). Empty when both power parts are skipped.
 std::shared_ptr<const std::vector<LayerSpectrum>> Analysis::model_spectra(const Transformer& transformer) const {
-  auto spectra = std::make_shared<std::vector<LayerSpectrum>>();
-  if (skipped("power") && skipped("power-l2")) return spectra;
-  const ZeroedParts parts = zeroed(transformer);
-  for (int64_t l = 0; l < transformer.config().n_layers; ++l)
-    spectra->push_back(layer_spectrum(layer_matrix(transformer.model(), l, parts), SpectrumOptions{}));
-  return spectra;
+  if (skipped("power") && skipped("power-l2")) return std::make_shared<std::vector<LayerSpectrum>>();
+  return std::make_shared<std::vector<LayerSpectrum>>(layer_spectra(layer_matrices(transformer.model(), zeroed(transformer))));
 }
 
 // What a pass sums for the parts that read it: the Jacobians leaving every sublayer (jacobian, topology's

@@ -12,7 +12,6 @@
 #include "core/error.h"
 #include "core/phase_times.h"
 #include "core/npy.h"
-#include "kernels/serial_blas.h"
 
 namespace tdyn {
 namespace {
@@ -58,29 +57,20 @@ Vector steering_direction(const std::string& spec, uint64_t seed, const Model& m
 void measure_spectra(const Model& model, const PowerOptions& options, ProgressSink& progress, PowerResult& r) {
   PhaseClock clock(r.timings, "spectra");
   if (options.spectra) TDYN_CHECK(static_cast<int64_t>(options.spectra->size()) == model.config.n_layers);
-  const int64_t L = model.config.n_layers;
-  for (int64_t l = 0; l < L; ++l) r.matrices.push_back(layer_matrix(model, l, options.dynamics.zeroed));
-  if (options.spectra) r.spectra = *options.spectra;
-  else r.spectra.resize(static_cast<size_t>(L));
-  // The layers' eigenproblems are independent: one per thread, a batch at a time (their workspace in memory), each
-  // batch's layers reported as it ends.
-  const int64_t batch = options.spectra ? L : operators_in_flight(model.config.d_model, 6, L);
-  for (int64_t first = 0; first < L; first += batch) {
-    const int64_t end = std::min(L, first + batch);
-    if (!options.spectra)
-      parallel_tasks(end - first, [&](int64_t i) {
-        const auto l = static_cast<size_t>(first + i);
-        r.spectra[l] = layer_spectrum(r.matrices[l], options.spectrum);
-      });
-    for (int64_t l = first; l < end; ++l) {
-      const LayerSpectrum& s = r.spectra[static_cast<size_t>(l)];
-      for (const std::string& note : s.notes) {
-        r.notes.push_back(fmt::format("layer {}: {}", l, note));
-        progress.note(r.notes.back());
-      }
-      progress.note(fmt::format("spectrum of F_{}: |lambda1| = {:.4g}, |lambda2|/|lambda1| = {:.4f}", l, std::abs(s.f.lambda1),
-                                s.f.modulus_ratio));
+  r.matrices = layer_matrices(model, options.dynamics.zeroed);
+  auto report = [&](const LayerSpectrum& s) {
+    for (const std::string& note : s.notes) {
+      r.notes.push_back(fmt::format("layer {}: {}", s.layer, note));
+      progress.note(r.notes.back());
     }
+    progress.note(fmt::format("spectrum of F_{}: |lambda1| = {:.4g}, |lambda2|/|lambda1| = {:.4f}", s.layer, std::abs(s.f.lambda1),
+                              s.f.modulus_ratio));
+  };
+  if (options.spectra) {
+    r.spectra = *options.spectra;
+    for (const LayerSpectrum& s : r.spectra) report(s);
+  } else {
+    r.spectra = layer_spectra(r.matrices, options.spectrum, report);
   }
 }
 

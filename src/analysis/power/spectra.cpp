@@ -9,6 +9,7 @@
 #include <Eigen/QR>
 
 #include "core/error.h"
+#include "kernels/serial_blas.h"
 
 namespace tdyn {
 namespace {
@@ -88,6 +89,23 @@ LayerSpectrum layer_spectrum(const LayerMatrix& m, const SpectrumOptions& option
     s.eigenvectors = top.eigenvectors;
   }
   return s;
+}
+
+std::vector<LayerSpectrum> layer_spectra(const std::vector<LayerMatrix>& matrices, const SpectrumOptions& options,
+                                         const std::function<void(const LayerSpectrum&)>& done) {
+  const auto n = static_cast<int64_t>(matrices.size());
+  std::vector<LayerSpectrum> spectra(matrices.size());
+  const int64_t batch = n == 0 ? 1 : operators_in_flight(matrices.front().f.rows(), 6, n);
+  for (int64_t first = 0; first < n; first += batch) {
+    const int64_t end = std::min(n, first + batch);
+    parallel_tasks(end - first, [&](int64_t i) {
+      const auto l = static_cast<size_t>(first + i);
+      spectra[l] = layer_spectrum(matrices[l], options);
+    });
+    if (done)
+      for (int64_t l = first; l < end; ++l) done(spectra[static_cast<size_t>(l)]);
+  }
+  return spectra;
 }
 
 Matrix dominant_basis(const DominantSpectrum& s) {

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -62,6 +63,10 @@ struct LayerSpectrum {
 };
 
 LayerSpectrum layer_spectrum(const LayerMatrix& m, const SpectrumOptions& options = {});
+// The spectra of every layer's matrix. The layers' eigenproblems are independent: one per thread (serial LAPACK), a
+// batch at a time (their workspace in memory); `done` gets each layer's spectrum in layer order as its batch ends.
+std::vector<LayerSpectrum> layer_spectra(const std::vector<LayerMatrix>& matrices, const SpectrumOptions& options = {},
+                                         const std::function<void(const LayerSpectrum&)>& done = {});
 
 // Orthonormal basis (d × 1, or d × 2 for a complex pair) of the dominant invariant subspace: v1, or
 // span{Re v1, Im v1} orthonormalised.
