@@ -397,6 +397,9 @@ TEST(Analyze, AblatedModelInEveryPartAndControl) {
       EXPECT_EQ(json::parse(read_file(dir / "out" / part / "results.json"))["options"]["ablate"], json({spec})) << part;
     }
   }
+  // The initialisation whose figures the report draws is laid out; the others, whose numbers only the verdicts read, not.
+  EXPECT_TRUE(fs::exists(dir / "out/init/seed-0/topology/graph_layout.csv"));
+  EXPECT_FALSE(fs::exists(dir / "out/init/scaled-0/topology/graph_layout.csv"));
   for (const char* part : {"init/seed-0/jacobian", "init/scaled-0/power", "subsets/subset-1/jacobian", "nested/half/jacobian"})
     EXPECT_EQ(json::parse(read_file(dir / "out" / part / "results.json"))["options"]["ablate"], json({spec})) << part;
   // The power part's F_2 is the ablated model's.

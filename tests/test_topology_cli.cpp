@@ -354,5 +354,58 @@ TEST(TopologyCli, AblatedAttentionOutputLeavesItsStepTheIdentity) {
   EXPECT_LE(worst, 1e-12) << "J̄ of layer 1's attention step";
 }
 
+// --normality-from, as tdyn analyze runs topology after jacobian on one pass: the coupled maps' departure, symmetry
+// index and complex share read from the jacobian part equal those topology computes alone from the same pass (a
+// complex Schur form there, a real one here: to round-off), every other result is the same, and a jacobian run of
+// other samples or a directory without one is refused.
+TEST(TopologyCli, NormalityFromAJacobianRunOfTheSamePass) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("topology_cli_normality");
+  const std::string model = (test::shared_dir() / kStories).string(), inputs = fmt::format("{} --samples 4 --max-len 32", model);
+  std::string err;
+  ASSERT_EQ(test::run_cli(fmt::format("-q analyze {} --skip power,power-l2,particles --no-init-control --interval-subsets 0 --out {}",
+                                      inputs, (dir / "analyze").string()), nullptr, &err), 0) << err;
+  const nlohmann::json analyze = read_json(dir / "analyze/results.json");
+  const std::string argv = analyze["results"]["parts"]["topology"]["argv"].dump();
+  EXPECT_NE(argv.find(fmt::format("\"--normality-from\",\"{}\"", (dir / "analyze/jacobian").string())), std::string::npos) << argv;
+  const std::string pass = (dir / "analyze/pass/pass.tdynpass").string();
+  ASSERT_EQ(test::run_cli(fmt::format("-q topology {} --from-pass {} --out {}", inputs, pass, (dir / "alone").string()), nullptr, &err), 0)
+      << err;
+  // Without the layout: no graph_layout.csv, every result the same.
+  ASSERT_EQ(test::run_cli(fmt::format("-q topology {} --from-pass {} --no-layout --out {}", inputs, pass, (dir / "no_layout").string()),
+                          nullptr, &err), 0) << err;
+  EXPECT_TRUE(fs::exists(dir / "alone/graph_layout.csv"));
+  EXPECT_FALSE(fs::exists(dir / "no_layout/graph_layout.csv"));
+  nlohmann::json laid_out = read_json(dir / "alone/results.json")["results"], not_laid_out = read_json(dir / "no_layout/results.json")["results"];
+  laid_out.erase("checkpoints"), not_laid_out.erase("checkpoints");
+  EXPECT_EQ(laid_out, not_laid_out);
+
+  nlohmann::json read = read_json(dir / "analyze/topology/results.json")["results"], own = read_json(dir / "alone/results.json")["results"];
+  auto& own_layers = own["coupling"]["layers"];
+  auto& read_layers = read["coupling"]["layers"];
+  ASSERT_EQ(own_layers.size(), read_layers.size());
+  ASSERT_GE(own_layers.size(), 2u);
+  for (size_t l = 0; l < own_layers.size(); ++l) {
+    for (const char* key : {"normalized_departure", "symmetry_index", "complex_fraction"}) {
+      const double a = own_layers[l]["operator"][key], b = read_layers[l]["operator"][key];
+      EXPECT_NEAR(a, b, 1e-12 + 1e-9 * std::abs(b)) << "layer " << l << " " << key;
+    }
+    own_layers[l].erase("operator"), read_layers[l].erase("operator");
+  }
+  own.erase("checkpoints"), read.erase("checkpoints");  // their results directories
+  EXPECT_EQ(own, read);  // the sign rule too: the departures' ranks are the same
+  EXPECT_EQ(read_json(dir / "analyze/topology/results.json")["options"]["coupling"]["normality_from"], (dir / "analyze/jacobian").string());
+
+  // A jacobian run of other samples: its mean Jacobians are not these.
+  ASSERT_EQ(test::run_cli(fmt::format("-q jacobian {} --samples 3 --max-len 32 --out {}", model, (dir / "other").string()), nullptr, &err), 0)
+      << err;
+  EXPECT_EQ(test::run_cli(fmt::format("-q topology {} --from-pass {} --normality-from {} --out {}", inputs, pass,
+                                      (dir / "other").string(), (dir / "refused").string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("not the same mean Jacobian"), std::string::npos) << err;
+  EXPECT_EQ(test::run_cli(fmt::format("-q topology {} --from-pass {} --normality-from {} --out {}", inputs, pass, dir.string(),
+                                      (dir / "refused").string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("no results.json there"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace tdyn

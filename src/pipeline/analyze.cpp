@@ -504,6 +504,7 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
   if (name == "jacobian") append(argv, {"--surgery", "--haar-null", std::to_string(kHaarNullDraws)});
   if (name == "topology" && result_.init_topology)
     append(argv, {"--communities-control", (init_.front().dir / "topology").string(), "--communities-control-independent"});
+  if (name == "topology" && result_.jacobian) append(argv, {"--normality-from", (dir_ / "jacobian").string()});
   append(argv, {"--from-pass", in_.pass.from_pass});
   return argv;
 }
@@ -527,7 +528,12 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
     if (idealised(part)) append(argv, kIdealisedFlags);
     if (part == "jacobian") append(argv, kControlJacobianFlags);
     if (part == "jacobian" && !figures) argv.push_back("--cumulative-ends-only");  // the verdicts read only the ends
+    if (part == "topology" && !figures) argv.push_back("--no-layout");
     if (!idealised(part)) append(argv, {"--from-pass", in.pass.from_pass});
+    // The jacobian part just ran on the same pass: topology reads the maps' normality from it.
+    const bool normality_known = part == "topology" && !skipped("jacobian") &&
+                                 std::find(names.begin(), names.end(), "jacobian") != names.end();
+    if (normality_known) append(argv, {"--normality-from", (dir / "jacobian").string()});
     append(argv, {"--out", (dir / part).string()});
     record["argv"][part] = argv;
     ResultsDir out(dir / part, command_of(part), argv);
@@ -549,6 +555,8 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
     } else if (part == "topology") {
       TopologyOptions options;
       options.ablations = o_.ablations;
+      if (normality_known) options.normality_from = (dir / "jacobian").string();
+      options.layout = figures;
       TopologyResult r = topology_to(out, in, {}, options, progress_);
       if (first) result_.init_topology = std::move(r), result_.init_topology_options = options;
     }
@@ -639,6 +647,7 @@ void Analysis::run_part(const std::string& name) {
       } else if (name == "topology") {
         TopologyOptions& options = result_.topology_options;
         options.ablations = o_.ablations;
+        if (result_.jacobian) options.normality_from = (dir_ / "jacobian").string();  // the same pass's J̄, measured there
         if (result_.init_topology) {
           // The initialisation's communities: an independent draw, whose units are not the trained model's, so the
           // report shows their NMI without judging it (docs/topology.md).

@@ -240,7 +240,7 @@ void write_topology(ResultsDir& out, const TopologyResult& r, const TopologyOpti
     out.results() = results_json(r, options);
     depth_figures(out, r.boundaries, r.topology, r.label, &notes);
     if (!r.coupling.layers.empty()) coupling_figure(out, coupling_depths(r), r.coupling, r.label, &notes);
-    graph_figure(out, r.boundaries[r.drawn_boundary], r.topology[r.drawn_boundary], r.layout, r.label, &notes);
+    if (!r.layout.empty()) graph_figure(out, r.boundaries[r.drawn_boundary], r.topology[r.drawn_boundary], r.layout, r.label, &notes);
   }
   out.results()["notes"] = notes;
   out.write();

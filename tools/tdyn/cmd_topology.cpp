@@ -26,7 +26,7 @@ struct TopologyArgs {
   bool random_init = false;
   uint64_t init_seed = 0;
   std::string boundaries = "sublayers";
-  bool no_coupling = false;
+  bool no_coupling = false, no_layout = false;
   std::vector<std::string> ablate;
   TopologyOptions options;
 };
@@ -34,6 +34,7 @@ struct TopologyArgs {
 int run(TopologyArgs& a) {
   a.options.boundaries = parse_boundary_set(a.boundaries);
   a.options.coupling = !a.no_coupling;
+  a.options.layout = !a.no_layout;
   a.options.ablations = Ablation::parse(a.ablate);
   PositionSpec::parse(a.options.positions);  // fail early on a bad --positions
   TopologyComparisons comparisons{a.compare, std::nullopt};
@@ -60,6 +61,8 @@ void add_graph_options(CLI::App* cmd, TopologyArgs& a) {
   cmd->add_option("--gamma-scan", g.gamma_scan, "Comma-separated resolutions also partitioned at every boundary (gamma_scan.csv)")
       ->delimiter(',')->check(finite_number);
   cmd->add_option("--draw-boundary", a.options.draw_boundary, "Boundary index whose graph is drawn (default: the middle one)");
+  cmd->add_flag("--no-layout", a.no_layout,
+                "Do not lay out that graph (no graph_layout.csv or graph figure): for runs whose figures no one draws");
 }
 
 void add_coupling_options(CLI::App* cmd, TopologyArgs& a) {
@@ -86,6 +89,11 @@ void add_checkpoint_options(CLI::App* cmd, TopologyArgs& a) {
       ->delimiter(',');
   cmd->add_flag("--random-init", a.random_init, "Also analyse a random initialisation of MODEL's architecture (the step-0 null model)");
   cmd->add_option("--init-seed", a.init_seed, "Seed of --random-init")->capture_default_str();
+  cmd->add_option("--normality-from", a.options.normality_from,
+                  "A jacobian results directory of the same pass (same samples, positions and ablations; tdyn analyze passes "
+                  "its jacobian part's): each coupled map's departure, symmetry index and complex share are read from it "
+                  "instead of computed again (a Schur form per map, the costliest step at large d_model)")
+      ->type_name("DIR");
   cmd->add_option("--communities-control", a.options.communities_control,
                   "A topology results directory of the same architecture on the same samples (e.g. the same run's step-0 "
                   "checkpoint): NMI of the communities per boundary against its, with a shuffled-unit null "

@@ -27,19 +27,48 @@ void analyse_boundaries(TopologyResult& r, const PassFile& pass, const TopologyO
 }
 
 // Coupling of the boundary scores with the gains of the mean Jacobian of the sublayer map leaving each boundary.
+// The normality of the maps named `maps` from the depths of a jacobian results directory.
+std::vector<MapNormality> normality_from(const fs::path& dir, const std::vector<std::string>& maps) {
+  const fs::path file = dir / "results.json";
+  if (!fs::exists(file)) fail("normality_from {}: no results.json there (a jacobian results directory)", dir.string());
+  const nlohmann::json j = nlohmann::json::parse(read_file(file), nullptr, false);
+  const nlohmann::json::json_pointer at("/results/models/0/depths");
+  const nlohmann::json* depths = j.is_object() && j.contains(at) ? &j.at(at) : nullptr;
+  std::vector<MapNormality> out;
+  for (const std::string& map : maps) {
+    const nlohmann::json* depth = nullptr;
+    if (depths && depths->is_array())
+      for (const nlohmann::json& d : *depths)
+        if (d.value("name", "") == map) depth = &d;
+    if (!depth) fail("normality_from {}: its results.json has no depth {} (a jacobian run of this model's pass)", file.string(), map);
+    try {
+      const nlohmann::json& mean = depth->at("mean");
+      out.push_back({mean.at("frobenius_norm").get<double>(), mean.at("henrici_departure").at("schur_normalized").get<double>(),
+                     mean.at("symmetry_index").get<double>(), mean.at("complex_fraction").get<double>()});
+    } catch (const nlohmann::json::exception& e) {
+      fail("normality_from {}: depth {} lacks its mean's metrics ({})", file.string(), map, e.what());
+    }
+  }
+  return out;
+}
+
 void couple(TopologyResult& r, const PassFile& pass, const TopologyOptions& options) {
   std::vector<std::vector<double>> scores;
+  std::vector<std::string> maps;
   for (size_t b = 0; b < r.boundaries.size(); ++b)
     if (r.boundaries[b].sublayer >= 0) {
       r.coupled.push_back(static_cast<int64_t>(b));
       scores.push_back(r.topology[b].boundary_score());
+      maps.push_back(sublayer_name(r.boundaries[b].sublayer));
     }
+  CouplingOptions test = options.coupling_test;
+  if (!options.normality_from.empty()) test.known_normality = normality_from(options.normality_from, maps);
   // One J̄ at a time from the pass (d × d each), kept only when asked.
   r.coupling = topology_dynamics_coupling(scores, [&](size_t i) {
     linalg::Matrix j = pass.mean_jacobian(r.boundaries[r.coupled[i]].hook);
     if (options.keep_jacobians) r.mean_jacobians.push_back(j);
     return j;
-  }, options.coupling_test);
+  }, test);
 }
 
 // Partitions [boundary][unit] from a topology directory's membership.npy.
@@ -167,7 +196,8 @@ TopologyResult run_topology(const Model& model, const std::string& path, const s
   timed(r.timings, "graphs_and_communities", [&] { analyse_boundaries(r, pass, options, progress); });
   r.has_coupling = options.coupling;
   if (r.has_coupling) timed(r.timings, "coupling", [&] { couple(r, pass, options); });
-  timed(r.timings, "graph_layout", [&] { r.layout = graph_layout(r.topology[r.drawn_boundary].graph, options.graph.leiden.seed); });
+  if (options.layout)
+    timed(r.timings, "graph_layout", [&] { r.layout = graph_layout(r.topology[r.drawn_boundary].graph, options.graph.leiden.seed); });
   if (!options.communities_control.empty())
     timed(r.timings, "community_similarity", [&] { r.community_similarity = compare_communities(r, options); });
   return r;
@@ -232,6 +262,9 @@ nlohmann::json options_json(const TopologyResult& r, const TopologyOptions& o) {
                                         {"fdr_q", test.fdr_q},
                                         {"min_effect", test.min_effect},
                                         {"coupled_rule", "BH-significant and |rho| >= min_effect"},
+                                        {"normality_from", o.normality_from.empty()
+                                                               ? nlohmann::json("each J_l's Schur form, here")
+                                                               : nlohmann::json(o.normality_from)},
                                         {"sign_rule", "Spearman over layers of rho with the normalized departure; the paper predicts < 0 "
                                                       "(near-symmetric layers amplify, non-normal ones attenuate); permutation seed "
                                                       "permutation_seed - 1"},
@@ -239,6 +272,7 @@ nlohmann::json options_json(const TopologyResult& r, const TopologyOptions& o) {
       {"save_correlations", o.keep_correlations},
       {"save_jacobians", o.keep_jacobians},
       {"draw_boundary", o.draw_boundary},
+      {"layout", o.layout},
       {"communities_control", o.communities_control.empty() ? nlohmann::json(false) : nlohmann::json{
           {"dir", o.communities_control}, {"independent_draw", o.communities_control_independent},
           {"permutations", o.communities_permutations}}},

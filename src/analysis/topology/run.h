@@ -30,11 +30,16 @@ struct TopologyOptions {
   bool keep_correlations = false;  // TopologyResult::correlations (each d × d)
   bool keep_jacobians = false;     // TopologyResult::mean_jacobians (each d × d)
   int64_t draw_boundary = -1;      // the boundary whose graph is laid out; −1: the middle one
+  bool layout = true;              // lay that graph out (graph_layout.csv, the graph figure): O(d²) per iteration
   // A topology results directory of the same architecture on the same samples whose communities are compared
   // with this run's (NMI per boundary against a shuffled-unit null); "" for none.
   std::string communities_control;
   bool communities_control_independent = false;  // its model is an independent random draw: no unit is the same unit
   int64_t communities_permutations = 1000;
+  // A jacobian results directory of the same pass (same samples, positions and ablations): each coupled map's
+  // normality (departure, symmetry index, complex share) is read from its depths instead of computed again; "" for
+  // none. tdyn analyze passes its jacobian part's.
+  std::string normality_from;
 };
 
 struct TopologyResult {

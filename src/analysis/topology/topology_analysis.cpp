@@ -120,6 +120,17 @@ LayerCoupling layer_coupling(const Matrix& j, const std::vector<double>& score, 
   const uint64_t seed = options.seed + layer;
   c.column.test = topology::spearman_test(x, column_gain, options.permutations, seed);
   c.row.test = topology::spearman_test(x, row_gain, options.permutations, seed);
+  if (!options.known_normality.empty()) {
+    const MapNormality& known = options.known_normality.at(layer);
+    const double norm = j.norm();
+    if (!(std::abs(norm - known.frobenius_norm) <= 1e-12 * known.frobenius_norm))
+      fail("coupling: layer {}'s mean Jacobian has Frobenius norm {} here, {} where its normality was measured: not the same "
+           "mean Jacobian (another pass, positions or ablation)", layer, norm, known.frobenius_norm);
+    c.normalized_departure = known.departure;
+    c.symmetry_index = known.symmetry_index;
+    c.complex_fraction = known.complex_fraction;
+    return c;
+  }
   // Only the Schur form's departure, the symmetry index and the complex share are read: no singular vectors.
   const OperatorMetrics metrics = operator_metrics(j, {.alignment_ks = {}});
   c.normalized_departure = metrics.departure.schur_normalized;
@@ -141,6 +152,8 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
                                           const std::function<Matrix(size_t)>& mean_jacobian, const CouplingOptions& options) {
   if (options.permutations < 0) fail("coupling: permutations must be ≥ 0, got {}", options.permutations);
   if (!(options.min_effect >= 0 && options.min_effect < 1)) fail("coupling: min_effect must be in [0, 1), got {}", options.min_effect);
+  if (!options.known_normality.empty() && options.known_normality.size() != boundary_scores.size())
+    fail("coupling: normality of {} maps given for {} layers", options.known_normality.size(), boundary_scores.size());
   const bool permutation = options.permutations > 0;
   CouplingResult result;
   result.decision_p = permutation ? "permutation" : "parametric";

@@ -83,6 +83,14 @@ BoundaryTopology analyse_boundary(const topology::CorrelationMatrix& correlation
 
 // ---- Coupling of topology and dynamics (a pure function) -----------------------------------------------------
 
+// A mean Jacobian's normality as the coupling reads it, measured already (by a jacobian run of the same pass).
+struct MapNormality {
+  double frobenius_norm = 0;    // ‖J̄‖_F: that it is the same map
+  double departure = 0;         // ‖N‖_F/‖J̄‖_F of its Schur form
+  double symmetry_index = 0;    // ‖J̄ − J̄ᵀ‖_F/‖J̄‖_F
+  double complex_fraction = 0;  // share of its eigenvalues off the real axis
+};
+
 struct CouplingOptions {
   int64_t permutations = 10000;  // per test; 0: parametric p only
   uint64_t seed = 0;             // layer i's permutations use seed + i
@@ -90,6 +98,9 @@ struct CouplingOptions {
   // A significant layer counts as coupled only when |ρ| reaches this too: with thousands of units, ρ of a few
   // hundredths are significant and mean nothing (0.1 is the conventional lower edge of a "small" correlation).
   double min_effect = 0.1;
+  // Per layer, when a jacobian run of the same pass measured them: each J̄'s normality, instead of its Schur form
+  // here (the costliest step at large d). A layer whose ‖J̄‖_F differs from the one given is refused.
+  std::vector<MapNormality> known_normality;
 };
 
 // One gain variant (column or row norms) tested at one layer.
