@@ -80,13 +80,17 @@ void emit(ResultsDir& out, const Figure& fig, const std::string& what) {
   if (const std::string note = out.figure(fig, what); !note.empty()) out.results()["figure_notes"][fig.name] = note;
 }
 
-void write_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& results, const std::vector<int64_t>& eig_sublayers) {
-  const int64_t K = static_cast<int64_t>(results.front().mean_metrics.size());
+const char* const kDepthLabel = "depth k (sublayer: 2l+1 attention, 2l+2 MLP of layer l)";
+
+std::vector<double> depths_1_to(int64_t K) {
   std::vector<double> depth;
   for (int64_t k = 0; k < K; ++k) depth.push_back(static_cast<double>(k + 1));
-  const std::string xlabel = "depth k (sublayer: 2l+1 attention, 2l+2 MLP of layer l)";
+  return depth;
+}
 
-  // Metrics of J̄_k vs depth, one figure per metric, checkpoints overlaid.
+// Metrics of J̄_k vs depth, one figure per metric, checkpoints overlaid.
+void metric_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& results) {
+  const std::vector<double> depth = depths_1_to(static_cast<int64_t>(results.front().mean_metrics.size()));
   struct MetricPlot {
     std::string name, title;
     std::function<double(const OperatorMetrics&)> get;
@@ -108,7 +112,7 @@ void write_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& resu
   plots.push_back({"effective_rank", "effective rank (Roy-Vetterli) of the mean Jacobian",
                    [](const auto& m) { return m.effective_rank.roy_vetterli; }});
   for (const auto& p : plots) {
-    Figure fig{"metric_" + p.name, p.title + " of the mean Jacobians", xlabel, p.name, {}, {}};
+    Figure fig{"metric_" + p.name, p.title + " of the mean Jacobians", kDepthLabel, p.name, {}, {}};
     if (p.log) fig.settings.push_back("set logscale y");
     for (size_t i = 0; i < results.size(); ++i) {
       Series s{checkpoint_label(results[i], i), {depth, {}}, "linespoints pt 7 ps 0.6"};
@@ -117,8 +121,10 @@ void write_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& resu
     }
     emit(out, fig, "figure: " + p.title + " vs depth");
   }
+}
 
-  // Eigenvalues of selected J̄_k in the complex plane with the unit circle.
+// Eigenvalues of selected J̄_k in the complex plane with the unit circle.
+void eigenvalue_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& results, const std::vector<int64_t>& eig_sublayers) {
   for (int64_t k : eig_sublayers) {
     Figure fig{fmt::format("eigenvalues_depth{}", k + 1), fmt::format("eigenvalues of the mean Jacobian {}", sublayer_name(k)),
                "Re lambda", "Im lambda", {"set size ratio -1"}, {}};
@@ -138,51 +144,60 @@ void write_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& resu
     }
     emit(out, fig, "figure: eigenvalues of " + sublayer_name(k) + " (mean) in the complex plane");
   }
+}
 
-  // Cumulative effective rank vs depth: all four measures, log scale.
-  {
-    Figure fig{"cumulative_effective_rank", "effective rank of the cumulative products C_k", xlabel, "effective rank",
-               {"set logscale y"}, {}};
-    const std::vector<std::pair<std::string, std::function<double(const EffectiveRanks&)>>> measures = {
-        {"Roy-Vetterli", [](const auto& r) { return r.roy_vetterli; }},
-        {"participation ratio", [](const auto& r) { return r.participation_ratio; }},
-        {"stable rank", [](const auto& r) { return r.stable_rank; }},
-        {"90% energy rank", [](const auto& r) { return static_cast<double>(r.energy_rank); }}};
-    for (size_t i = 0; i < results.size(); ++i) {
-      for (size_t q = 0; q < measures.size(); ++q) {
-        Series s{measures[q].first + " (" + checkpoint_label(results[i], i) + ")", {depth, {}},
-                 fmt::format("linespoints lt {} dt {} pt 7 ps 0.5", q + 1, i + 1)};
-        for (const auto& m : results[i].cumulative_metrics) s.columns[1].push_back(m.d > 0 ? measures[q].second(m.effective_rank) : NAN);
+// Cumulative effective rank vs depth: all four measures, log scale.
+void cumulative_rank_figure(ResultsDir& out, const std::vector<CheckpointJacobians>& results) {
+  const std::vector<double> depth = depths_1_to(static_cast<int64_t>(results.front().mean_metrics.size()));
+  Figure fig{"cumulative_effective_rank", "effective rank of the cumulative products C_k", kDepthLabel, "effective rank",
+             {"set logscale y"}, {}};
+  const std::vector<std::pair<std::string, std::function<double(const EffectiveRanks&)>>> measures = {
+      {"Roy-Vetterli", [](const auto& r) { return r.roy_vetterli; }},
+      {"participation ratio", [](const auto& r) { return r.participation_ratio; }},
+      {"stable rank", [](const auto& r) { return r.stable_rank; }},
+      {"90% energy rank", [](const auto& r) { return static_cast<double>(r.energy_rank); }}};
+  for (size_t i = 0; i < results.size(); ++i) {
+    for (size_t q = 0; q < measures.size(); ++q) {
+      Series s{measures[q].first + " (" + checkpoint_label(results[i], i) + ")", {depth, {}},
+               fmt::format("linespoints lt {} dt {} pt 7 ps 0.5", q + 1, i + 1)};
+      for (const auto& m : results[i].cumulative_metrics) s.columns[1].push_back(m.d > 0 ? measures[q].second(m.effective_rank) : NAN);
+      fig.series.push_back(std::move(s));
+    }
+  }
+  fig.width = 900;
+  emit(out, fig, "figure: cumulative effective ranks (four measures) vs depth");
+}
+
+// Surgery: cumulative effective rank at full depth vs alpha, with the control.
+void surgery_figure(ResultsDir& out, const std::vector<CheckpointJacobians>& results) {
+  if (results.front().surgery.empty()) return;
+  Figure fig{"surgery", "Schur surgery J_alpha = Q(Lambda + alpha N)Q*: effective rank of the full-depth product",
+             "alpha", "effective rank of C_L", {"set logscale y"}, {}};
+  for (size_t i = 0; i < results.size(); ++i) {
+    for (int control = 0; control < 2; ++control) {
+      for (int q = 0; q < 4; ++q) {
+        static const char* names[] = {"Roy-Vetterli", "participation", "stable", "energy 90%"};
+        Series s{fmt::format("{} {} ({})", names[q], control ? "control" : "surgery", checkpoint_label(results[i], i)), {{}, {}},
+                 fmt::format("linespoints lt {} dt {} pt {} ps 0.6", q + 1, control ? 2 : 1, control ? 6 : 7)};
+        for (const auto& p : results[i].surgery) {
+          const EffectiveRanks& r = (control ? p.control : p.surgery).back();
+          const double v[] = {r.roy_vetterli, r.participation_ratio, r.stable_rank, static_cast<double>(r.energy_rank)};
+          s.columns[0].push_back(p.alpha);
+          s.columns[1].push_back(v[q]);
+        }
         fig.series.push_back(std::move(s));
       }
     }
-    fig.width = 900;
-    emit(out, fig, "figure: cumulative effective ranks (four measures) vs depth");
   }
+  fig.width = 1000;
+  emit(out, fig, "figure: surgery curves (cumulative effective rank vs alpha) with the random control");
+}
 
-  // Surgery: cumulative effective rank at full depth vs alpha, with the control.
-  if (!results.front().surgery.empty()) {
-    Figure fig{"surgery", "Schur surgery J_alpha = Q(Lambda + alpha N)Q*: effective rank of the full-depth product",
-               "alpha", "effective rank of C_L", {"set logscale y"}, {}};
-    for (size_t i = 0; i < results.size(); ++i) {
-      for (int control = 0; control < 2; ++control) {
-        for (int q = 0; q < 4; ++q) {
-          static const char* names[] = {"Roy-Vetterli", "participation", "stable", "energy 90%"};
-          Series s{fmt::format("{} {} ({})", names[q], control ? "control" : "surgery", checkpoint_label(results[i], i)), {{}, {}},
-                   fmt::format("linespoints lt {} dt {} pt {} ps 0.6", q + 1, control ? 2 : 1, control ? 6 : 7)};
-          for (const auto& p : results[i].surgery) {
-            const EffectiveRanks& r = (control ? p.control : p.surgery).back();
-            const double v[] = {r.roy_vetterli, r.participation_ratio, r.stable_rank, static_cast<double>(r.energy_rank)};
-            s.columns[0].push_back(p.alpha);
-            s.columns[1].push_back(v[q]);
-          }
-          fig.series.push_back(std::move(s));
-        }
-      }
-    }
-    fig.width = 1000;
-    emit(out, fig, "figure: surgery curves (cumulative effective rank vs alpha) with the random control");
-  }
+void write_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& results, const std::vector<int64_t>& eig_sublayers) {
+  metric_figures(out, results);
+  eigenvalue_figures(out, results, eig_sublayers);
+  cumulative_rank_figure(out, results);
+  surgery_figure(out, results);
 }
 
 }  // namespace
