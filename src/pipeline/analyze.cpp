@@ -37,6 +37,9 @@ namespace {
 // The draws of the bottleneck's Haar null in the jacobian part: as many as the initialisations of a kind.
 constexpr int64_t kHaarNullDraws = 5;
 
+// Bytes (as float32) up to which every initialisation stays loaded between its pass and its parts.
+constexpr double kInitModelsKept = 4.0 * (1 << 30);
+
 // The loading flags of a command line.
 std::vector<std::string> loading_flags(const LoadOptions& load) {
   std::vector<std::string> flags;
@@ -176,6 +179,9 @@ class Analysis {
   ResultsDir out_;
   AnalysisInputs in_;
   std::vector<InitSeed> init_;  // the random initialisations, one per seed (init_passes)
+  // Every initialisation stays loaded (and on disk) from its pass to its parts, instead of being written and read
+  // again for them, when all of them fit kInitModelsKept.
+  bool keep_init_models_ = false;
   std::shared_ptr<const std::vector<LayerSpectrum>> spectra_;  // the model's F_t's (model_spectra)
   TensorMoments moments_;       // the model's, for its scale-matched initialisations (read once: a pass over the weights)
   // Disjoint subsets of the samples (sample i in subset i mod G), each through jacobian: the spread of a
@@ -321,6 +327,8 @@ bool Analysis::init_passes() {
   }
   for (uint64_t seed : init_seed_list()) init_.push_back({seed, false, dir / fmt::format("seed-{}", seed), {}, error, {}});
   for (uint64_t seed : init_seed_list()) init_.push_back({seed, true, dir / fmt::format("scaled-{}", seed), {}, error, {}});
+  const double float32_bytes = 4.0 * static_cast<double>(in_.model->parameter_count()) * static_cast<double>(init_.size());
+  keep_init_models_ = float32_bytes <= kInitModelsKept;
   bool root = true;
   for (InitSeed& seed : init_) root = init_pass(seed) && root;
   return root;
@@ -374,9 +382,9 @@ bool Analysis::init_pass(InitSeed& seed) {
                                "(tdyn pass file)",
                                seed.seed));
   seed.in.pass.from_pass = file.string();
-  // Every rank has read the checkpoint (the pass ran on all of them), so only one initialisation need be on disk at a
-  // time beside the first: run_init writes the others again when their parts run.
-  if (&seed != &init_.front()) {
+  // Every rank has read the checkpoint (the pass ran on all of them). When the initialisations are large, only one
+  // need be on disk and in memory at a time beside the first: run_init writes the others again when their parts run.
+  if (&seed != &init_.front() && !keep_init_models_) {
     seed.in.model = nullptr;
     if (ranks().root()) fs::remove_all(checkpoint);
   }
