@@ -165,37 +165,28 @@ std::string list(const std::vector<double>& values) {
   return fmt::format("{}", fmt::join(texts, ", "));
 }
 
-// The verdict of a claim from its measure on the model and on each initialisation (docs/report.md, "Outcomes").
-// A pass here is provisional: summarize_claims turns it into inconclusive when its p-value does not survive the
-// Holm adjustment over every verdict of the run.
-// `at_control_samples` is the measure of the model's part on the initialisations' samples, when they ran on a
-// subset of the model's.
-ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Interval>& interval,
-                 const std::vector<std::pair<const ReportPart*, Measured>>& inits, const std::vector<Measured>& null_draws,
-                 bool init_ran, const std::optional<Measured>& at_control_samples) {
-  if (model.missing) {
-    ClaimCheck out = c.missing(*model.missing);
-    out.value = model.statistic;
-    return out;
-  }
-  ClaimCheck out{c.claim, model.observed, Verdict::kInfo, c.rule, c.id, model.statistic, model.reference, c.control};
+// The statistic's interval, and whether the statistic is stable in sample count: on the same side of the claim's
+// threshold at S/4, S/2 and S.
+void add_interval(const Interval& interval, const Measured& model, ClaimCheck& out) {
   Evidence& e = out.evidence;
-  e.samples = model.samples, e.direction = c.direction, e.p_claim = model.p;
-  if (interval) {
-    e.lo = interval->lo, e.hi = interval->hi, e.interval = interval->method;
-    e.at_quarter = interval->at_quarter, e.at_half = interval->at_half;
-    // Stable when the statistic is on the same side of the claim's threshold at S/4, S/2 and S.
-    const double r = model.reference;
-    auto side = [&](double v) { return v > r ? 1 : v < r ? -1 : 0; };
-    if (std::isfinite(r) && std::isfinite(e.at_quarter) && std::isfinite(e.at_half))
-      e.stable = side(e.at_quarter) == side(model.statistic) && side(e.at_half) == side(model.statistic);
-    if (!e.stable)
-      out.observed += fmt::format("; unstable in sample count: {} at S/4, {} at S/2 against {} at S (threshold {})", num(e.at_quarter),
-                                  num(e.at_half), num(model.statistic), num(r));
-  }
-  if (model.shown) return out;
-  // The initialisations are compared with the model on their own samples: a statistic of mean Jacobians depends on
-  // how many samples are averaged.
+  e.lo = interval.lo, e.hi = interval.hi, e.interval = interval.method;
+  e.at_quarter = interval.at_quarter, e.at_half = interval.at_half;
+  const double r = model.reference;
+  auto side = [&](double v) { return v > r ? 1 : v < r ? -1 : 0; };
+  if (std::isfinite(r) && std::isfinite(e.at_quarter) && std::isfinite(e.at_half))
+    e.stable = side(e.at_quarter) == side(model.statistic) && side(e.at_half) == side(model.statistic);
+  if (!e.stable)
+    out.observed += fmt::format("; unstable in sample count: {} at S/4, {} at S/2 against {} at S (threshold {})", num(e.at_quarter),
+                                num(e.at_half), num(model.statistic), num(r));
+}
+
+// The controls' values in the evidence: each kind of initialisation, then the null's draws, each with its p-value,
+// and the claim's p (the largest). The initialisations are compared with the model on their own samples, when
+// `at_control_samples` gives its statistic there (a statistic of mean Jacobians depends on how many samples are
+// averaged); returns the model's statistic they are compared with.
+double add_controls(const Claim& c, const Measured& model, const std::vector<std::pair<const ReportPart*, Measured>>& inits,
+                    const std::vector<Measured>& null_draws, const std::optional<Measured>& at_control_samples, ClaimCheck& out) {
+  Evidence& e = out.evidence;
   double compared = model.statistic;
   if (const Measured* m = at_control_samples ? &*at_control_samples : nullptr; m && !m->missing && !m->shown && std::isfinite(m->statistic))
     compared = e.at_control_samples = m->statistic, e.control_samples = m->samples;
@@ -225,6 +216,42 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
   }
   e.p = e.p_claim;
   for (const ControlValues& k : e.controls) e.p = std::isfinite(e.p) ? std::max(e.p, k.p) : k.p;
+  return compared;
+}
+
+// A claim that holds, with a distribution of every control and an interval clear of its threshold: pass when the
+// statistic and its interval lie beyond every control value, architectural when an initialisation or the null
+// reaches it, differs when a control of another kind does (a random steering direction).
+void judge_against_controls(const Claim& c, const Measured& model, double compared, ClaimCheck& out) {
+  const Evidence& e = out.evidence;
+  const bool matched = std::isfinite(e.at_control_samples);
+  bool beyond_all = true, interval_beyond = true, reached_by_architecture = false;
+  for (const ControlValues& k : e.controls) {
+    // The interval is the statistic's on all samples: it is set against the controls drawn on all of them.
+    const bool initialisation = k.kind == "init" || k.kind == "scaled", own_samples = !initialisation || !matched;
+    for (double v : k.values) {
+      const bool beyond = c.direction * ((own_samples ? model.statistic : compared) - v) > 0;
+      beyond_all = beyond_all && beyond;
+      reached_by_architecture = reached_by_architecture || (!beyond && k.kind != std::string("direction"));
+      if (std::isfinite(e.lo) && own_samples) interval_beyond = interval_beyond && (c.direction > 0 ? e.lo > v : e.hi < v);
+    }
+  }
+  out.verdict = beyond_all && interval_beyond ? Verdict::kPass
+                : beyond_all                  ? Verdict::kInconclusive
+                : reached_by_architecture     ? Verdict::kArchitectural
+                                              : Verdict::kDiffers;
+  if (out.verdict == Verdict::kArchitectural) out.observed += "; as strong on an initialisation or the null as in the model: architectural";
+  if (out.verdict == Verdict::kDiffers) out.observed += "; as strong under a control as in the model";
+  else if (!interval_beyond) out.observed += "; inconclusive: the 95 % interval reaches an initialisation's value";
+}
+
+// The verdict once the evidence is in: differs when the claim does not hold on the model; inconclusive when part of
+// it is untested, when on the initialisations' fewer samples the model does not show it either, when a control has
+// fewer than two values, or when the interval straddles the threshold; else judge_against_controls.
+void decide(const Claim& c, const Measured& model, double compared, const std::optional<Measured>& at_control_samples, bool init_ran,
+            ClaimCheck& out) {
+  const Evidence& e = out.evidence;
+  const bool matched = std::isfinite(e.at_control_samples);
   if (!model.holds) {
     out.verdict = Verdict::kDiffers;
   } else if (!model.untested.empty()) {
@@ -258,27 +285,29 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
       out.observed += fmt::format(" (about {} samples would narrow it enough)",
                                   static_cast<int64_t>(std::ceil(static_cast<double>(e.samples) * (half / margin) * (half / margin))));
   } else {
-    bool beyond_all = true, interval_beyond = true, reached_by_architecture = false;
-    for (const ControlValues& k : e.controls) {
-      // The interval is the statistic's on all samples: it is set against the controls drawn on all of them.
-      const bool initialisation = k.kind == "init" || k.kind == "scaled", own_samples = !initialisation || !matched;
-      for (double v : k.values) {
-        const bool beyond = c.direction * ((own_samples ? model.statistic : compared) - v) > 0;
-        beyond_all = beyond_all && beyond;
-        reached_by_architecture = reached_by_architecture || (!beyond && k.kind != std::string("direction"));
-        if (std::isfinite(e.lo) && own_samples) interval_beyond = interval_beyond && (c.direction > 0 ? e.lo > v : e.hi < v);
-      }
-    }
-    // A model an initialisation or the Haar null matches shows architecture; one a control of another kind
-    // matches (a random steering direction) shows that what the claim credits does not make the difference.
-    out.verdict = beyond_all && interval_beyond ? Verdict::kPass
-                  : beyond_all                  ? Verdict::kInconclusive
-                  : reached_by_architecture     ? Verdict::kArchitectural
-                                                : Verdict::kDiffers;
-    if (out.verdict == Verdict::kArchitectural) out.observed += "; as strong on an initialisation or the null as in the model: architectural";
-    if (out.verdict == Verdict::kDiffers) out.observed += "; as strong under a control as in the model";
-    else if (!interval_beyond) out.observed += "; inconclusive: the 95 % interval reaches an initialisation's value";
+    judge_against_controls(c, model, compared, out);
   }
+}
+
+// The verdict of a claim from its measure on the model and on each initialisation (docs/report.md, "Outcomes").
+// A pass here is provisional: summarize_claims turns it into inconclusive when its p-value does not survive the
+// Holm adjustment over every verdict of the run.
+// `at_control_samples` is the measure of the model's part on the initialisations' samples, when they ran on a
+// subset of the model's.
+ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Interval>& interval,
+                 const std::vector<std::pair<const ReportPart*, Measured>>& inits, const std::vector<Measured>& null_draws,
+                 bool init_ran, const std::optional<Measured>& at_control_samples) {
+  if (model.missing) {
+    ClaimCheck out = c.missing(*model.missing);
+    out.value = model.statistic;
+    return out;
+  }
+  ClaimCheck out{c.claim, model.observed, Verdict::kInfo, c.rule, c.id, model.statistic, model.reference, c.control};
+  out.evidence.samples = model.samples, out.evidence.direction = c.direction, out.evidence.p_claim = model.p;
+  if (interval) add_interval(*interval, model, out);
+  if (model.shown) return out;
+  const double compared = add_controls(c, model, inits, null_draws, at_control_samples, out);
+  decide(c, model, compared, at_control_samples, init_ran, out);
   return out;
 }
 
