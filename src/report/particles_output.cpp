@@ -51,55 +51,57 @@ Matrix plot_axes(const std::vector<Matrix>& v, const std::string& var, double co
   return Matrix(svd.matrixV().leftCols(2));
 }
 
-void write_figures(ResultsDir& out, const Experiment& e, const Trajectory& tr, const ParticleDiagnostics& diag,
-                   const DiagnosticOptions& diag_options, const std::vector<size_t>& attention_indices,
-                   std::vector<std::string>* notes) {
-  auto emit = [&](const Figure& fig, const std::string& what) {
-    if (const std::string note = out.figure(fig, what); !note.empty()) notes->push_back(note);
-  };
+// A figure into `out`; why it was not rendered goes to `notes`.
+void emit_figure(ResultsDir& out, std::vector<std::string>* notes, const Figure& fig, const std::string& what) {
+  if (const std::string note = out.figure(fig, what); !note.empty()) notes->push_back(note);
+}
+
+// Trajectories, with snapshots at four times as in the paper's figures, of the variable that clusters: x on the
+// sphere or with --cluster-on x, the rescaled z otherwise. (z = R(t)^-1 x undoes the linear growth of the
+// unnormalised system; applied to the bounded tokens on the sphere it sends them to 0 or to infinity.)
+void trajectory_figure(ResultsDir& out, const Experiment& e, const Trajectory& tr, const ParticleDiagnostics& diag,
+                       const DiagnosticOptions& diag_options, std::vector<std::string>* notes) {
   const int64_t n = tr.z.front().rows(), d = tr.z.front().cols();
   const size_t saves = tr.times.size();
-
-  // Trajectories, with snapshots at four times as in the paper's figures, of the variable that clusters: x on the
-  // sphere or with --cluster-on x, the rescaled z otherwise. (z = R(t)^-1 x undoes the linear growth of the
-  // unnormalised system; applied to the bounded tokens on the sphere it sends them to 0 or to infinity.)
-  {
-    const bool plot_x = e.system.project_to_sphere || diag_options.cluster_on == StateVariable::x;
-    const std::vector<Matrix>& v = plot_x ? tr.x : tr.z;
-    const std::string var = plot_x ? "x" : "z";
-    const std::string what = plot_x ? std::string(e.system.project_to_sphere ? "tokens x_i(t) on the unit sphere" : "tokens x_i(t)")
-                                    : "rescaled tokens z_i(t) = R(t)^-1 x_i(t), R^-1 = " + tr.rescaling();
-    Figure fig{"trajectories", what, "", "", {"unset key"}, {}, 720, 640};
-    if (d == 1) {
-      fig.xlabel = "t", fig.ylabel = var;
-      for (int64_t i = 0; i < n; ++i) {
-        Series s{"", {{}, {}}, "lines lc rgb '#1f77b4'"};
-        for (size_t k = 0; k < saves; ++k) s.columns[0].push_back(tr.times[k]), s.columns[1].push_back(v[k](i, 0));
-        fig.series.push_back(s);
-      }
-    } else {
-      const Matrix axes = plot_axes(v, var, diag_options.cluster_tol * diag.final.scale, &fig.xlabel, &fig.ylabel);  // (d × 2)
-      fig.settings = {"set key outside right", "set size ratio -1"};
-      for (int64_t i = 0; i < n; ++i) {
-        Series s{"", {{}, {}}, "lines lc rgb '#c0c0c0'"};
-        for (size_t k = 0; k < saves; ++k) {
-          Eigen::RowVector2d p = v[k].row(i) * axes;
-          s.columns[0].push_back(p[0]), s.columns[1].push_back(p[1]);
-        }
-        fig.series.push_back(s);
-      }
-      const char* colours[] = {"#2ca02c", "#ff7f0e", "#9467bd", "#d62728"};
-      for (int q = 0; q < 4; ++q) {
-        const size_t k = (saves - 1) * q / 3;
-        Series s{fmt::format("t = {:.3g}", tr.times[k]), {{}, {}}, fmt::format("points pt 7 ps 0.8 lc rgb '{}'", colours[q])};
-        Matrix p = v[k] * axes;
-        for (int64_t i = 0; i < n; ++i) s.columns[0].push_back(p(i, 0)), s.columns[1].push_back(p(i, 1));
-        fig.series.push_back(s);
-      }
+  const bool plot_x = e.system.project_to_sphere || diag_options.cluster_on == StateVariable::x;
+  const std::vector<Matrix>& v = plot_x ? tr.x : tr.z;
+  const std::string var = plot_x ? "x" : "z";
+  const std::string what = plot_x ? std::string(e.system.project_to_sphere ? "tokens x_i(t) on the unit sphere" : "tokens x_i(t)")
+                                  : "rescaled tokens z_i(t) = R(t)^-1 x_i(t), R^-1 = " + tr.rescaling();
+  Figure fig{"trajectories", what, "", "", {"unset key"}, {}, 720, 640};
+  if (d == 1) {
+    fig.xlabel = "t", fig.ylabel = var;
+    for (int64_t i = 0; i < n; ++i) {
+      Series s{"", {{}, {}}, "lines lc rgb '#1f77b4'"};
+      for (size_t k = 0; k < saves; ++k) s.columns[0].push_back(tr.times[k]), s.columns[1].push_back(v[k](i, 0));
+      fig.series.push_back(s);
     }
-    emit(fig, "figure: trajectories of the " + what + " with snapshots");
+  } else {
+    const Matrix axes = plot_axes(v, var, diag_options.cluster_tol * diag.final.scale, &fig.xlabel, &fig.ylabel);  // (d × 2)
+    fig.settings = {"set key outside right", "set size ratio -1"};
+    for (int64_t i = 0; i < n; ++i) {
+      Series s{"", {{}, {}}, "lines lc rgb '#c0c0c0'"};
+      for (size_t k = 0; k < saves; ++k) {
+        Eigen::RowVector2d p = v[k].row(i) * axes;
+        s.columns[0].push_back(p[0]), s.columns[1].push_back(p[1]);
+      }
+      fig.series.push_back(s);
+    }
+    const char* colours[] = {"#2ca02c", "#ff7f0e", "#9467bd", "#d62728"};
+    for (int q = 0; q < 4; ++q) {
+      const size_t k = (saves - 1) * q / 3;
+      Series s{fmt::format("t = {:.3g}", tr.times[k]), {{}, {}}, fmt::format("points pt 7 ps 0.8 lc rgb '{}'", colours[q])};
+      Matrix p = v[k] * axes;
+      for (int64_t i = 0; i < n; ++i) s.columns[0].push_back(p(i, 0)), s.columns[1].push_back(p(i, 1));
+      fig.series.push_back(s);
+    }
   }
+  emit_figure(out, notes, fig, "figure: trajectories of the " + what + " with snapshots");
+}
 
+// The diagnostics' series over time: cluster count, rank of P, distance of P to Boolean and to uniform.
+void series_figures(ResultsDir& out, const ParticleDiagnostics& diag, const DiagnosticOptions& diag_options,
+                    std::vector<std::string>* notes) {
   const auto& s = diag.series;
   {
     const std::string var = to_string(diag_options.cluster_on);
@@ -111,14 +113,14 @@ void write_figures(ResultsDir& out, const Experiment& e, const Trajectory& tr, c
       for (int l : s.top_levels) levels.columns[1].push_back(l);
       fig.series.push_back(levels);
     }
-    emit(fig, "figure: cluster count of " + var + " (and phi1*(z) level count) vs time");
+    emit_figure(out, notes, fig, "figure: cluster count of " + var + " (and phi1*(z) level count) vs time");
   }
   {
     Figure fig{"rank_P", "numerical rank of P(t) and leaders", "t", "rank", {}, {}};
     Series rank{"rank P", {s.time, {}}, "linespoints pt 7 ps 0.5"}, leaders{"leaders (rank of nearest 0/1 matrix)", {s.time, {}}, "lines dt 2"};
     for (size_t k = 0; k < s.time.size(); ++k) rank.columns[1].push_back(s.rank_P[k]), leaders.columns[1].push_back(s.leaders[k]);
     fig.series = {rank, leaders};
-    emit(fig, "figure: rank of P vs time");
+    emit_figure(out, notes, fig, "figure: rank of P vs time");
   }
   {
     Figure fig{"boolean_distance", "distance of P(t) to the nearest 0/1 matrix and to uniform", "t", "max-entry distance",
@@ -130,8 +132,14 @@ void write_figures(ResultsDir& out, const Experiment& e, const Trajectory& tr, c
       u.columns[0].push_back(s.time[k]), u.columns[1].push_back(std::max(s.uniform_distance[k], 1e-300));
     }
     fig.series = {b, u};
-    emit(fig, "figure: distance of P to Boolean and to uniform vs time");
+    emit_figure(out, notes, fig, "figure: distance of P to Boolean and to uniform vs time");
   }
+}
+
+// P(t) as a heatmap at each of the chosen times.
+void attention_figures(ResultsDir& out, const Experiment& e, const Trajectory& tr, const std::vector<size_t>& attention_indices,
+                       std::vector<std::string>* notes) {
+  const int64_t n = tr.z.front().rows();
   for (size_t k : attention_indices) {
     const Matrix P = attention_matrix(e.system.head, tr.x[k]);
     Figure fig{fmt::format("attention_t{:.4g}", tr.times[k]), fmt::format("P at t = {:.4g}", tr.times[k]), "key token j",
@@ -140,8 +148,13 @@ void write_figures(ResultsDir& out, const Experiment& e, const Trajectory& tr, c
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < n; ++i) img.columns[0].push_back(j), img.columns[1].push_back(i), img.columns[2].push_back(P(i, j));
     fig.series = {img};
-    emit(fig, "figure: attention matrix heatmap");
+    emit_figure(out, notes, fig, "figure: attention matrix heatmap");
   }
+}
+
+// The histogram of φ1*(z_i(T)) for each top left eigenvector of V: its levels are the clusters the paper predicts.
+void phi1_histograms(ResultsDir& out, const Trajectory& tr, const ParticleDiagnostics& diag, const DiagnosticOptions& diag_options,
+                     std::vector<std::string>* notes) {
   const auto& f = diag.final;
   for (size_t k = 0; k < f.directions.size(); ++k) {
     if (!f.directions[k].is_top) continue;
@@ -178,8 +191,18 @@ void write_figures(ResultsDir& out, const Experiment& e, const Trajectory& tr, c
                 fmt::format("set xrange [{:.10g}:{:.10g}]", 0.5 * (lo + hi) - half, 0.5 * (lo + hi) + half), "set yrange [0:*]",
                 "set format x '%g'"},
                {h}};
-    emit(fig, "figure: histogram of phi1*(z_i(T)) (top left eigenvector of V) minus its mean, in units of max_i |phi1*(z_i(0))|");
+    emit_figure(out, notes, fig,
+                "figure: histogram of phi1*(z_i(T)) (top left eigenvector of V) minus its mean, in units of max_i |phi1*(z_i(0))|");
   }
+}
+
+void write_figures(ResultsDir& out, const Experiment& e, const Trajectory& tr, const ParticleDiagnostics& diag,
+                   const DiagnosticOptions& diag_options, const std::vector<size_t>& attention_indices,
+                   std::vector<std::string>* notes) {
+  trajectory_figure(out, e, tr, diag, diag_options, notes);
+  series_figures(out, diag, diag_options, notes);
+  attention_figures(out, e, tr, attention_indices, notes);
+  phi1_histograms(out, tr, diag, diag_options, notes);
 }
 
 void write_arrays(ResultsDir& out, const ParticlesResult& r) {
