@@ -435,107 +435,110 @@ void normalize_rows(Matrix& X) {
 
 namespace {
 
-// simulate() once its arguments are checked, over `steps` steps of dt; `small`: see small_products.
-Trajectory run_simulation(const ParticleSystem& system, const Matrix& X0, const SimulationOptions& options, int64_t steps,
-                          double dt, bool small) {
-  const int64_t n = X0.rows(), d = X0.cols();
-  const bool in_z = options.variable == StateVariable::z;
-  SerialBlas blas_threads(small);
-  VelocityField field(system, small);
-  auto rhs = [&](double t, const Matrix& Y, Matrix& dY) {
-    if (in_z)
-      field.z_velocity(t, Y, dY);
-    else
-      field.x_velocity(Y, dY);
+// The velocity in the integrated variable: ż (z_velocity, t-dependent) or ẋ.
+void velocity(VelocityField& field, bool in_z, double t, const Matrix& Y, Matrix& dY) {
+  if (in_z)
+    field.z_velocity(t, Y, dY);
+  else
+    field.x_velocity(Y, dY);
+}
+
+// Whether step k of `steps` is saved: every save_every-th and the last.
+bool saved_step(const SimulationOptions& options, int64_t k, int64_t steps) { return k % options.save_every == 0 || k == steps; }
+
+// Dormand–Prince with dense output at the saved steps' times: their times into out.times, the states into `states`.
+void integrate_dopri5(VelocityField& field, bool in_z, const Matrix& Y0, const SimulationOptions& options, int64_t steps, double dt,
+                      Trajectory& out, std::vector<Matrix>& states) {
+  namespace odeint = boost::numeric::odeint;
+  using State = std::vector<double>;
+  const int64_t n = Y0.rows(), d = Y0.cols();
+  std::vector<double> save_times;
+  for (int64_t k = 0; k <= steps; ++k)
+    if (saved_step(options, k, steps)) save_times.push_back(k * dt);
+  Matrix Ybuf(n, d), dYbuf(n, d);
+  auto ode = [&](const State& y, State& dy, double t) {
+    std::copy(y.begin(), y.end(), Ybuf.data());
+    velocity(field, in_z, t, Ybuf, dYbuf);
+    std::copy(dYbuf.data(), dYbuf.data() + n * d, dy.begin());
   };
+  auto observe = [&](const State& y, double t) {
+    out.times.push_back(t);
+    states.emplace_back(Eigen::Map<const Matrix>(y.data(), n, d));
+  };
+  State y(Y0.data(), Y0.data() + n * d);
+  auto stepper = odeint::make_dense_output(options.abs_tol, options.rel_tol, odeint::runge_kutta_dopri5<State>());
+  out.steps = odeint::integrate_times(stepper, ode, y, save_times.begin(), save_times.end(), dt, observe);
+}
 
-  Trajectory out;
-  std::vector<Matrix> states;
-  auto keep = [&](int64_t k) { return k % options.save_every == 0 || k == steps; };
-  Matrix Y = X0;
-  if (system.project_to_sphere) normalize_rows(Y);
-
-  if (options.integrator == Integrator::dopri5) {
-    namespace odeint = boost::numeric::odeint;
-    using State = std::vector<double>;
-    std::vector<double> save_times;
-    for (int64_t k = 0; k <= steps; ++k)
-      if (keep(k)) save_times.push_back(k * dt);
-    Matrix Ybuf(n, d), dYbuf(n, d);
-    auto ode = [&](const State& y, State& dy, double t) {
-      std::copy(y.begin(), y.end(), Ybuf.data());
-      rhs(t, Ybuf, dYbuf);
-      std::copy(dYbuf.data(), dYbuf.data() + n * d, dy.begin());
-    };
-    auto observe = [&](const State& y, double t) {
-      out.times.push_back(t);
-      states.emplace_back(Eigen::Map<const Matrix>(y.data(), n, d));
-    };
-    State y(Y.data(), Y.data() + n * d);
-    auto stepper = odeint::make_dense_output(options.abs_tol, options.rel_tol, odeint::runge_kutta_dopri5<State>());
-    out.steps = odeint::integrate_times(stepper, ode, y, save_times.begin(), save_times.end(), dt, observe);
-  } else {
-    Matrix k1(n, d), k2(n, d), k3(n, d), k4(n, d), stage(n, d);
-    out.times.push_back(0.0);
-    states.push_back(Y);
-    for (int64_t k = 0; k < steps; ++k) {
-      const double t = k * dt;
-      bool checked_finite = false;  // the step itself found every entry of Y finite
-      if (options.integrator == Integrator::euler_frozen) {
-        // P is evaluated once at x^k and held for the whole step.
-        if (in_z) {
-          rhs(t, Y, k1);
-          checked_finite = advance_finite(Y.data(), k1.data(), dt, Y.size());  // (no sphere in z: see simulate)
-        } else {
-          checked_finite = field.euler_step(Y, dt, k1) && !system.project_to_sphere;
-        }
+// The fixed-step schemes: Euler with P frozen over each step, or RK4; the tokens back on the sphere after each step
+// when the system keeps them there. The saved steps' times into out.times, their states into `states`.
+void integrate_fixed_steps(const ParticleSystem& system, VelocityField& field, bool in_z, Matrix Y, const SimulationOptions& options,
+                           int64_t steps, double dt, Trajectory& out, std::vector<Matrix>& states) {
+  const int64_t n = Y.rows(), d = Y.cols();
+  Matrix k1(n, d), k2(n, d), k3(n, d), k4(n, d), stage(n, d);
+  out.times.push_back(0.0);
+  states.push_back(Y);
+  for (int64_t k = 0; k < steps; ++k) {
+    const double t = k * dt;
+    bool checked_finite = false;  // the step itself found every entry of Y finite
+    if (options.integrator == Integrator::euler_frozen) {
+      // P is evaluated once at x^k and held for the whole step.
+      if (in_z) {
+        velocity(field, in_z, t, Y, k1);
+        checked_finite = advance_finite(Y.data(), k1.data(), dt, Y.size());  // (no sphere in z: see simulate)
       } else {
-        rhs(t, Y, k1);
-        stage = Y + 0.5 * dt * k1;
-        rhs(t + 0.5 * dt, stage, k2);
-        stage = Y + 0.5 * dt * k2;
-        rhs(t + 0.5 * dt, stage, k3);
-        stage = Y + dt * k3;
-        rhs(t + dt, stage, k4);
-        Y += (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4);
+        checked_finite = field.euler_step(Y, dt, k1) && !system.project_to_sphere;
       }
-      if (system.project_to_sphere) normalize_rows(Y);
-      if (!checked_finite && !all_finite(Y)) fail("the tokens became non-finite at t = {} (try a smaller --dt)", t + dt);
-      if (keep(k + 1)) {
-        out.times.push_back((k + 1) * dt);
-        states.push_back(Y);
-      }
+    } else {
+      velocity(field, in_z, t, Y, k1);
+      stage = Y + 0.5 * dt * k1;
+      velocity(field, in_z, t + 0.5 * dt, stage, k2);
+      stage = Y + 0.5 * dt * k2;
+      velocity(field, in_z, t + 0.5 * dt, stage, k3);
+      stage = Y + dt * k3;
+      velocity(field, in_z, t + dt, stage, k4);
+      Y += (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4);
     }
-    out.steps = steps;
+    if (system.project_to_sphere) normalize_rows(Y);
+    if (!checked_finite && !all_finite(Y)) fail("the tokens became non-finite at t = {} (try a smaller --dt)", t + dt);
+    if (saved_step(options, k + 1, steps)) {
+      out.times.push_back((k + 1) * dt);
+      states.push_back(Y);
+    }
   }
-  out.velocity_evaluations = field.evaluations();
+  out.steps = steps;
+}
 
-  // The other variable on the saved grid: z = R(t)⁻¹ x, x = R(t) z (rows: Z = X R⁻ᵀ); see Trajectory.
-  const Matrix& W = field.value_map();
-  const bool euler_rescaling = options.integrator == Integrator::euler_frozen && !in_z;
-  Matrix step_inverse;  // (I + ΔtW)⁻¹
-  if (euler_rescaling) {
-    out.euler_rescaling_dt = dt;
-    // LAPACK (not Eigen's LU, whose OpenMP pool would then spin beside OpenBLAS's threads).
-    Matrix step = Matrix::Identity(d, d) + dt * W;
-    step_inverse = Matrix::Identity(d, d);
-    std::vector<lapack_int> pivots(d);
-    // Row-major A is column-major Aᵀ: solving Aᵀ Y = I column-major leaves Y = A⁻ᵀ, which read row-major is A⁻¹.
-    // LAPACK then works on the data as it lies (LAPACKE's row-major calls copy both matrices in and out
-    // transposed, and check them for NaN, which W was: 9% of a 1-step call at n = d = 128). The solves, two thirds
-    // of the work, share the columns of Y over the threads of a small run.
-    const lapack_int info = LAPACKE_dgetrf_work(LAPACK_COL_MAJOR, d, d, step.data(), d, pivots.data());
-    if (info == 0) {
-      on_thread_shares(small, d, [&](int64_t begin, int64_t end) {
-        LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'N', d, end - begin, step.data(), d, pivots.data(),
-                            step_inverse.data() + begin * d, d);
-      });
-    }
-    if (info != 0 || !all_finite(step_inverse))
-      fail("I + dt V is singular (V has the eigenvalue -1/dt = {}): the rescaled tokens of the Euler scheme are undefined; "
-           "change --dt", -1.0 / dt);
+// (I + dt W)⁻¹, the Euler scheme's rescaling step, by LAPACK (not Eigen's LU, whose OpenMP pool would then spin
+// beside OpenBLAS's threads).
+Matrix euler_step_inverse(const Matrix& W, double dt, bool small) {
+  const int64_t d = W.rows();
+  Matrix step = Matrix::Identity(d, d) + dt * W;
+  Matrix step_inverse = Matrix::Identity(d, d);
+  std::vector<lapack_int> pivots(d);
+  // Row-major A is column-major Aᵀ: solving Aᵀ Y = I column-major leaves Y = A⁻ᵀ, which read row-major is A⁻¹.
+  // LAPACK then works on the data as it lies (LAPACKE's row-major calls copy both matrices in and out
+  // transposed, and check them for NaN, which W was: 9% of a 1-step call at n = d = 128). The solves, two thirds
+  // of the work, share the columns of Y over the threads of a small run.
+  const lapack_int info = LAPACKE_dgetrf_work(LAPACK_COL_MAJOR, d, d, step.data(), d, pivots.data());
+  if (info == 0) {
+    on_thread_shares(small, d, [&](int64_t begin, int64_t end) {
+      LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'N', d, end - begin, step.data(), d, pivots.data(), step_inverse.data() + begin * d, d);
+    });
   }
-  Matrix power = Matrix::Identity(d, d);  // (I + ΔtW)^{-k}
+  if (info != 0 || !all_finite(step_inverse))
+    fail("I + dt V is singular (V has the eigenvalue -1/dt = {}): the rescaled tokens of the Euler scheme are undefined; "
+         "change --dt", -1.0 / dt);
+  return step_inverse;
+}
+
+// The saved states in both variables: z = R(t)⁻¹ x, x = R(t) z (rows: Z = X R⁻ᵀ), see Trajectory; R(t)⁻¹ is
+// (I + ΔtW)^{-k} for the Euler scheme in x, exp(−tW) otherwise.
+void both_variables(const VelocityField& field, bool in_z, bool euler_rescaling, double dt, bool small, std::vector<Matrix>& states,
+                    Trajectory& out) {
+  const Matrix step_inverse = euler_rescaling ? euler_step_inverse(field.value_map(), dt, small) : Matrix();
+  if (euler_rescaling) out.euler_rescaling_dt = dt;
+  Matrix power = Matrix::Identity(step_inverse.rows(), step_inverse.cols());  // (I + ΔtW)^{-k}
   int64_t power_k = 0;
   bool power_is_identity = true;  // until k > 0: products with it are copies, skipped
   for (size_t k = 0; k < states.size(); ++k) {
@@ -571,6 +574,24 @@ Trajectory run_simulation(const ParticleSystem& system, const Matrix& X0, const 
       out.z.push_back(std::move(other));
     }
   }
+}
+
+// simulate() once its arguments are checked, over `steps` steps of dt; `small`: see small_products.
+Trajectory run_simulation(const ParticleSystem& system, const Matrix& X0, const SimulationOptions& options, int64_t steps,
+                          double dt, bool small) {
+  const bool in_z = options.variable == StateVariable::z;
+  SerialBlas blas_threads(small);
+  VelocityField field(system, small);
+  Trajectory out;
+  std::vector<Matrix> states;
+  Matrix Y = X0;
+  if (system.project_to_sphere) normalize_rows(Y);
+  if (options.integrator == Integrator::dopri5)
+    integrate_dopri5(field, in_z, Y, options, steps, dt, out, states);
+  else
+    integrate_fixed_steps(system, field, in_z, std::move(Y), options, steps, dt, out, states);
+  out.velocity_evaluations = field.evaluations();
+  both_variables(field, in_z, options.integrator == Integrator::euler_frozen && !in_z, dt, small, states, out);
   return out;
 }
 
