@@ -523,12 +523,13 @@ TEST(PassCli, InterruptedJacobianSaysHowToResumeAndResumes) {
   }, "pass.tdynpass", {""}, {1}, SIGINT);
 }
 
+// Of a model with one head ablated: every part and control resumes with the ablation.
 TEST(PassCli, KilledAndResumedAnalysisEqualsUninterrupted) {
   TDYN_REQUIRE_SHARED(kStories);
   const std::string model = (test::shared_dir() / kStories).string();
   kill_and_resume("pass_kill_analyze", [&](const fs::path& out) {
     return std::vector<std::string>{"--threads", "1", "--quiet", "analyze", model, "--samples", "64", "--max-len", "64",
-                                    "--skip", "particles", "--out", out.string()};
+                                    "--skip", "particles", "--ablate", "blocks.2.attn.hook_z:heads=3", "--out", out.string()};
   }, "pass/pass.tdynpass", {"power", "power-l2", "jacobian", "topology", "subsets/subset-0/jacobian", "nested/half/jacobian"}, {2});
 }
 
@@ -624,9 +625,9 @@ TEST_P(MpiCommand, TwoRanksWriteWhatOneProcessWrites) {
     inputs = fmt::format("{} --data {}", (test::shared_dir() / "fixtures" / model_name).string(), (dir / "ids.npy").string());
   }
   // jacobian's ranks share the depths' metrics too: with surgery the Schur forms come back to rank 0 for the sweep.
-  // On the Hugging Face checkpoint the ranks' forward passes run with parts ablated.
+  // On the Hugging Face checkpoint the ranks' forward passes run with parts ablated (analyze's in every part and control).
   std::string extra = command == "jacobian" ? " --surgery --alphas 0,0.5,1" : "";
-  if (model_name == "llama" && command != "analyze")
+  if (model_name == "llama")
     extra += command == "jacobian" ? " --ablate 'blocks.0.attn.hook_z:heads=1'" : " --ablate blocks.1.mlp.hook_post";
   const std::string args = fmt::format("--threads 1 --quiet {} {} --samples 12 --max-len 16{}", command, inputs, extra);
   std::string err;

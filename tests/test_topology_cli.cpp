@@ -405,6 +405,11 @@ TEST(TopologyCli, NormalityFromAJacobianRunOfTheSamePass) {
   EXPECT_EQ(test::run_cli(fmt::format("-q topology {} --from-pass {} --normality-from {} --out {}", inputs, pass, dir.string(),
                                       (dir / "refused").string()), nullptr, &err), 1);
   EXPECT_NE(err.find("no results.json there"), std::string::npos) << err;
+  fs::create_directories(dir / "corrupt");
+  write_file_atomic(dir / "corrupt/results.json", "{\"results\": ");
+  EXPECT_EQ(test::run_cli(fmt::format("-q topology {} --from-pass {} --normality-from {} --out {}", inputs, pass,
+                                      (dir / "corrupt").string(), (dir / "refused").string()), nullptr, &err), 1);
+  EXPECT_NE(err.find("not valid JSON"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -26,12 +26,12 @@ void analyse_boundaries(TopologyResult& r, const PassFile& pass, const TopologyO
   }
 }
 
-// Coupling of the boundary scores with the gains of the mean Jacobian of the sublayer map leaving each boundary.
 // The normality of the maps named `maps` from the depths of a jacobian results directory.
 std::vector<MapNormality> normality_from(const fs::path& dir, const std::vector<std::string>& maps) {
   const fs::path file = dir / "results.json";
   if (!fs::exists(file)) fail("normality_from {}: no results.json there (a jacobian results directory)", dir.string());
   const nlohmann::json j = nlohmann::json::parse(read_file(file), nullptr, false);
+  if (j.is_discarded()) fail("normality_from {}: not valid JSON", file.string());
   const nlohmann::json::json_pointer at("/results/models/0/depths");
   const nlohmann::json* depths = j.is_object() && j.contains(at) ? &j.at(at) : nullptr;
   std::vector<MapNormality> out;
@@ -52,6 +52,7 @@ std::vector<MapNormality> normality_from(const fs::path& dir, const std::vector<
   return out;
 }
 
+// Coupling of the boundary scores with the gains of the mean Jacobian of the sublayer map leaving each boundary.
 void couple(TopologyResult& r, const PassFile& pass, const TopologyOptions& options) {
   std::vector<std::vector<double>> scores;
   std::vector<std::string> maps;
