@@ -5,6 +5,8 @@
 #include <cmath>
 #include <iostream>
 
+#include <omp.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/npy.h"
@@ -413,6 +415,34 @@ TEST(FamilyInit, Gpt2ScalesTheResidualProjections) {
   const FloatBuffer ln = store.floats("transformer.h.0.ln_1.weight"), bias = store.floats("transformer.h.0.attn.c_proj.bias");
   for (size_t i = 0; i < ln.size(); ++i) EXPECT_EQ(ln.data()[i], 1.0f);
   for (size_t i = 0; i < bias.size(); ++i) EXPECT_EQ(bias.data()[i], 0.0f);
+}
+
+// The draw runs in blocks of 2^16 values, each its own stream: the same file on one thread as on two, and no block,
+// tensor or seed repeats another's values.
+TEST(FamilyInit, SameWeightsOnAnyNumberOfThreadsAndStreamsApart) {
+  TDYN_REQUIRE_SHARED("fixtures/gpt2");
+  nlohmann::json config = fixture_config("gpt2");
+  config["n_embd"] = 256;  // mlp.c_fc: 256 × 1024 values, four blocks
+  const fs::path dir = test::scratch_dir("init_threads");
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  write_random_init(config, dir / "one", 3);
+  omp_set_num_threads(2);
+  write_random_init(config, dir / "two", 3);
+  write_random_init(config, dir / "other_seed", 4);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(read_file(dir / "one/model.safetensors"), read_file(dir / "two/model.safetensors"));
+  TensorStore one, other;
+  read_safetensors(dir / "one/model.safetensors", one);
+  read_safetensors(dir / "other_seed/model.safetensors", other);
+  const FloatBuffer fc = one.floats("transformer.h.0.mlp.c_fc.weight"), fc1 = one.floats("transformer.h.1.mlp.c_fc.weight"),
+                    fc_other = other.floats("transformer.h.0.mlp.c_fc.weight");
+  ASSERT_EQ(fc.size(), size_t{4} << 16);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_NE(fc.data()[i], fc.data()[i + (size_t{1} << 16)]) << "blocks 0 and 1 at " << i;
+    EXPECT_NE(fc.data()[i], fc1.data()[i]) << "layers 0 and 1 at " << i;
+    EXPECT_NE(fc.data()[i], fc_other.data()[i]) << "seeds 3 and 4 at " << i;
+  }
 }
 
 TEST(FamilyConfig, UnsupportedFeaturesAreErrors) {

@@ -170,8 +170,11 @@ TEST(InitCli, MatchScalesDrawsEachKindAtTheSourcesMoments) {
   for (const auto& [key, m] : want) {
     ASSERT_TRUE(got.count(key)) << static_cast<int>(key.first);
     const Moments& g = got.at(key);
-    EXPECT_NEAR(g.std, m.std, 0.15 * m.std + 1e-12) << "role " << static_cast<int>(key.first) << (key.second == Part::Bias ? " bias" : "");
-    EXPECT_NEAR(g.mean, m.mean, 0.3 * m.std + 1e-12) << "role " << static_cast<int>(key.first);
+    // Five standard errors of a sample of that many values: of its spread σ/√(2n), of its mean σ/√n.
+    ASSERT_EQ(g.count, m.count);
+    const double n = static_cast<double>(m.count);
+    EXPECT_NEAR(g.std, m.std, 5 * m.std / std::sqrt(2 * n) + 1e-12) << "role " << static_cast<int>(key.first) << (key.second == Part::Bias ? " bias" : "");
+    EXPECT_NEAR(g.mean, m.mean, 5 * m.std / std::sqrt(n) + 1e-12) << "role " << static_cast<int>(key.first);
   }
   const nlohmann::json provenance = nlohmann::json::parse(read_file(dir / "tdyn_init.json"));
   EXPECT_EQ(provenance["matched_moments"].size(), want.size());

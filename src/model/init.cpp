@@ -1,12 +1,14 @@
 #include "model/init.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "kernels/serial_blas.h"
 #include "model/families.h"
 
 namespace tdyn {
@@ -56,16 +58,51 @@ double init_scale(const ModelConfig& c, const std::string& tensor) {
   return 1;
 }
 
+// Each tensor is drawn in blocks of kDrawBlock values, block b of tensor i from its own std::mt19937_64 seeded
+// with draw_seed(seed, i, b): the blocks draw in parallel (a 7–8B model is billions of values), and the weights are
+// the same on any number of threads.
+constexpr int64_t kDrawBlock = int64_t{1} << 16;
+
+uint64_t draw_seed(uint64_t seed, uint64_t tensor, uint64_t block) {
+  uint64_t z = seed;
+  for (uint64_t word : {tensor, block}) {  // splitmix64 steps: neighbouring tensors and blocks get unrelated streams
+    z += 0x9e3779b97f4a7c15ULL ^ word;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+  }
+  return z;
+}
+
+// A tensor to draw from N(mean, std²): its float32 bytes as written.
+struct Draw {
+  std::string* bytes = nullptr;
+  double mean = 0, std = 0;
+};
+
+void draw_normal(const std::vector<Draw>& draws, uint64_t seed) {
+  std::vector<std::pair<size_t, int64_t>> blocks;  // (tensor, first value)
+  for (size_t i = 0; i < draws.size(); ++i)
+    for (int64_t at = 0; at < static_cast<int64_t>(draws[i].bytes->size() / sizeof(float)); at += kDrawBlock) blocks.emplace_back(i, at);
+  parallel_tasks(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
+    const auto [i, at] = blocks[static_cast<size_t>(b)];
+    std::mt19937_64 rng(draw_seed(seed, i, static_cast<uint64_t>(at / kDrawBlock)));
+    std::normal_distribution<double> unit;  // std = 0 (a tensor of one value in moments) is allowed
+    std::string& bytes = *draws[i].bytes;
+    std::vector<float> values(static_cast<size_t>(std::min<int64_t>(kDrawBlock, static_cast<int64_t>(bytes.size() / sizeof(float)) - at)));
+    for (float& v : values) v = static_cast<float>(draws[i].mean + draws[i].std * unit(rng));
+    std::memcpy(bytes.data() + static_cast<size_t>(at) * sizeof(float), values.data(), values.size() * sizeof(float));
+  });
+}
+
 }  // namespace
 
 void write_random_init(const nlohmann::json& hf_config, const fs::path& dir, uint64_t seed, const TensorMoments* moments) {
   ModelConfig reparsed = parse_hf_config(hf_config, "generated config.json");
   const double initializer_range = hf_config.value("initializer_range", 0.02);
   const FamilyTable& table = family_table(reparsed.family, "hf");
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, static_cast<float>(initializer_range));
-  std::normal_distribution<double> unit;
   std::map<std::string, TensorToWrite> tensors;
+  std::vector<Draw> draws;  // in the family table's order
   for (const auto& spec : table.tensors) {
     // Ignored tensors are not written; a fused tensor (GPT-2 c_attn) is written once, by its first slice.
     if (spec.role == Role::Ignored || spec.role == Role::IgnoredPerLayer || spec.fused_index > 0) continue;
@@ -75,21 +112,20 @@ void write_random_init(const nlohmann::json& hf_config, const fs::path& dir, uin
       std::string name = spec.name;
       if (layered) name.replace(name.find("{l}"), 3, std::to_string(l));
       if (size_t p = name.find("{p}"); p != std::string::npos) name.replace(p, 3, table.prefixes.front());
-      Shape shape = spec.shape(reparsed, l);
-      std::vector<float> values(numel(shape));
+      const Shape shape = spec.shape(reparsed, l);
+      TensorToWrite& tensor = tensors[name] = {DType::F32, shape, std::string(numel(shape) * sizeof(float), '\0')};  // biases 0
       const auto matched = moments ? moments->find({spec.role, spec.part}) : TensorMoments::const_iterator{};
       if (moments && matched != moments->end()) {
-        const Moments& m = matched->second;
-        for (float& v : values) v = static_cast<float>(m.mean + m.std * unit(rng));
+        draws.push_back({&tensor.bytes, matched->second.mean, matched->second.std});
       } else if (spec.layout != Layout::Vector) {
-        const float scale = static_cast<float>(init_scale(reparsed, name));
-        for (float& v : values) v = scale * normal(rng);
+        draws.push_back({&tensor.bytes, 0, initializer_range * init_scale(reparsed, name)});
       } else if (spec.part == Part::Weight) {
-        std::fill(values.begin(), values.end(), 1.0f);  // norm scales start at 1, biases at 0
+        const std::vector<float> ones(numel(shape), 1.0f);  // norm scales start at 1
+        std::memcpy(tensor.bytes.data(), ones.data(), tensor.bytes.size());
       }
-      tensors[name] = f32_tensor(shape, values.data());
     }
   }
+  draw_normal(draws, seed);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create '{}': {}", dir.string(), ec.message());

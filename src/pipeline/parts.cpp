@@ -221,7 +221,7 @@ nlohmann::json write_init_checkpoint(const Model& source, const std::string& sou
                          "the source's tensors of that kind, the others by Hugging Face _init_weights (see src/model/init.h)";
     nlohmann::json listed = nlohmann::json::array();
     for (const auto& [key, m] : *moments)
-      listed.push_back({{"role", static_cast<int>(key.first)}, {"bias", key.second == Part::Bias}, {"mean", m.mean}, {"std", m.std}});
+      listed.push_back({{"role", static_cast<int>(key.first)}, {"bias", key.second == Part::Bias}, {"mean", m.mean}, {"std", m.std}, {"values", m.count}});
     provenance["matched_moments"] = listed;
   }
   write_file_atomic(dir / "tdyn_init.json", provenance.dump(2) + "\n");
@@ -281,7 +281,7 @@ TensorMoments tensor_moments(const Model& model) {
   for (const auto& [key, s] : sums) {
     if (s.count == 0) continue;
     const double mean = s.sum / static_cast<double>(s.count);
-    out[key] = {mean, std::sqrt(std::max(0.0, s.squares / static_cast<double>(s.count) - mean * mean))};
+    out[key] = {mean, std::sqrt(std::max(0.0, s.squares / static_cast<double>(s.count) - mean * mean)), s.count};
   }
   if (out.empty()) fail("the model has no weights to take scales from");
   return out;

@@ -35,7 +35,7 @@ std::function<int()> setup_init(CLI::App& app) {
   auto a = std::make_shared<InitArgs>();
   a->model.add_to(cmd);
   cmd->add_option("--out", a->out, "Output directory (config.json + model.safetensors)")->required();
-  cmd->add_option("--seed", a->seed, "Seed of the std::mt19937_64 that draws the weights")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the random streams that draw the weights (std::mt19937_64, one per block of 2^16 values of a tensor)")->capture_default_str();
   cmd->add_option("--initializer-range", a->initializer_range,
                   "Standard deviation of the weights (default: the source config's initializer_range, else 0.02)")
       ->check(positive_number);
