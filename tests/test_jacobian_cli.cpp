@@ -70,7 +70,7 @@ TEST(JacobianCli, SurgerySweepSharesGiveTheWholeSweepsPoints) {
   for (uint64_t k = 0; k < 4; ++k) means.push_back(0.4 * test::random_gaussian(12, 12, 30 + k));
   for (bool full_depth_only : {false, true}) {
     SurgeryOptions options{{0, 0.5, 1}, 7};
-    options.control_draws = 4;  // tasks: 3 αs and 3 further draws, so every share has both kinds
+    options.control_draws = 4;  // tasks: 2 controls, 3 further draws, 3 surgeries: every share has every kind
     options.full_depth_only = full_depth_only;
     SurgerySweep whole(options);
     std::vector<SurgerySweep> shares;

@@ -166,82 +166,104 @@ static uint64_t control_draw_seed(uint64_t seed, int64_t draw) {
 }
 
 SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool parallel_residual, TaskShare share)
-    : share_(share), options_(options) {
-  for (double alpha : options.alphas) {
-    if (std::abs(alpha - 1) < 1e-12) unit_alpha_ = static_cast<int64_t>(points_.size());
-    points_.push_back({alpha, {}, {}, {}, 0, {}});
-  }
+    : share_(share), options_(options), real_product_(parallel_residual) {
+  const size_t n_alphas = options.alphas.size();
+  for (size_t a = 0; a < n_alphas; ++a)
+    if (std::abs(options.alphas[a] - 1) < 1e-12) unit_alpha_ = static_cast<int64_t>(a);
+  control_task_.assign(n_alphas, -1);
+  surgery_task_.assign(n_alphas, -1);
+  for (size_t a = 0; a < n_alphas; ++a)
+    if (options.alphas[a] != 0) control_task_[a] = static_cast<int64_t>(tasks_.size()), tasks_.push_back({Product::Control, a});
   if (unit_alpha_ >= 0)
-    draws_.assign(static_cast<size_t>(std::max<int64_t>(0, options.control_draws - 1)), DepthChain<ComplexMatrix>(parallel_residual));
-  products_.assign(options.alphas.size(), {DepthChain<ComplexMatrix>(parallel_residual),
-                                           DepthChain<ComplexMatrix>(parallel_residual)});
+    for (int64_t j = 0; j + 1 < options.control_draws; ++j) tasks_.push_back({Product::Draw, static_cast<size_t>(j)});
+  for (size_t a = 0; a < n_alphas; ++a)
+    if (static_cast<int64_t>(a) != unit_alpha_) surgery_task_[a] = static_cast<int64_t>(tasks_.size()), tasks_.push_back({Product::Surgery, a});
+  if (unit_alpha_ >= 0) {  // the real product, the shortest task, last
+    surgery_task_[static_cast<size_t>(unit_alpha_)] = static_cast<int64_t>(tasks_.size());
+    tasks_.push_back({Product::Surgery, static_cast<size_t>(unit_alpha_)});
+  }
+  found_.resize(tasks_.size());
+  products_.assign(tasks_.size(), DepthChain<ComplexMatrix>(parallel_residual));
+}
+
+bool SurgerySweep::real(size_t task) const {
+  return tasks_[task].product == Product::Surgery && static_cast<int64_t>(tasks_[task].index) == unit_alpha_;
 }
 
 void SurgerySweep::add(const Matrix& mean) { add(mean, linalg::complex_schur(mean)); }
 
 void SurgerySweep::add(const Matrix& mean, const linalg::ComplexSchur& schur) {
-  const double departure = schur.strictly_upper().norm();
   const uint64_t seed = options_.seed + static_cast<uint64_t>(depth_);
-  // One task per α and per further control draw: the complex SVDs that rank each depth gain little from BLAS's threads.
-  const size_t n_points = points_.size();
+  // One task per thread: the complex SVDs that rank each depth gain little from BLAS's threads.
   std::vector<size_t> mine;
-  for (size_t t = 0; t < n_points + draws_.size(); ++t)
+  for (size_t t = 0; t < tasks_.size(); ++t)
     if (share_.mine(static_cast<int64_t>(t))) mine.push_back(t);
-  parallel_tasks(static_cast<int64_t>(mine.size()), [&](int64_t i) {
-    const size_t a = mine[static_cast<size_t>(i)];
-    if (a >= n_points) {
-      const size_t j = a - n_points;
-      draws_[j].add(schur_surgery_control(schur, 1.0, control_draw_seed(seed, static_cast<int64_t>(j) + 1)));
-      return;
-    }
-    SurgeryPoint& p = points_[a];
-    // J_1 = J: the mean itself, not its reconstruction from the Schur form.
-    const ComplexMatrix modified = static_cast<int64_t>(a) == unit_alpha_ ? ComplexMatrix(mean.cast<Complex>()) : schur_surgery(schur, p.alpha);
-    p.departure_ratio.push_back(departure > 0 ? henrici_departure(modified, schur.eigenvalues()) / departure : 0.0);
-    p.max_imaginary_fraction = std::max(p.max_imaginary_fraction, imaginary_fraction(modified));
-    auto& [product, control_product] = products_[a];
-    const ComplexMatrix& c = product.add(modified);
-    // At α = 0 the control drops its random N as the surgery drops N: the same matrices, so the same ranks (point()).
-    const ComplexMatrix* c_control = p.alpha == 0 ? nullptr : &control_product.add(schur_surgery_control(schur, p.alpha, seed));
-    if (options_.full_depth_only) return;  // point() ranks the last products
-    p.surgery.push_back(effective_ranks(linalg::singular_values(c)));
-    p.control.push_back(c_control ? effective_ranks(linalg::singular_values(*c_control)) : p.surgery.back());
-  });
+  parallel_tasks(static_cast<int64_t>(mine.size()), [&](int64_t i) { step(mine[static_cast<size_t>(i)], mean, schur, seed); });
   ++depth_;
 }
 
-SurgeryPoint SurgerySweep::point(size_t a) const {
-  SurgeryPoint p = points_[a];
-  if (options_.full_depth_only && depth_ > 0) {
-    const EffectiveRanks not_computed{NAN, NAN, NAN, 0, 0.9};
-    p.surgery.assign(static_cast<size_t>(depth_ - 1), not_computed);
-    p.control = p.surgery;
-    p.surgery.push_back(effective_ranks(linalg::singular_values(products_[a].first.product())));
-    p.control.push_back(p.alpha == 0 ? p.surgery.back() : effective_ranks(linalg::singular_values(products_[a].second.product())));
+void SurgerySweep::step(size_t t, const Matrix& mean, const linalg::ComplexSchur& schur, uint64_t seed) {
+  const Task& task = tasks_[t];
+  Found& found = found_[t];
+  if (real(t)) {  // J_1 = J: the mean itself, not its reconstruction from the Schur form
+    const double departure = schur.strictly_upper().norm();
+    const double identity_form = std::sqrt(std::max(0.0, mean.squaredNorm() - schur.eigenvalues().squaredNorm()));
+    found.departure_ratio.push_back(departure > 0 ? identity_form / departure : 0.0);
+    const Matrix& c = real_product_.add(mean);
+    if (!options_.full_depth_only) found.ranks.push_back(effective_ranks(linalg::singular_values(c)));
+    return;
   }
-  return p;
+  ComplexMatrix modified;
+  if (task.product == Product::Draw) {
+    modified = schur_surgery_control(schur, 1.0, control_draw_seed(seed, static_cast<int64_t>(task.index) + 1));
+  } else if (task.product == Product::Control) {
+    modified = schur_surgery_control(schur, options_.alphas[task.index], seed);
+  } else {
+    modified = schur_surgery(schur, options_.alphas[task.index]);
+    const double departure = schur.strictly_upper().norm();
+    found.departure_ratio.push_back(departure > 0 ? henrici_departure(modified, schur.eigenvalues()) / departure : 0.0);
+    found.max_imaginary_fraction = std::max(found.max_imaginary_fraction, imaginary_fraction(modified));
+  }
+  const ComplexMatrix& c = products_[t].add(modified);
+  if (!options_.full_depth_only) found.ranks.push_back(effective_ranks(linalg::singular_values(c)));
 }
 
-EffectiveRanks SurgerySweep::draw(size_t j) const { return effective_ranks(linalg::singular_values(draws_[j].product())); }
+std::vector<SurgerySweep::Found> SurgerySweep::finished() const {
+  std::vector<Found> found = found_;
+  if (!options_.full_depth_only || depth_ == 0) return found;
+  std::vector<size_t> mine;
+  for (size_t t = 0; t < tasks_.size(); ++t)
+    if (share_.mine(static_cast<int64_t>(t))) mine.push_back(t);
+  parallel_tasks(static_cast<int64_t>(mine.size()), [&](int64_t i) {
+    const size_t t = mine[static_cast<size_t>(i)];
+    found[t].ranks.assign(static_cast<size_t>(depth_ - 1), EffectiveRanks{NAN, NAN, NAN, 0, 0.9});
+    found[t].ranks.push_back(effective_ranks(real(t) ? linalg::singular_values(real_product_.product())
+                                                     : linalg::singular_values(products_[t].product())));
+  });
+  return found;
+}
 
-// α = 1's control draws: its own control, then the further draws'.
-std::vector<SurgeryPoint> SurgerySweep::assemble(std::vector<SurgeryPoint> points, const std::vector<EffectiveRanks>& draws) const {
+// Each α's point from its surgery's and control's findings (at α = 0 the control's are the surgery's); α = 1's
+// control draws: its own control, then the further draws'.
+std::vector<SurgeryPoint> SurgerySweep::assemble(const std::vector<Found>& found) const {
+  std::vector<SurgeryPoint> points;
+  for (size_t a = 0; a < options_.alphas.size(); ++a) {
+    const Found& surgery = found[static_cast<size_t>(surgery_task_[a])];
+    const Found& control = control_task_[a] < 0 ? surgery : found[static_cast<size_t>(control_task_[a])];
+    points.push_back({options_.alphas[a], surgery.ranks, control.ranks, surgery.departure_ratio, surgery.max_imaginary_fraction, {}});
+  }
   if (unit_alpha_ >= 0 && depth_ > 0) {
     SurgeryPoint& p = points[static_cast<size_t>(unit_alpha_)];
     p.control_draws = {p.control.back()};
-    p.control_draws.insert(p.control_draws.end(), draws.begin(), draws.end());
+    for (size_t t = 0; t < tasks_.size(); ++t)
+      if (tasks_[t].product == Product::Draw) p.control_draws.push_back(found[t].ranks.back());
   }
   return points;
 }
 
 std::vector<SurgeryPoint> SurgerySweep::points() const {
   TDYN_CHECK(share_.count == 1);
-  std::vector<SurgeryPoint> points;
-  for (size_t a = 0; a < points_.size(); ++a) points.push_back(point(a));
-  std::vector<EffectiveRanks> draws;
-  if (depth_ > 0)
-    for (size_t j = 0; j < draws_.size(); ++j) draws.push_back(draw(j));
-  return assemble(std::move(points), draws);
+  return assemble(finished());
 }
 
 namespace {
@@ -259,22 +281,16 @@ std::vector<EffectiveRanks> read_ranks(NumberReader& in) {
 
 }  // namespace
 
-// Per task of the share in order: an α's point (its departure ratios, largest imaginary fraction and the ranks of
-// both products), or a further draw's full-depth ranks.
+// Per task of the share in order: its ranks, departure ratios and largest imaginary fraction.
 std::vector<double> SurgerySweep::share_numbers() const {
+  const std::vector<Found> found = finished();
   std::vector<double> out;
-  for (size_t t = 0; t < points_.size() + draws_.size(); ++t) {
+  for (size_t t = 0; t < tasks_.size(); ++t) {
     if (!share_.mine(static_cast<int64_t>(t))) continue;
-    if (t >= points_.size()) {
-      append_numbers(out, draw(t - points_.size()));
-      continue;
-    }
-    const SurgeryPoint p = point(t);
-    out.push_back(static_cast<double>(p.departure_ratio.size()));
-    out.insert(out.end(), p.departure_ratio.begin(), p.departure_ratio.end());
-    out.push_back(p.max_imaginary_fraction);
-    append_ranks(out, p.surgery);
-    append_ranks(out, p.control);
+    append_ranks(out, found[t].ranks);
+    out.push_back(static_cast<double>(found[t].departure_ratio.size()));
+    out.insert(out.end(), found[t].departure_ratio.begin(), found[t].departure_ratio.end());
+    out.push_back(found[t].max_imaginary_fraction);
   }
   return out;
 }
@@ -283,23 +299,16 @@ std::vector<SurgeryPoint> SurgerySweep::points_from_shares(const std::vector<std
   TDYN_CHECK(static_cast<int64_t>(shares.size()) == share_.count);
   std::vector<NumberReader> readers;
   for (const auto& numbers : shares) readers.emplace_back(numbers, "the surgery sweep's share");
-  std::vector<SurgeryPoint> points = points_;
-  std::vector<EffectiveRanks> draws(draws_.size());
-  for (size_t t = 0; t < points_.size() + draws_.size(); ++t) {
+  std::vector<Found> found(tasks_.size());
+  for (size_t t = 0; t < tasks_.size(); ++t) {
     NumberReader& in = readers[static_cast<size_t>(share_.owner(static_cast<int64_t>(t)))];
-    if (t >= points_.size()) {
-      draws[t - points_.size()] = in.ranks();
-      continue;
-    }
-    SurgeryPoint& p = points[t];
-    p.departure_ratio.resize(static_cast<size_t>(in.index()));
-    for (double& r : p.departure_ratio) r = in.next();
-    p.max_imaginary_fraction = in.next();
-    p.surgery = read_ranks(in);
-    p.control = read_ranks(in);
+    found[t].ranks = read_ranks(in);
+    found[t].departure_ratio.resize(static_cast<size_t>(in.index()));
+    for (double& r : found[t].departure_ratio) r = in.next();
+    found[t].max_imaginary_fraction = in.next();
   }
   for (const NumberReader& in : readers) in.finish();
-  return assemble(std::move(points), depth_ > 0 ? draws : std::vector<EffectiveRanks>{});
+  return assemble(found);
 }
 
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<Matrix>& means, const SurgeryOptions& options,

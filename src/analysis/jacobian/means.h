@@ -119,12 +119,13 @@ struct SurgeryPoint {
   nlohmann::json to_json() const;
 };
 
-// The sweep over depths one J̄_k at a time, in order: memory holds two running products per α (the surgery's
-// and the control's), whatever the depth.
+// The sweep over depths one J̄_k at a time, in order: memory holds one running product per task, whatever the depth.
 //
-// Its tasks, one per thread: one per α (the surgery's and the control's products), then one per further control
-// draw at α = 1. Processes that share them (`share`: MPI ranks, each given every J̄_k and its Schur form) run only
-// their own; rank 0's points_from_shares then assembles the points from every share's numbers.
+// Its tasks, one per thread, each a running product: each α ≠ 0's control (random N), each further control draw at
+// α = 1, each α's surgery (J_α; at α = 1 the mean itself, in real arithmetic); the longest first, so that the threads
+// end together. At α = 0 the control is the surgery (both drop N). Processes that share them (`share`: MPI ranks,
+// each given every J̄_k and its Schur form) run only their own; rank 0's points_from_shares then assembles the points
+// from every share's numbers.
 class SurgerySweep {
  public:
   // parallel_residual: chain the depths as DepthChain does for parallel blocks.
@@ -138,17 +139,32 @@ class SurgerySweep {
   std::vector<SurgeryPoint> points_from_shares(const std::vector<std::vector<double>>& shares) const;
 
  private:
-  SurgeryPoint point(size_t a) const;     // α's point, finished (control_draws not yet)
-  EffectiveRanks draw(size_t j) const;    // further draw j's full-depth ranks
-  std::vector<SurgeryPoint> assemble(std::vector<SurgeryPoint> points, const std::vector<EffectiveRanks>& draws) const;
+  enum class Product { Control, Draw, Surgery };
+  struct Task {
+    Product product;
+    size_t index;  // the α's (Control, Surgery) or the further draw's (Draw)
+  };
+  // What a task's product gave: its effective ranks per depth (with full_depth_only, NaN but the last), and a
+  // surgery's departure ratio per depth and largest imaginary fraction.
+  struct Found {
+    std::vector<EffectiveRanks> ranks;
+    std::vector<double> departure_ratio;
+    double max_imaginary_fraction = 0;
+  };
+  void step(size_t task, const linalg::Matrix& mean, const linalg::ComplexSchur& schur, uint64_t seed);
+  bool real(size_t task) const;                      // the unit α's surgery: the means' own product
+  std::vector<Found> finished() const;               // this share's tasks' findings, ranked at the full depth
+  std::vector<SurgeryPoint> assemble(const std::vector<Found>& found) const;
 
   TaskShare share_;
   SurgeryOptions options_;
   int64_t depth_ = 0;
-  std::vector<SurgeryPoint> points_;  // per α
-  int64_t unit_alpha_ = -1;           // the index of α = 1, whose control has further draws
-  std::vector<DepthChain<linalg::ComplexMatrix>> draws_;  // their running products
-  std::vector<std::pair<DepthChain<linalg::ComplexMatrix>, DepthChain<linalg::ComplexMatrix>>> products_;  // per α: surgery, control
+  int64_t unit_alpha_ = -1;  // the index of α = 1, whose control has further draws
+  std::vector<Task> tasks_;
+  std::vector<int64_t> surgery_task_, control_task_;  // per α (control: −1 at α = 0)
+  std::vector<Found> found_;                          // per task
+  std::vector<DepthChain<linalg::ComplexMatrix>> products_;  // per task (the real one's unused)
+  DepthChain<linalg::Matrix> real_product_;
 };
 
 // Progress: one step of the loop "surgery" per depth.
