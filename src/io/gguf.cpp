@@ -225,11 +225,16 @@ bool is_gguf_file(const fs::path& file) {
 
 void read_gguf(const fs::path& path, TensorStore& store) { read_gguf(MappedFile::open(path), store); }
 
-void read_gguf(std::shared_ptr<const MappedFile> file, TensorStore& store) {
-  Cursor in(*file, file->path());
-  const std::string& name = in.file_name();
+namespace {
 
-  if (file->size() < 4 || std::memcmp(file->data(), "GGUF", 4) != 0)
+struct GgufCounts {
+  uint64_t tensors = 0, key_values = 0;
+};
+
+// The magic, the version (2 or 3, little-endian) and the counts, each count checked against the bytes left.
+GgufCounts read_header(Cursor& in, const MappedFile& file) {
+  const std::string& name = in.file_name();
+  if (file.size() < 4 || std::memcmp(file.data(), "GGUF", 4) != 0)
     fail("{}: not a GGUF file (expected the magic \"GGUF\" in its first 4 bytes)", name);
   in.read<uint32_t>("magic");
   uint32_t version = in.read<uint32_t>("version");
@@ -239,22 +244,26 @@ void read_gguf(std::shared_ptr<const MappedFile> file, TensorStore& store) {
   const uint32_t swapped = __builtin_bswap32(version);
   if (swapped == 2 || swapped == 3) fail("{}: big-endian GGUF (version {}) is not supported", name, swapped);
   if (version != 2 && version != 3) fail("{}: unsupported GGUF version {} (tdyn reads versions 2 and 3)", name, version);
-  const uint64_t tensor_count = in.read<uint64_t>("tensor count");
-  const uint64_t kv_count = in.read<uint64_t>("key/value count");
-  if (kv_count > in.remaining() / kMinKeyValueBytes)
-    fail("{}: header claims {} key/value pairs but the {} bytes after it hold at most {}", name, kv_count,
+  GgufCounts c;
+  c.tensors = in.read<uint64_t>("tensor count");
+  c.key_values = in.read<uint64_t>("key/value count");
+  if (c.key_values > in.remaining() / kMinKeyValueBytes)
+    fail("{}: header claims {} key/value pairs but the {} bytes after it hold at most {}", name, c.key_values,
          in.remaining(), in.remaining() / kMinKeyValueBytes);
-  if (tensor_count > in.remaining() / kMinTensorInfoBytes)
-    fail("{}: header claims {} tensors but the {} bytes after it hold at most {} tensor infos", name, tensor_count,
+  if (c.tensors > in.remaining() / kMinTensorInfoBytes)
+    fail("{}: header claims {} tensors but the {} bytes after it hold at most {} tensor infos", name, c.tensors,
          in.remaining(), in.remaining() / kMinTensorInfoBytes);
-  if (kv_count * kMinKeyValueBytes + tensor_count * kMinTensorInfoBytes > in.remaining())
-    fail("{}: header claims {} key/value pairs and {} tensors, more than the {} bytes after it can hold", name, kv_count,
-         tensor_count, in.remaining());
+  if (c.key_values * kMinKeyValueBytes + c.tensors * kMinTensorInfoBytes > in.remaining())
+    fail("{}: header claims {} key/value pairs and {} tensors, more than the {} bytes after it can hold", name, c.key_values,
+         c.tensors, in.remaining());
+  return c;
+}
 
-  // Key/value pairs. Collected locally: the store is only touched once the whole file has been validated.
+// The key/value pairs, and general.alignment (a power of two) among them.
+nlohmann::json read_metadata(Cursor& in, uint64_t count, uint32_t& alignment) {
   nlohmann::json metadata = nlohmann::json::object();
-  uint32_t alignment = kGgufDefaultAlignment;
-  for (uint64_t i = 0; i < kv_count; ++i) {
+  alignment = kGgufDefaultAlignment;
+  for (uint64_t i = 0; i < count; ++i) {
     in.context = fmt::format("key/value #{}", i);
     std::string key = in.read_string("key");
     in.context = fmt::format("key '{}'", key);
@@ -269,21 +278,13 @@ void read_gguf(std::shared_ptr<const MappedFile> file, TensorStore& store) {
     }
     metadata[key] = std::move(value);
   }
+  return metadata;
+}
 
-  std::vector<RawTensorInfo> raw;
-  std::set<std::string> tensor_names;
-  for (uint64_t i = 0; i < tensor_count; ++i) {
-    raw.push_back(read_tensor_info(in, i));
-    if (!tensor_names.insert(raw.back().name).second) fail("{}: duplicate tensor name '{}'", name, raw.back().name);
-  }
-
-  // The data section starts at the next multiple of the alignment; offsets are relative to it.
-  const uint64_t data_start = (in.offset() + alignment - 1) / alignment * alignment;
-  const uint64_t data_size = data_start <= file->size() ? file->size() - data_start : 0;
-  if (tensor_count > 0 && data_start > file->size())
-    fail("{}: the data section would start at byte {}, past the end of the file ({} bytes; truncated?)", name,
-         data_start, file->size());
-
+// Each tensor's bytes in the data section at data_start: aligned, whole blocks, inside the file, none overlapping.
+std::vector<TensorInfo> place_tensors(const std::vector<RawTensorInfo>& raw, const MappedFile& file, uint64_t data_start,
+                                      uint32_t alignment, const std::string& name) {
+  const uint64_t data_size = data_start <= file.size() ? file.size() - data_start : 0;
   struct Span { uint64_t begin, end; const std::string* tensor; };
   std::vector<Span> spans;
   std::vector<TensorInfo> infos;
@@ -300,7 +301,7 @@ void read_gguf(std::shared_ptr<const MappedFile> file, TensorStore& store) {
       fail("{}: tensor '{}' data [{}, {}) lies outside the {}-byte data section (shape {} of {}; truncated file?)", name,
            t.name, t.offset, t.offset + nbytes, data_size, shape_str(t.shape), dtype_name(dtype));
     if (nbytes > 0) spans.push_back({t.offset, t.offset + nbytes, &t.name});
-    infos.push_back({t.name, dtype, t.shape, file->data() + data_start + t.offset, nbytes, name});
+    infos.push_back({t.name, dtype, t.shape, file.data() + data_start + t.offset, nbytes, name});
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < spans.size(); ++i) {
@@ -308,8 +309,30 @@ void read_gguf(std::shared_ptr<const MappedFile> file, TensorStore& store) {
       fail("{}: tensors '{}' and '{}' overlap in the data section ([{}, {}) and [{}, {}))", name, *spans[i - 1].tensor,
            *spans[i].tensor, spans[i - 1].begin, spans[i - 1].end, spans[i].begin, spans[i].end);
   }
+  return infos;
+}
 
-  for (auto& info : infos) store.add(std::move(info));
+}  // namespace
+
+void read_gguf(std::shared_ptr<const MappedFile> file, TensorStore& store) {
+  Cursor in(*file, file->path());
+  const std::string& name = in.file_name();
+  const GgufCounts counts = read_header(in, *file);
+  // Collected locally: the store is only touched once the whole file has been validated.
+  uint32_t alignment = 0;
+  nlohmann::json metadata = read_metadata(in, counts.key_values, alignment);
+  std::vector<RawTensorInfo> raw;
+  std::set<std::string> tensor_names;
+  for (uint64_t i = 0; i < counts.tensors; ++i) {
+    raw.push_back(read_tensor_info(in, i));
+    if (!tensor_names.insert(raw.back().name).second) fail("{}: duplicate tensor name '{}'", name, raw.back().name);
+  }
+  // The data section starts at the next multiple of the alignment; offsets are relative to it.
+  const uint64_t data_start = (in.offset() + alignment - 1) / alignment * alignment;
+  if (counts.tensors > 0 && data_start > file->size())
+    fail("{}: the data section would start at byte {}, past the end of the file ({} bytes; truncated?)", name,
+         data_start, file->size());
+  for (auto& info : place_tensors(raw, *file, data_start, alignment, name)) store.add(std::move(info));
   for (auto& [key, value] : metadata.items()) store.metadata()[key] = std::move(value);
   store.keep_alive(std::move(file));
   store.format = "gguf";

@@ -444,20 +444,66 @@ std::string top_folder(const ZipArchive& zip) {
 
 void read_torch(const fs::path& path, TensorStore& store) { read_torch(MappedFile::open(path), store); }
 
+namespace {
+
+// A file that is not a zip archive: name the older torch.save format it is, if any.
+[[noreturn]] void refuse_not_zip(std::string_view head, const std::string& name) {
+  // torch.save before 1.6 wrote a pickle stream (magic number, protocol, sys info, then the object) or,
+  // earlier still, a tar archive.
+  if (!head.empty() && static_cast<unsigned char>(head[0]) == 0x80)
+    fail("{}: legacy (pre-1.6) torch.save format, a bare pickle stream; tdyn reads only the zip format. Re-save "
+         "it with PyTorch >= 1.6 (torch.save(torch.load(f), f)), or convert it to model.safetensors", name);
+  if (head.size() >= 262 && head.substr(257, 5) == "ustar")
+    fail("{}: legacy tar-format torch.save checkpoint; re-save it with PyTorch >= 1.6 or convert it to "
+         "model.safetensors", name);
+  fail("{}: not a PyTorch zip checkpoint (no zip signature PK\\3\\4 at byte 0)", name);
+}
+
+// Tensor t of the state dict in place in its storage s: contiguous, with its elements inside the storage.
+TensorInfo tensor_in_storage(const std::string& tensor, const TensorRecord& t, const StorageRecord& s, const std::string& name) {
+  auto bad = [&](const std::string& what) {
+    fail("{}: tensor '{}' (pickle byte {}): {}", name, tensor, t.at, what);
+  };
+  if (t.size.size() != t.stride.size())
+    bad(fmt::format("size ({}) and stride ({}) have different lengths", fmt::join(t.size, ", "), fmt::join(t.stride, ", ")));
+  TensorInfo info;
+  info.name = tensor;
+  info.dtype = t.dtype;
+  info.file = name;
+  uint64_t n = 1;
+  for (int64_t d : t.size) {
+    if (d < 0) bad(fmt::format("negative size ({})", fmt::join(t.size, ", ")));
+    if (d != 0 && n > (uint64_t{1} << 60) / static_cast<uint64_t>(d)) bad("its size overflows");
+    n *= static_cast<uint64_t>(d);
+    info.shape.push_back(d);
+  }
+  // Contiguous (C order): each stride is the product of the sizes after it; a dimension of size 1 may have
+  // any stride, as in torch's own is_contiguous().
+  int64_t expected = 1;
+  for (size_t k = t.size.size(); n > 0 && k-- > 0;) {
+    if (t.size[k] != 1 && t.stride[k] != expected)
+      bad(fmt::format("not contiguous (size ({}), stride ({})); only contiguous tensors can be used in place: save "
+                      "{{k: v.contiguous() for k, v in state_dict.items()}}",
+                      fmt::join(t.size, ", "), fmt::join(t.stride, ", ")));
+    expected *= t.size[k];
+  }
+  const uint64_t elem = dtype_size(t.dtype);
+  if (t.offset < 0) bad(fmt::format("negative storage offset {}", t.offset));
+  const uint64_t begin = static_cast<uint64_t>(t.offset);
+  if (begin > s.nbytes / elem || n > s.nbytes / elem - begin)
+    bad(fmt::format("elements [{}, {}) of {} lie outside storage '{}' ({} bytes)", begin, begin + n,
+                    dtype_name(t.dtype), s.key, s.nbytes));
+  info.data = s.data + begin * elem;
+  info.nbytes = n * elem;
+  return info;
+}
+
+}  // namespace
+
 void read_torch(std::shared_ptr<const MappedFile> file, TensorStore& store) {
   const std::string name = file->path();
   const std::string_view head = file->view().substr(0, 512);
-  if (!looks_like_zip(head)) {
-    // torch.save before 1.6 wrote a pickle stream (magic number, protocol, sys info, then the object) or,
-    // earlier still, a tar archive.
-    if (!head.empty() && static_cast<unsigned char>(head[0]) == 0x80)
-      fail("{}: legacy (pre-1.6) torch.save format, a bare pickle stream; tdyn reads only the zip format. Re-save "
-           "it with PyTorch >= 1.6 (torch.save(torch.load(f), f)), or convert it to model.safetensors", name);
-    if (head.size() >= 262 && head.substr(257, 5) == "ustar")
-      fail("{}: legacy tar-format torch.save checkpoint; re-save it with PyTorch >= 1.6 or convert it to "
-           "model.safetensors", name);
-    fail("{}: not a PyTorch zip checkpoint (no zip signature PK\\3\\4 at byte 0)", name);
-  }
+  if (!looks_like_zip(head)) refuse_not_zip(head, name);
   const ZipArchive zip(file);
   const std::string prefix = top_folder(zip);
   if (zip.find(prefix + "/constants.pkl"))
@@ -485,46 +531,7 @@ void read_torch(std::shared_ptr<const MappedFile> file, TensorStore& store) {
   const auto tensors = unpickler.state_dict();
 
   std::vector<TensorInfo> infos;
-  for (const auto& entry : tensors) {
-    const std::string& tensor = entry.first;  // not structured bindings: lambdas cannot capture those in clang 14
-    const TensorRecord& t = entry.second;
-    const StorageRecord& s = unpickler.storages()[t.storage];
-    auto bad = [&](const std::string& what) {
-      fail("{}: tensor '{}' (pickle byte {}): {}", name, tensor, t.at, what);
-    };
-    if (t.size.size() != t.stride.size())
-      bad(fmt::format("size ({}) and stride ({}) have different lengths", fmt::join(t.size, ", "), fmt::join(t.stride, ", ")));
-    TensorInfo info;
-    info.name = tensor;
-    info.dtype = t.dtype;
-    info.file = name;
-    uint64_t n = 1;
-    for (int64_t d : t.size) {
-      if (d < 0) bad(fmt::format("negative size ({})", fmt::join(t.size, ", ")));
-      if (d != 0 && n > (uint64_t{1} << 60) / static_cast<uint64_t>(d)) bad("its size overflows");
-      n *= static_cast<uint64_t>(d);
-      info.shape.push_back(d);
-    }
-    // Contiguous (C order): each stride is the product of the sizes after it; a dimension of size 1 may have
-    // any stride, as in torch's own is_contiguous().
-    int64_t expected = 1;
-    for (size_t k = t.size.size(); n > 0 && k-- > 0;) {
-      if (t.size[k] != 1 && t.stride[k] != expected)
-        bad(fmt::format("not contiguous (size ({}), stride ({})); only contiguous tensors can be used in place: save "
-                        "{{k: v.contiguous() for k, v in state_dict.items()}}",
-                        fmt::join(t.size, ", "), fmt::join(t.stride, ", ")));
-      expected *= t.size[k];
-    }
-    const uint64_t elem = dtype_size(t.dtype);
-    if (t.offset < 0) bad(fmt::format("negative storage offset {}", t.offset));
-    const uint64_t begin = static_cast<uint64_t>(t.offset);
-    if (begin > s.nbytes / elem || n > s.nbytes / elem - begin)
-      bad(fmt::format("elements [{}, {}) of {} lie outside storage '{}' ({} bytes)", begin, begin + n,
-                      dtype_name(t.dtype), s.key, s.nbytes));
-    info.data = s.data + begin * elem;
-    info.nbytes = n * elem;
-    infos.push_back(std::move(info));
-  }
+  for (const auto& [tensor, t] : tensors) infos.push_back(tensor_in_storage(tensor, t, unpickler.storages()[t.storage], name));
   for (auto& info : infos) store.add(std::move(info));
   if (const ZipEntry* version = zip.find(prefix + "/version")) store.metadata()["torch_version_record"] = std::string(zip.data(*version));
   store.metadata()["torch_archive"] = prefix;

@@ -27,6 +27,8 @@ class Reader {
   uint16_t u16(uint64_t at, const char* what) const { return static_cast<uint16_t>(u(at, 2, what)); }
   uint32_t u32(uint64_t at, const char* what) const { return static_cast<uint32_t>(u(at, 4, what)); }
   uint64_t u64(uint64_t at, const char* what) const { return u(at, 8, what); }
+  std::string_view bytes() const { return bytes_; }
+  const std::string& name() const { return name_; }
 
  private:
   std::string_view bytes_;
@@ -56,13 +58,17 @@ void put(std::string& out, uint64_t v, int n) {
 
 bool looks_like_zip(std::string_view head) { return head.size() >= 4 && head.substr(0, 4) == "PK\x03\x04"; }
 
-ZipArchive::ZipArchive(std::shared_ptr<const MappedFile> file) : file_(std::move(file)) {
-  const std::string& name = file_->path();
-  const std::string_view bytes = file_->view();
-  const uint64_t size = bytes.size();
-  const Reader r(bytes, name);
-  if (size < kEocdSize) fail("{}: too short for a zip archive ({} bytes)", name, size);
+namespace {
 
+// Where the central directory lies, from the end record (and the ZIP64 end record when there is one).
+struct CentralDirectory {
+  uint64_t offset = 0, size = 0, count = 0;
+};
+
+CentralDirectory central_directory(const Reader& r) {
+  const std::string& name = r.name();
+  const uint64_t size = r.bytes().size();
+  if (size < kEocdSize) fail("{}: too short for a zip archive ({} bytes)", name, size);
   // The EOCD is the last record; a comment of up to 65535 bytes may follow it.
   uint64_t eocd = UINT64_MAX;
   for (uint64_t at = size - kEocdSize + 1; at-- > 0 && size - at <= kEocdSize + 0xFFFF;) {
@@ -99,55 +105,69 @@ ZipArchive::ZipArchive(std::shared_ptr<const MappedFile> file) : file_(std::move
          cd_offset, cd_size, eocd);
   if (count > cd_size / kCentralSize)
     fail("{}: {} entries cannot fit in a {}-byte central directory", name, count, cd_size);
+  return {cd_offset, cd_size, count};
+}
 
-  entries_.reserve(count);
-  uint64_t at = cd_offset;
-  const uint64_t cd_end = cd_offset + cd_size;
-  for (uint64_t i = 0; i < count; ++i) {
-    if (cd_end - at < kCentralSize || r.u32(at, "central record") != kCentralHeader)
-      fail("{}: central directory record {} of {} at offset {} is missing or has a bad signature", name, i, count, at);
-    ZipEntry e;
-    e.flags = r.u16(at + 8, "central record");
-    e.method = r.u16(at + 10, "central record");
-    e.size = r.u32(at + 20, "central record");
-    e.uncompressed = r.u32(at + 24, "central record");
-    const uint64_t name_len = r.u16(at + 28, "central record"), extra_len = r.u16(at + 30, "central record");
-    const uint64_t comment_len = r.u16(at + 32, "central record");
-    uint64_t start_disk = r.u16(at + 34, "central record");
-    uint64_t local = r.u32(at + 42, "central record");
-    const uint64_t record_len = kCentralSize + name_len + extra_len + comment_len;
-    if (record_len > cd_end - at) fail("{}: central directory record {} runs past the central directory", name, i);
-    e.name = std::string(bytes.substr(at + kCentralSize, name_len));
-    // The ZIP64 extra field holds, in this order, each of these whose 32-bit (16-bit) field is all ones.
-    for (uint64_t x = at + kCentralSize + name_len, x_end = x + extra_len; x + 4 <= x_end;) {
-      const uint16_t id = r.u16(x, "extra field"), len = r.u16(x + 2, "extra field");
-      if (len > x_end - x - 4) fail("{}: entry '{}' has an extra field running past its record", name, e.name);
-      if (id == kZip64ExtraId) {
-        uint64_t f = x + 4;
-        auto take64 = [&](uint64_t& v, uint64_t all_ones) {
-          if (v != all_ones) return;
-          if (f + 8 > x + 4 + len) fail("{}: entry '{}' has a ZIP64 extra field that is too short", name, e.name);
-          v = r.u64(f, "ZIP64 extra field");
-          f += 8;
-        };
-        take64(e.uncompressed, 0xFFFFFFFF);
-        take64(e.size, 0xFFFFFFFF);
-        take64(local, 0xFFFFFFFF);
-        if (start_disk == 0xFFFF && f + 4 <= x + 4 + len) start_disk = r.u32(f, "ZIP64 extra field");
-      }
-      x += 4 + len;
+// Central directory record i of cd at offset `at`, which moves past it; with its data's offset from the local header.
+ZipEntry central_record(const Reader& r, const CentralDirectory& cd, uint64_t i, uint64_t& at) {
+  const std::string& name = r.name();
+  const uint64_t cd_end = cd.offset + cd.size;
+  if (cd_end - at < kCentralSize || r.u32(at, "central record") != kCentralHeader)
+    fail("{}: central directory record {} of {} at offset {} is missing or has a bad signature", name, i, cd.count, at);
+  ZipEntry e;
+  e.flags = r.u16(at + 8, "central record");
+  e.method = r.u16(at + 10, "central record");
+  e.size = r.u32(at + 20, "central record");
+  e.uncompressed = r.u32(at + 24, "central record");
+  const uint64_t name_len = r.u16(at + 28, "central record"), extra_len = r.u16(at + 30, "central record");
+  const uint64_t comment_len = r.u16(at + 32, "central record");
+  uint64_t start_disk = r.u16(at + 34, "central record");
+  uint64_t local = r.u32(at + 42, "central record");
+  const uint64_t record_len = kCentralSize + name_len + extra_len + comment_len;
+  if (record_len > cd_end - at) fail("{}: central directory record {} runs past the central directory", name, i);
+  e.name = std::string(r.bytes().substr(at + kCentralSize, name_len));
+  // The ZIP64 extra field holds, in this order, each of these whose 32-bit (16-bit) field is all ones.
+  for (uint64_t x = at + kCentralSize + name_len, x_end = x + extra_len; x + 4 <= x_end;) {
+    const uint16_t id = r.u16(x, "extra field"), len = r.u16(x + 2, "extra field");
+    if (len > x_end - x - 4) fail("{}: entry '{}' has an extra field running past its record", name, e.name);
+    if (id == kZip64ExtraId) {
+      uint64_t f = x + 4;
+      auto take64 = [&](uint64_t& v, uint64_t all_ones) {
+        if (v != all_ones) return;
+        if (f + 8 > x + 4 + len) fail("{}: entry '{}' has a ZIP64 extra field that is too short", name, e.name);
+        v = r.u64(f, "ZIP64 extra field");
+        f += 8;
+      };
+      take64(e.uncompressed, 0xFFFFFFFF);
+      take64(e.size, 0xFFFFFFFF);
+      take64(local, 0xFFFFFFFF);
+      if (start_disk == 0xFFFF && f + 4 <= x + 4 + len) start_disk = r.u32(f, "ZIP64 extra field");
     }
-    if (start_disk != 0) fail("{}: entry '{}' starts on disk {}; multi-disk zip archives are not supported", name, e.name, start_disk);
-    if (local > cd_offset || cd_offset - local < kLocalSize || r.u32(local, "local header") != kLocalHeader)
-      fail("{}: entry '{}' has no local file header at offset {}", name, e.name, local);
-    const uint64_t data = local + kLocalSize + r.u16(local + 26, "local header") + r.u16(local + 28, "local header");
-    if (data > cd_offset || e.size > cd_offset - data)
-      fail("{}: entry '{}' ({} bytes at offset {}) runs past the end of the entries at {}: the archive is truncated",
-           name, e.name, e.size, data, cd_offset);
-    e.data_offset = data;
-    if (!by_name_.emplace(e.name, entries_.size()).second) fail("{}: entry '{}' appears twice", name, e.name);
+    x += 4 + len;
+  }
+  if (start_disk != 0) fail("{}: entry '{}' starts on disk {}; multi-disk zip archives are not supported", name, e.name, start_disk);
+  if (local > cd.offset || cd.offset - local < kLocalSize || r.u32(local, "local header") != kLocalHeader)
+    fail("{}: entry '{}' has no local file header at offset {}", name, e.name, local);
+  const uint64_t data = local + kLocalSize + r.u16(local + 26, "local header") + r.u16(local + 28, "local header");
+  if (data > cd.offset || e.size > cd.offset - data)
+    fail("{}: entry '{}' ({} bytes at offset {}) runs past the end of the entries at {}: the archive is truncated",
+         name, e.name, e.size, data, cd.offset);
+  e.data_offset = data;
+  at += record_len;
+  return e;
+}
+
+}  // namespace
+
+ZipArchive::ZipArchive(std::shared_ptr<const MappedFile> file) : file_(std::move(file)) {
+  const Reader r(file_->view(), file_->path());
+  const CentralDirectory cd = central_directory(r);
+  entries_.reserve(cd.count);
+  uint64_t at = cd.offset;
+  for (uint64_t i = 0; i < cd.count; ++i) {
+    ZipEntry e = central_record(r, cd, i, at);
+    if (!by_name_.emplace(e.name, entries_.size()).second) fail("{}: entry '{}' appears twice", file_->path(), e.name);
     entries_.push_back(std::move(e));
-    at += record_len;
   }
 }
 
@@ -167,62 +187,64 @@ std::string_view ZipArchive::data(const ZipEntry& e) const {
   return file_->view().substr(e.data_offset, e.size);
 }
 
-std::string write_zip_stored(const std::vector<std::pair<std::string, std::string>>& entries, bool zip64) {
-  std::string out, central;
-  for (const auto& [name, bytes] : entries) {
-    const uint64_t local = out.size();
-    const uint32_t crc = crc32(bytes);
-    const size_t zip64_local = zip64 ? 4 + 16 : 0;
-    size_t pad = (64 - (local + kLocalSize + name.size() + zip64_local + 4) % 64) % 64;
-    put(out, kLocalHeader, 4);
-    put(out, zip64 ? 45 : 20, 2);
-    put(out, 0, 2);  // flags
-    put(out, 0, 2);  // stored
-    put(out, 0, 4);  // time, date
-    put(out, crc, 4);
-    put(out, zip64 ? 0xFFFFFFFF : bytes.size(), 4);
-    put(out, zip64 ? 0xFFFFFFFF : bytes.size(), 4);
-    put(out, name.size(), 2);
-    put(out, zip64_local + 4 + pad, 2);
-    out += name;
-    if (zip64) {
-      put(out, kZip64ExtraId, 2);
-      put(out, 16, 2);
-      put(out, bytes.size(), 8);
-      put(out, bytes.size(), 8);
-    }
-    put(out, 0x4246, 2);  // "FB": torch's padding field
-    put(out, pad, 2);
-    out.append(pad, 'Z');
-    out += bytes;
+namespace {
 
-    put(central, kCentralHeader, 4);
-    put(central, zip64 ? 45 : 20, 2);
-    put(central, zip64 ? 45 : 20, 2);
-    put(central, 0, 2);
-    put(central, 0, 2);
-    put(central, 0, 4);
-    put(central, crc, 4);
-    put(central, zip64 ? 0xFFFFFFFF : bytes.size(), 4);
-    put(central, zip64 ? 0xFFFFFFFF : bytes.size(), 4);
-    put(central, name.size(), 2);
-    put(central, zip64 ? 4 + 24 : 0, 2);
-    put(central, 0, 2);  // comment
-    put(central, 0, 2);  // disk
-    put(central, 0, 2);  // internal attributes
-    put(central, 0, 4);  // external attributes
-    put(central, zip64 ? 0xFFFFFFFF : local, 4);
-    central += name;
-    if (zip64) {
-      put(central, kZip64ExtraId, 2);
-      put(central, 24, 2);
-      put(central, bytes.size(), 8);
-      put(central, bytes.size(), 8);
-      put(central, local, 8);
-    }
+// An entry's local header and bytes, its data aligned to 64 bytes as torch aligns it.
+void put_local_entry(std::string& out, const std::string& name, const std::string& bytes, uint32_t crc, bool zip64) {
+  const size_t zip64_local = zip64 ? 4 + 16 : 0;
+  const size_t pad = (64 - (out.size() + kLocalSize + name.size() + zip64_local + 4) % 64) % 64;
+  put(out, kLocalHeader, 4);
+  put(out, zip64 ? 45 : 20, 2);
+  put(out, 0, 2);  // flags
+  put(out, 0, 2);  // stored
+  put(out, 0, 4);  // time, date
+  put(out, crc, 4);
+  put(out, zip64 ? 0xFFFFFFFF : bytes.size(), 4);
+  put(out, zip64 ? 0xFFFFFFFF : bytes.size(), 4);
+  put(out, name.size(), 2);
+  put(out, zip64_local + 4 + pad, 2);
+  out += name;
+  if (zip64) {
+    put(out, kZip64ExtraId, 2);
+    put(out, 16, 2);
+    put(out, bytes.size(), 8);
+    put(out, bytes.size(), 8);
   }
-  const uint64_t cd_offset = out.size();
-  out += central;
+  put(out, 0x4246, 2);  // "FB": torch's padding field
+  put(out, pad, 2);
+  out.append(pad, 'Z');
+  out += bytes;
+}
+
+void put_central_record(std::string& central, const std::string& name, uint64_t size, uint32_t crc, uint64_t local, bool zip64) {
+  put(central, kCentralHeader, 4);
+  put(central, zip64 ? 45 : 20, 2);
+  put(central, zip64 ? 45 : 20, 2);
+  put(central, 0, 2);
+  put(central, 0, 2);
+  put(central, 0, 4);
+  put(central, crc, 4);
+  put(central, zip64 ? 0xFFFFFFFF : size, 4);
+  put(central, zip64 ? 0xFFFFFFFF : size, 4);
+  put(central, name.size(), 2);
+  put(central, zip64 ? 4 + 24 : 0, 2);
+  put(central, 0, 2);  // comment
+  put(central, 0, 2);  // disk
+  put(central, 0, 2);  // internal attributes
+  put(central, 0, 4);  // external attributes
+  put(central, zip64 ? 0xFFFFFFFF : local, 4);
+  central += name;
+  if (zip64) {
+    put(central, kZip64ExtraId, 2);
+    put(central, 24, 2);
+    put(central, size, 8);
+    put(central, size, 8);
+    put(central, local, 8);
+  }
+}
+
+// The end records after a central directory of `count` entries and `size` bytes at `offset`.
+void put_end_records(std::string& out, uint64_t count, uint64_t size, uint64_t offset, bool zip64) {
   if (zip64) {
     const uint64_t record = out.size();
     put(out, kZip64Eocd, 4);
@@ -231,10 +253,10 @@ std::string write_zip_stored(const std::vector<std::pair<std::string, std::strin
     put(out, 45, 2);
     put(out, 0, 4);
     put(out, 0, 4);
-    put(out, entries.size(), 8);
-    put(out, entries.size(), 8);
-    put(out, central.size(), 8);
-    put(out, cd_offset, 8);
+    put(out, count, 8);
+    put(out, count, 8);
+    put(out, size, 8);
+    put(out, offset, 8);
     put(out, kZip64Locator, 4);
     put(out, 0, 4);
     put(out, record, 8);
@@ -242,11 +264,26 @@ std::string write_zip_stored(const std::vector<std::pair<std::string, std::strin
   }
   put(out, kEocd, 4);
   put(out, 0, 4);  // disks
-  put(out, zip64 ? 0xFFFF : entries.size(), 2);
-  put(out, zip64 ? 0xFFFF : entries.size(), 2);
-  put(out, zip64 ? 0xFFFFFFFF : central.size(), 4);
-  put(out, zip64 ? 0xFFFFFFFF : cd_offset, 4);
+  put(out, zip64 ? 0xFFFF : count, 2);
+  put(out, zip64 ? 0xFFFF : count, 2);
+  put(out, zip64 ? 0xFFFFFFFF : size, 4);
+  put(out, zip64 ? 0xFFFFFFFF : offset, 4);
   put(out, 0, 2);
+}
+
+}  // namespace
+
+std::string write_zip_stored(const std::vector<std::pair<std::string, std::string>>& entries, bool zip64) {
+  std::string out, central;
+  for (const auto& [name, bytes] : entries) {
+    const uint64_t local = out.size();
+    const uint32_t crc = crc32(bytes);
+    put_local_entry(out, name, bytes, crc, zip64);
+    put_central_record(central, name, bytes.size(), crc, local, zip64);
+  }
+  const uint64_t cd_offset = out.size();
+  out += central;
+  put_end_records(out, entries.size(), central.size(), cd_offset, zip64);
   return out;
 }
 

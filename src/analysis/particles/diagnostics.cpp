@@ -336,101 +336,141 @@ std::string qk_note(const Assumptions& a) {
                "picture without it)";
 }
 
+// The tolerance within which values of φ*(z) along e are one level: level_tol of the largest |φ*(x_i(0))|.
+double level_tolerance(const Trajectory& trajectory, const EigenDirection& e, const DiagnosticOptions& options) {
+  return options.level_tol * std::max((trajectory.x.front() * e.left).cwiseAbs().maxCoeff(), 1e-300);
+}
+
+// The levels of φ*(z) along direction e among the initial tokens: the verdicts' control.
+int64_t initial_levels(const Trajectory& tr, const EigenDirection& e, const DiagnosticOptions& o) {
+  return find_levels(levels_of(tr, 0, e), level_tolerance(tr, e, o)).count();
+}
+
+// Where no theorem applies: the clusters at T against those at t = 0, shown.
+ClaimVerdict clusters_shown(const ParticleDiagnostics& d, const DiagnosticOptions& o, const std::string& statement) {
+  ClaimVerdict v;
+  v.theorem = "none";
+  v.statement = statement;
+  v.measure = "clusters of " + to_string(o.cluster_on);
+  v.value = d.final.clusters.count();
+  v.control = d.series.clusters.front();
+  not_judged(v, "");
+  return v;
+}
+
+ClaimVerdict sphere_verdict(const Trajectory& tr, const ParticleDiagnostics& d, const DiagnosticOptions& o) {
+  // On the sphere z = R(t)⁻¹x only shrinks to 0 (or blows up), so the tokens themselves are counted, whatever
+  // --cluster-on says.
+  const double tol = o.cluster_tol * d.final.scale;
+  ClaimVerdict v;
+  v.theorem = "sphere";
+  v.statement = "On the unit sphere (the LayerNorm idealisation) the tokens themselves gather into a few clusters.";
+  v.measure = "clusters of the tokens x (single linkage within cluster_tol · max‖x_i(0)‖)";
+  v.value = find_clusters(tr.x.back(), tol).count();
+  v.control = find_clusters(tr.x.front(), tol).count();
+  if (!d.assumptions.value_is_identity || !d.assumptions.qk_symmetric || !(d.assumptions.qk_min_eigenvalue > 0)) {
+    // The paper proves clustering on the sphere for V = I and a symmetric positive definite QᵀK; a head with
+    // its own Q, K, V (a real model's) is outside every theorem, so its count is shown, not judged.
+    not_judged(v, "the clustering on the sphere is proved for V = I and a symmetric positive definite QᵀK; this head's "
+                  "V or QᵀK is not of that form");
+  } else {
+    const int64_t n = tr.x.front().rows();
+    v.rule = "pass when x has at most n/2 clusters at T and more than n/2 at t = 0";
+    judge(v, 2 * v.value <= n, 2 * v.control <= n);
+  }
+  return v;
+}
+
+ClaimVerdict collapse_verdict(const FinalDiagnostics& f) {
+  ClaimVerdict v;
+  v.theorem = "collapse";
+  v.statement = "V = −I: the tokens collapse to one point cluster at the origin and P tends to the uniform matrix 1/n.";
+  v.measure = "max‖x_i(T)‖ / max‖x_i(0)‖";
+  v.value = f.max_norm_x / f.scale;
+  v.control = 1;
+  v.note = fmt::format("max|P(T) − 1/n| = {:.3g}", f.uniform_distance);
+  v.rule = "pass when the largest token norm has fallen below 0.1 of its initial value and max|P(T) − 1/n| < 0.05";
+  judge(v, v.value <= 0.1 && f.uniform_distance < 0.05, false);
+  return v;
+}
+
+ClaimVerdict polytope_verdict(const Trajectory& tr, const ParticleDiagnostics& d) {
+  const FinalDiagnostics& f = d.final;
+  const bool whole = f.polytope_dim == tr.x.front().cols();
+  ClaimVerdict v;
+  v.theorem = "polytope";
+  v.statement = whole ? "Theorem 2.1 (V = λI, QᵀK ≻ 0): every rescaled token z_i converges to a vertex of the convex polytope "
+                        "spanned by the limits, or to 0."
+                      : fmt::format("Theorem 2.1 in product form (top eigenvalue of V repeated {} times): the rescaled tokens "
+                                    "projected on its eigenspace converge to vertices of the polytope of their limits, or to 0.",
+                                    f.polytope_dim);
+  v.measure = "tokens whose limit is neither a vertex of the hull of the limits nor 0";
+  v.value = f.tokens_elsewhere;
+  v.control = f.tokens_elsewhere_initially;
+  v.rule = "pass when no token is elsewhere at T (results.final.polytope.tokens_elsewhere = 0) and some are at t = 0";
+  v.note = qk_note(d.assumptions);
+  judge(v, f.tokens_elsewhere == 0, f.tokens_elsewhere_initially == 0);
+  return v;
+}
+
+ClaimVerdict codimension_verdict(const Trajectory& tr, const ParticleDiagnostics& d, const DiagnosticOptions& o) {
+  const FinalDiagnostics& f = d.final;
+  ClaimVerdict v;
+  v.theorem = "codim-k";
+  v.statement = fmt::format("V symmetric with {} simple positive eigenvalues and the rest negative: each positive direction φ_j "
+                            "has at most 3 levels of φ_j*(z), so the tokens end on intersections of hyperplanes of "
+                            "codimension {}.",
+                            f.directions.size(), f.directions.size());
+  v.measure = "the largest number of levels of φ_j*(z) over the positive directions";
+  v.value = v.control = 0;
+  for (size_t k = 0; k < f.directions.size(); ++k) {
+    v.value = std::max<double>(v.value, f.levels[k].count());
+    v.control = std::max<double>(v.control, initial_levels(tr, f.directions[k], o));
+  }
+  v.rule = "pass when every positive direction has at most 3 levels at T (results.final.hyperplanes[j].level_count) and "
+           "some direction has more at t = 0";
+  v.note = qk_note(d.assumptions);
+  judge(v, v.value <= 3, v.control <= 3);
+  return v;
+}
+
+ClaimVerdict hyperplanes_verdict(const Trajectory& tr, const ParticleDiagnostics& d, const DiagnosticOptions& o,
+                                 const EigenDirection& top) {
+  const FinalDiagnostics& f = d.final;
+  ClaimVerdict v;
+  v.theorem = "hyperplanes";
+  v.statement = "Theorem 3.1 (simple positive top eigenvalue λ1 of V): φ1*(z) takes at most 3 values, so the tokens end on at "
+                "most 3 parallel hyperplanes.";
+  v.measure = fmt::format("levels of φ1*(z) (λ1 = {:.4g})", top.eigenvalue);
+  v.value = f.levels[static_cast<size_t>(&top - f.directions.data())].count();
+  v.control = initial_levels(tr, top, o);
+  v.rule = "pass when the top direction has at most 3 levels at T (results.final.hyperplanes[is_top].level_count) and more "
+           "at t = 0";
+  v.note = qk_note(d.assumptions);
+  judge(v, v.value <= 3, v.control <= 3);
+  return v;
+}
+
+// The theorem that applies to this V (and sphere, feed-forward term) decides the rule.
 ClaimVerdict clustering_verdict(const ParticleSystem& system, const Trajectory& tr, const ParticleDiagnostics& d,
                                 const DiagnosticOptions& o) {
-  const FinalDiagnostics& f = d.final;
-  const int64_t n = tr.x.front().rows();
   ClaimVerdict v;
+  if (system.ffn)
+    v = clusters_shown(d, o, "With a feed-forward term no theorem of the paper applies (its experiments show clusters persisting).");
+  else if (system.project_to_sphere)
+    v = sphere_verdict(tr, d, o);
+  else if (d.assumptions.value_is_minus_identity)
+    v = collapse_verdict(d.final);
+  else if (d.final.polytope_dim > 0)
+    v = polytope_verdict(tr, d);
+  else if (codimension_k(d.assumptions, d.final.directions))
+    v = codimension_verdict(tr, d, o);
+  else if (const EigenDirection* top = top_direction(d.final.directions))
+    v = hyperplanes_verdict(tr, d, o, *top);
+  else
+    v = clusters_shown(d, o, "No theorem of the paper covers this V (no simple positive top eigenvalue, no repeated one of a "
+                             "symmetric V, not −I).");
   v.claim = "clusters";
-  const auto levels_at = [&](size_t k, const EigenDirection& e) {
-    const double tol = o.level_tol * std::max((tr.x.front() * e.left).cwiseAbs().maxCoeff(), 1e-300);
-    return find_levels(levels_of(tr, k, e), tol).count();
-  };
-  const EigenDirection* top = top_direction(f.directions);
-  if (system.ffn) {
-    v.theorem = "none";
-    v.statement = "With a feed-forward term no theorem of the paper applies (its experiments show clusters persisting).";
-    v.measure = "clusters of " + to_string(o.cluster_on);
-    v.value = f.clusters.count();
-    v.control = d.series.clusters.front();
-    not_judged(v, "");
-  } else if (system.project_to_sphere) {
-    // On the sphere z = R(t)⁻¹x only shrinks to 0 (or blows up), so the tokens themselves are counted, whatever
-    // --cluster-on says.
-    const double tol = o.cluster_tol * f.scale;
-    v.theorem = "sphere";
-    v.statement = "On the unit sphere (the LayerNorm idealisation) the tokens themselves gather into a few clusters.";
-    v.measure = "clusters of the tokens x (single linkage within cluster_tol · max‖x_i(0)‖)";
-    v.value = find_clusters(tr.x.back(), tol).count();
-    v.control = find_clusters(tr.x.front(), tol).count();
-    if (!d.assumptions.value_is_identity || !d.assumptions.qk_symmetric || !(d.assumptions.qk_min_eigenvalue > 0)) {
-      // The paper proves clustering on the sphere for V = I and a symmetric positive definite QᵀK; a head with
-      // its own Q, K, V (a real model's) is outside every theorem, so its count is shown, not judged.
-      not_judged(v, "the clustering on the sphere is proved for V = I and a symmetric positive definite QᵀK; this head's "
-                    "V or QᵀK is not of that form");
-    } else {
-      v.rule = "pass when x has at most n/2 clusters at T and more than n/2 at t = 0";
-      judge(v, 2 * v.value <= n, 2 * v.control <= n);
-    }
-  } else if (d.assumptions.value_is_minus_identity) {
-    v.theorem = "collapse";
-    v.statement = "V = −I: the tokens collapse to one point cluster at the origin and P tends to the uniform matrix 1/n.";
-    v.measure = "max‖x_i(T)‖ / max‖x_i(0)‖";
-    v.value = f.max_norm_x / f.scale;
-    v.control = 1;
-    v.note = fmt::format("max|P(T) − 1/n| = {:.3g}", f.uniform_distance);
-    v.rule = "pass when the largest token norm has fallen below 0.1 of its initial value and max|P(T) − 1/n| < 0.05";
-    judge(v, v.value <= 0.1 && f.uniform_distance < 0.05, false);
-  } else if (f.polytope_dim > 0) {
-    const bool whole = f.polytope_dim == tr.x.front().cols();
-    v.theorem = "polytope";
-    v.statement = whole ? "Theorem 2.1 (V = λI, QᵀK ≻ 0): every rescaled token z_i converges to a vertex of the convex polytope "
-                          "spanned by the limits, or to 0."
-                        : fmt::format("Theorem 2.1 in product form (top eigenvalue of V repeated {} times): the rescaled tokens "
-                                      "projected on its eigenspace converge to vertices of the polytope of their limits, or to 0.",
-                                      f.polytope_dim);
-    v.measure = "tokens whose limit is neither a vertex of the hull of the limits nor 0";
-    v.value = f.tokens_elsewhere;
-    v.control = f.tokens_elsewhere_initially;
-    v.rule = "pass when no token is elsewhere at T (results.final.polytope.tokens_elsewhere = 0) and some are at t = 0";
-    v.note = qk_note(d.assumptions);
-    judge(v, f.tokens_elsewhere == 0, f.tokens_elsewhere_initially == 0);
-  } else if (codimension_k(d.assumptions, f.directions)) {
-    v.theorem = "codim-k";
-    v.statement = fmt::format("V symmetric with {} simple positive eigenvalues and the rest negative: each positive direction φ_j "
-                              "has at most 3 levels of φ_j*(z), so the tokens end on intersections of hyperplanes of "
-                              "codimension {}.",
-                              f.directions.size(), f.directions.size());
-    v.measure = "the largest number of levels of φ_j*(z) over the positive directions";
-    v.value = v.control = 0;
-    for (size_t k = 0; k < f.directions.size(); ++k) {
-      v.value = std::max<double>(v.value, f.levels[k].count());
-      v.control = std::max<double>(v.control, levels_at(0, f.directions[k]));
-    }
-    v.rule = "pass when every positive direction has at most 3 levels at T (results.final.hyperplanes[j].level_count) and "
-             "some direction has more at t = 0";
-    v.note = qk_note(d.assumptions);
-    judge(v, v.value <= 3, v.control <= 3);
-  } else if (top) {
-    v.theorem = "hyperplanes";
-    v.statement = "Theorem 3.1 (simple positive top eigenvalue λ1 of V): φ1*(z) takes at most 3 values, so the tokens end on at "
-                  "most 3 parallel hyperplanes.";
-    v.measure = fmt::format("levels of φ1*(z) (λ1 = {:.4g})", top->eigenvalue);
-    v.value = f.levels[static_cast<size_t>(top - f.directions.data())].count();
-    v.control = levels_at(0, *top);
-    v.rule = "pass when the top direction has at most 3 levels at T (results.final.hyperplanes[is_top].level_count) and more "
-             "at t = 0";
-    v.note = qk_note(d.assumptions);
-    judge(v, v.value <= 3, v.control <= 3);
-  } else {
-    v.theorem = "none";
-    v.statement = "No theorem of the paper covers this V (no simple positive top eigenvalue, no repeated one of a symmetric V, "
-                  "not −I).";
-    v.measure = "clusters of " + to_string(o.cluster_on);
-    v.value = f.clusters.count();
-    v.control = d.series.clusters.front();
-    not_judged(v, "");
-  }
   return v;
 }
 
@@ -513,6 +553,54 @@ ClaimVerdict rank_verdict(const ParticleSystem& system, const Trajectory& tr, co
   return v;
 }
 
+const Matrix& cluster_points(const Trajectory& trajectory, const DiagnosticOptions& options, size_t k) {
+  return options.cluster_on == StateVariable::z ? trajectory.z[k] : trajectory.x[k];
+}
+
+// The series at every options.every-th time and the last; P_last gets P at the last time.
+DiagnosticSeries diagnostic_series(const ParticleSystem& system, const Trajectory& trajectory, const DiagnosticOptions& options,
+                                   const EigenDirection* top, double scale, Matrix& P_last) {
+  const int64_t n = trajectory.x.front().rows();
+  const size_t last = trajectory.times.size() - 1;
+  DiagnosticSeries s;
+  for (size_t k = 0; k <= last; ++k) {
+    if (k % options.every != 0 && k != last) continue;
+    const Matrix P = attention_matrix(system.head, trajectory.x[k]);
+    const BooleanFit boolean = nearest_boolean(P);
+    s.time.push_back(trajectory.times[k]);
+    s.clusters.push_back(find_clusters(cluster_points(trajectory, options, k), options.cluster_tol * scale).count());
+    s.rank_P.push_back(numerical_rank(singular_values(P), options.rank_tol));
+    s.boolean_distance.push_back(boolean.max_distance);
+    s.leaders.push_back(static_cast<int>(boolean.leaders.size()));
+    s.uniform_distance.push_back((P.array() - 1.0 / n).abs().maxCoeff());
+    s.max_norm_x.push_back(max_row_norm(trajectory.x[k]));
+    if (top) s.top_levels.push_back(find_levels(levels_of(trajectory, k, *top), level_tolerance(trajectory, *top, options)).count());
+    if (k == last) P_last = P;
+  }
+  return s;
+}
+
+// Theorem 2.1: each z_i converges to 0 or to a vertex of the polytope spanned by the limits, on the top eigenspace
+// of W (`basis`, d × k).
+void test_polytope(FinalDiagnostics& f, const Trajectory& trajectory, const Matrix& W, const Matrix& basis, const DiagnosticOptions& options) {
+  const Matrix& x0 = trajectory.x.front();
+  const double top_eigenvalue = (basis.transpose() * W * basis).trace() / f.polytope_dim;
+  const Matrix projected = trajectory.x.back() * basis / trajectory.rescale_factor(top_eigenvalue, f.time);  // Πz (n × k)
+  PolytopeTest test = polytope_test(projected, options.cluster_tol * f.scale, options.hull_tol * f.scale);
+  f.polytope_limits = std::move(test.limits.centres);
+  f.hull = std::move(test.hull);
+  f.token_at_vertex = std::move(test.at_vertex);
+  f.token_at_zero = std::move(test.at_zero);
+  f.tokens_elsewhere = test.elsewhere;
+  // The control: the same test on the initial tokens (z(0) = x(0)), most of which lie inside their hull.
+  f.tokens_elsewhere_initially = polytope_test(x0 * basis, options.cluster_tol * f.scale, options.hull_tol * f.scale).elsewhere;
+  // On the top eigenspace d/dt Πz_i = λ1 Σ_j P_ij (Πz_j − Πz_i) points into the hull of the Πz_j, so that
+  // hull only shrinks.
+  const Matrix projected0 = x0 * basis;
+  for (Eigen::Index i = 0; i < projected.rows(); ++i)
+    f.max_distance_to_initial_hull = std::max(f.max_distance_to_initial_hull, distance_to_hull(projected0, projected.row(i).transpose()));
+}
+
 }  // namespace
 
 ParticleDiagnostics diagnose(const ParticleSystem& system, const Trajectory& trajectory, const DiagnosticOptions& options) {
@@ -522,76 +610,36 @@ ParticleDiagnostics diagnose(const ParticleSystem& system, const Trajectory& tra
   out.assumptions = check_assumptions(system.head);
   const Matrix W = system.head.value_map();
   const auto& x0 = trajectory.x.front();
-  const int64_t n = x0.rows(), d = x0.cols();
+  const int64_t d = x0.cols();
   const double scale = std::max(max_row_norm(x0), 1e-300);
   // Theorems 2.1 and 3.1 describe the limits of z = e^{-tV} x for the unnormalised dynamics. On the sphere the
   // tokens stay bounded, so z → 0 whenever V has a positive eigenvalue and any count of its levels or vertices
   // would pass without saying anything.
   const bool examine_limits = !system.project_to_sphere;
   const auto directions = examine_limits ? simple_positive_directions(W) : std::vector<EigenDirection>{};
-  const EigenDirection* top = top_direction(directions);
-  auto level_tolerance = [&](const EigenDirection& e) {
-    return options.level_tol * std::max((x0 * e.left).cwiseAbs().maxCoeff(), 1e-300);
-  };
-  auto cluster_points = [&](size_t k) -> const Matrix& {
-    return options.cluster_on == StateVariable::z ? trajectory.z[k] : trajectory.x[k];
-  };
-
-  const size_t last = trajectory.times.size() - 1;
   Matrix P_last;
-  for (size_t k = 0; k <= last; ++k) {
-    if (k % options.every != 0 && k != last) continue;
-    const Matrix P = attention_matrix(system.head, trajectory.x[k]);
-    const BooleanFit boolean = nearest_boolean(P);
-    auto& s = out.series;
-    s.time.push_back(trajectory.times[k]);
-    s.clusters.push_back(find_clusters(cluster_points(k), options.cluster_tol * scale).count());
-    s.rank_P.push_back(numerical_rank(singular_values(P), options.rank_tol));
-    s.boolean_distance.push_back(boolean.max_distance);
-    s.leaders.push_back(static_cast<int>(boolean.leaders.size()));
-    s.uniform_distance.push_back((P.array() - 1.0 / n).abs().maxCoeff());
-    s.max_norm_x.push_back(max_row_norm(trajectory.x[k]));
-    if (top) s.top_levels.push_back(find_levels(levels_of(trajectory, k, *top), level_tolerance(*top)).count());
-    if (k == last) P_last = P;
-  }
+  out.series = diagnostic_series(system, trajectory, options, top_direction(directions), scale, P_last);
 
   FinalDiagnostics& f = out.final;
+  const size_t last = trajectory.times.size() - 1;
   const Matrix& x = trajectory.x[last];
   f.time = trajectory.times[last];
   f.scale = scale;
-  f.clusters = find_clusters(cluster_points(last), options.cluster_tol * scale);
+  f.clusters = find_clusters(cluster_points(trajectory, options, last), options.cluster_tol * scale);
   f.singular_values_P = singular_values(P_last);
   f.rank_P = numerical_rank(f.singular_values_P, options.rank_tol);
   f.boolean = nearest_boolean(P_last);
   f.uniform_distance = out.series.uniform_distance.back();
   f.max_norm_x = out.series.max_norm_x.back();
   f.directions = directions;
-  for (const auto& e : directions) f.levels.push_back(find_levels(levels_of(trajectory, last, e), level_tolerance(e)));
+  for (const auto& e : directions) f.levels.push_back(find_levels(levels_of(trajectory, last, e), level_tolerance(trajectory, e, options)));
 
   if (!examine_limits)
     f.limits_not_examined = "the tokens move on the unit sphere: the polytope and hyperplane theorems are about the limits "
                             "of the rescaled tokens of the unnormalised dynamics, which do not apply here";
   const Matrix basis = examine_limits ? polytope_basis(W) : Matrix(d, 0);  // (d × k)
   f.polytope_dim = static_cast<int>(basis.cols());
-  if (f.polytope_dim > 0) {
-    // Theorem 2.1: each z_i converges to 0 or to a vertex of the polytope spanned by the limits.
-    const double top_eigenvalue = (basis.transpose() * W * basis).trace() / f.polytope_dim;
-    const Matrix projected = x * basis / trajectory.rescale_factor(top_eigenvalue, f.time);  // Πz (n × k)
-    PolytopeTest test = polytope_test(projected, options.cluster_tol * scale, options.hull_tol * scale);
-    f.polytope_limits = std::move(test.limits.centres);
-    f.hull = std::move(test.hull);
-    f.token_at_vertex = std::move(test.at_vertex);
-    f.token_at_zero = std::move(test.at_zero);
-    f.tokens_elsewhere = test.elsewhere;
-    // The control: the same test on the initial tokens (z(0) = x(0)), most of which lie inside their hull.
-    f.tokens_elsewhere_initially = polytope_test(x0 * basis, options.cluster_tol * scale, options.hull_tol * scale).elsewhere;
-    // On the top eigenspace d/dt Πz_i = λ1 Σ_j P_ij (Πz_j − Πz_i) points into the hull of the Πz_j, so that
-    // hull only shrinks.
-    const Matrix projected0 = x0 * basis;
-    for (int64_t i = 0; i < n; ++i)
-      f.max_distance_to_initial_hull =
-          std::max(f.max_distance_to_initial_hull, distance_to_hull(projected0, projected.row(i).transpose()));
-  }
+  if (f.polytope_dim > 0) test_polytope(f, trajectory, W, basis, options);
   if (d == 1) {
     Eigen::Index lo, hi;
     x.col(0).minCoeff(&lo);

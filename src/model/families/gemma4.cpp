@@ -15,6 +15,52 @@ namespace {
 using namespace config_json;
 using namespace family_tables;
 
+// rope_parameters: one RoPE per layer type.
+RopeConfig rope_for_type(const nlohmann::json& rope_parameters, const std::string& type, const std::string& origin) {
+  if (!rope_parameters.is_object() || !rope_parameters.contains(type) || !rope_parameters[type].is_object())
+    fail("{}: rope_parameters has no object for layer type '{}'", origin, type);
+  RopeConfig r;
+  r.style = RopeStyle::RotateHalf;
+  parse_rope_object(rope_parameters[type], r, origin);
+  return r;
+}
+
+// Each layer's head size, window and RoPE by its type (sliding or full attention), and KV sharing
+// (Gemma4TextModel): the last num_kv_shared_layers layers compute no keys/values and reuse those of the last
+// earlier non-shared layer of the same type; use_double_wide_mlp doubles their MLP width.
+void parse_gemma4_layers(const nlohmann::json& j, ModelConfig& c, const std::string& origin) {
+  const int64_t global_head_dim = get_int(j, "global_head_dim", c.d_head, origin);
+  const int64_t window = required_int(j, "sliding_window", origin);
+  if (window <= 0) fail("{}: sliding_window must be positive, got {}", origin, window);
+  required(j, "layer_types", origin);
+  const std::vector<std::string> types = parse_layer_types(j, c.n_layers, origin);
+  const nlohmann::json& rope_parameters = required(j, "rope_parameters", origin);
+  c.rope = rope_for_type(rope_parameters, types[0], origin);
+  const int64_t n_shared = get_int(j, "num_kv_shared_layers", 0, origin);
+  if (n_shared < 0 || n_shared >= c.n_layers)
+    fail("{}: num_kv_shared_layers must be in [0, num_hidden_layers), got {}", origin, n_shared);
+  const int64_t first_shared = c.n_layers - n_shared;
+  const bool double_wide = get_or<bool>(j, "use_double_wide_mlp", false, origin);
+  c.layers.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerOverrides& o = c.layers[l];
+    const bool full = types[l] == "full_attention";
+    o.d_head = full ? global_head_dim : c.d_head;
+    o.sliding_window = full ? 0 : window;
+    o.rope = rope_for_type(rope_parameters, types[l], origin);
+    if (l >= first_shared && n_shared > 0) {
+      for (int64_t s = first_shared - 1; s >= 0; --s) {
+        if (types[s] == types[l]) {
+          o.kv_source = s;
+          break;
+        }
+      }
+      if (o.kv_source < 0) fail("{}: KV-shared layer {} ({}) has no earlier layer of its type to share with", origin, l, types[l]);
+      if (double_wide) o.d_mlp = 2 * c.d_mlp;
+    }
+  }
+}
+
 // Gemma 4 text model (Gemma4TextConfig; the "E" variants with per-layer inputs and KV sharing). Keys whose HF
 // default tdyn cannot confirm are required.
 ModelConfig parse_gemma4_text(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
@@ -61,49 +107,7 @@ ModelConfig parse_gemma4_text(const nlohmann::json& j, const std::string& origin
   c.d_per_layer_input = get_int(j, "hidden_size_per_layer_input", 0, origin);
   if (c.d_per_layer_input > 0) c.d_vocab_per_layer = get_int(j, "vocab_size_per_layer_input", c.d_vocab, origin);
   parse_token_ids(j, c);
-  const int64_t global_head_dim = get_int(j, "global_head_dim", c.d_head, origin);
-  const int64_t window = required_int(j, "sliding_window", origin);
-  if (window <= 0) fail("{}: sliding_window must be positive, got {}", origin, window);
-  required(j, "layer_types", origin);
-  std::vector<std::string> types = parse_layer_types(j, c.n_layers, origin);
-
-  // rope_parameters: one RoPE per layer type.
-  const nlohmann::json& rp = required(j, "rope_parameters", origin);
-  auto rope_for = [&](const std::string& type) {
-    if (!rp.is_object() || !rp.contains(type) || !rp[type].is_object())
-      fail("{}: rope_parameters has no object for layer type '{}'", origin, type);
-    RopeConfig r;
-    r.style = RopeStyle::RotateHalf;
-    parse_rope_object(rp[type], r, origin);
-    return r;
-  };
-  c.rope = rope_for(types[0]);
-
-  // KV sharing (Gemma4TextModel): the last num_kv_shared_layers layers compute no keys/values and reuse those
-  // of the last earlier non-shared layer of the same type; use_double_wide_mlp doubles their MLP width.
-  const int64_t n_shared = get_int(j, "num_kv_shared_layers", 0, origin);
-  if (n_shared < 0 || n_shared >= c.n_layers)
-    fail("{}: num_kv_shared_layers must be in [0, num_hidden_layers), got {}", origin, n_shared);
-  const int64_t first_shared = c.n_layers - n_shared;
-  const bool double_wide = get_or<bool>(j, "use_double_wide_mlp", false, origin);
-  c.layers.resize(c.n_layers);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    LayerOverrides& o = c.layers[l];
-    const bool full = types[l] == "full_attention";
-    o.d_head = full ? global_head_dim : c.d_head;
-    o.sliding_window = full ? 0 : window;
-    o.rope = rope_for(types[l]);
-    if (l >= first_shared && n_shared > 0) {
-      for (int64_t s = first_shared - 1; s >= 0; --s) {
-        if (types[s] == types[l]) {
-          o.kv_source = s;
-          break;
-        }
-      }
-      if (o.kv_source < 0) fail("{}: KV-shared layer {} ({}) has no earlier layer of its type to share with", origin, l, types[l]);
-      if (double_wide) o.d_mlp = 2 * c.d_mlp;
-    }
-  }
+  parse_gemma4_layers(j, c, origin);
   return c;
 }
 
