@@ -434,6 +434,52 @@ TEST(Analyze, AblatedModelInEveryPartAndControl) {
   EXPECT_FALSE(fs::exists(dir / "bad/pass")) << "the pass ran before the check";
 }
 
+// On two threads the initialisations after the first run their parts side by side, one thread each: each part's
+// command line says --threads 1 and, run alone from the seed's checkpoint (written again by its init_argv) and
+// pass, gives its results again, power-l2's float32 forward included; the first seed keeps both threads.
+TEST(Analyze, InitialisationsSideBySideReproduceAlone) {
+  TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
+  TDYN_REQUIRE_SHARED("data/wikitext-2/wiki.test.raw");
+  const fs::path dir = test::scratch_dir("analyze_side_by_side_seeds");
+  std::string err;
+  ASSERT_EQ(test::run_cli(fmt::format("--threads 2 --quiet analyze {} --data {} --samples 8 --max-len 24 --init-seeds 2 --interval-subsets 0 "
+                                      "--skip particles --out {}",
+                                      (test::shared_dir() / "models/stories260K/stories260K.bin").string(),
+                                      (test::shared_dir() / "data/wikitext-2/wiki.test.raw").string(), (dir / "out").string()),
+                          nullptr, &err),
+            0)
+      << err;
+  const json results = json::parse(read_file(dir / "out/results.json"));
+  const json& seeds = results["results"]["parts"]["init"]["seeds"];
+  ASSERT_EQ(seeds.size(), 4u);
+  for (size_t s = 0; s < seeds.size(); ++s) {
+    EXPECT_EQ(seeds[s]["status"], "ok") << seeds[s].dump(1);
+    for (const auto& [part, argv] : seeds[s]["argv"].items()) EXPECT_EQ(argv[3], s == 0 ? "2" : "1") << part << " " << argv.dump();
+  }
+  const json& seed = seeds[3];  // scaled-1
+  auto run = [&](std::vector<std::string> argv) {
+    std::string line;
+    for (size_t i = 1; i < argv.size(); ++i) line += test::shell_quote(argv[i]) + " ";
+    ASSERT_EQ(test::run_cli(line, nullptr, &err), 0) << line << "\n" << err;
+  };
+  auto results_of = [](const fs::path& part) {  // without where they were written
+    json r = json::parse(read_file(part / "results.json"))["results"];
+    if (r.contains("checkpoints"))
+      for (json& c : r["checkpoints"]) c.erase("results_dir");
+    return r;
+  };
+  run(seed["init_argv"].get<std::vector<std::string>>());
+  for (const char* part : {"power", "power-l2", "jacobian", "topology"}) {
+    auto argv = seed["argv"][part].get<std::vector<std::string>>();
+    const auto out = std::find(argv.begin(), argv.end(), "--out");
+    ASSERT_NE(out, argv.end());
+    *(out + 1) = (dir / "alone" / part).string();
+    run(argv);
+    EXPECT_EQ(results_of(dir / "alone" / part), results_of(dir / "out/init/scaled-1" / part)) << part;
+  }
+  EXPECT_EQ(read_file(dir / "alone/power-l2/alignment_after.npy"), read_file(dir / "out/init/scaled-1/power-l2/alignment_after.npy"));
+}
+
 // Progress into a log (stderr not a terminal): every line under one prefix, and a stage's count at most once
 // every 10 s while it runs (ETA lines), plus one line when it ends, so a short analysis prints a few lines.
 TEST(Analyze, ProgressInALogIsOneLinePerStage) {

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include <fmt/ranges.h>
+#include <omp.h>
 
 #include "analysis/layer_matrix.h"
 #include "analysis/power/pass.h"
@@ -11,6 +12,7 @@
 #include "core/files.h"
 #include "core/phase_times.h"
 #include "core/ranks.h"
+#include "kernels/serial_blas.h"
 #include "report/compare.h"
 #include "report/html_report.h"
 
@@ -161,12 +163,14 @@ class Analysis {
   // The controls' samples and their token ids: the first subset's when the subsets run, else all samples.
   const std::vector<Sample>& control_samples() const { return controls_on_subset_ ? control_subset_ : in_.samples; }
   fs::path control_ids() const { return controls_on_subset_ ? subset_dir(dir_, 0) / "samples.ids" : dir_ / "init" / "samples.ids"; }
-  void run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in,
+  nlohmann::json run_init_seed(InitSeed& seed, bool first, ProgressSink& progress, std::string& error);
+  void run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in, ProgressSink& progress,
                             const std::shared_ptr<const std::vector<LayerSpectrum>>& spectra, const std::vector<std::string>& names,
                             bool figures, nlohmann::json& record, bool first);
   nlohmann::json options_json() const;
   std::vector<uint64_t> init_seed_list() const;
-  std::vector<std::string> command(const std::string& name) const;
+  std::vector<std::string> command(const std::string& name, int threads) const;
+  std::vector<std::string> command(const std::string& name) const { return command(name, o_.threads); }
   std::vector<std::string> part_command(const std::string& name) const;
   void run_part(const std::string& name);
   void side_by_side();
@@ -469,7 +473,7 @@ void Analysis::run_subsets(nlohmann::json& record) {
   record["subsets"] = nlohmann::json::array();
   for (size_t g = 0; g < subsets_.size(); ++g) {
     nlohmann::json subset = {{"dir", fs::relative(subset_dir(dir_, g), dir_).generic_string()}, {"samples", subsets_[g].samples.size()}};
-    run_controlled_parts(o_.model_path, subset_dir(dir_, g), subsets_[g], spectra_, {"jacobian", "topology"}, false, subset, false);
+    run_controlled_parts(o_.model_path, subset_dir(dir_, g), subsets_[g], progress_, spectra_, {"jacobian", "topology"}, false, subset, false);
     record["subsets"].push_back(subset);
   }
   // The nested first ⌈S/4⌉ and ⌈S/2⌉ samples, into DIR/nested/{quarter,half}/jacobian: the verdicts' stability flags.
@@ -477,14 +481,14 @@ void Analysis::run_subsets(nlohmann::json& record) {
   for (size_t i = 0; i < nested_.size(); ++i) {
     const fs::path dir = fs::path(nested_[i].sample_options.data).parent_path();
     nlohmann::json nested = {{"dir", fs::relative(dir, dir_).generic_string()}, {"samples", nested_[i].samples.size()}};
-    run_controlled_parts(o_.model_path, dir, nested_[i], spectra_, {"jacobian"}, false, nested, false);
+    run_controlled_parts(o_.model_path, dir, nested_[i], progress_, spectra_, {"jacobian"}, false, nested, false);
     record["nested"].push_back(nested);
   }
 }
 
 // A part's command line: this program with the run's thread count and quietness.
-std::vector<std::string> Analysis::command(const std::string& name) const {
-  std::vector<std::string> argv = {o_.program, name, "--threads", std::to_string(o_.threads)};
+std::vector<std::string> Analysis::command(const std::string& name, int threads) const {
+  std::vector<std::string> argv = {o_.program, name, "--threads", std::to_string(threads)};
   if (o_.quiet) argv.push_back("--quiet");
   return argv;
 }
@@ -521,13 +525,15 @@ std::vector<std::string> Analysis::part_command(const std::string& name) const {
 // and 1 and one random-N draw, topology), each part not skipped, for `checkpoint` on the inputs `in` (its samples'
 // token ids and its pass) into dir/PART; their command lines go to record["argv"]. With `first`, their results are
 // also AnalyzeResult's init_*.
-void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in,
+void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::path& dir, const AnalysisInputs& in, ProgressSink& progress,
                                     const std::shared_ptr<const std::vector<LayerSpectrum>>& spectra,
                                     const std::vector<std::string>& names, bool figures, nlohmann::json& record, bool first) {
   TDYN_CHECK(in.model && !in.pass.from_pass.empty());
   for (const std::string& part : names) {
     if (skipped(part)) continue;
-    std::vector<std::string> argv = command(command_of(part));
+    // Seeds run side by side (run_init) run their parts on one thread each, and say so: a float32 forward pass
+    // (power-l2's) rounds differently on another number of threads.
+    std::vector<std::string> argv = command(command_of(part), omp_in_parallel() ? 1 : o_.threads);
     append(argv, {checkpoint, "--data", in.sample_options.data, "--samples", std::to_string(in.samples.size()), "--max-len",
                   std::to_string(o_.max_len), "--min-len", "1"});
     append(argv, loading_flags(o_.load));
@@ -551,21 +557,21 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
       PowerOptions options = control_power_options(idealised(part) ? DynamicsMode::AttnOnlyL2 : DynamicsMode::Full);
       options.ablations = o_.ablations;
       options.spectra = spectra;
-      PowerResult r = power_to(out, idealised(part) ? without_pass(in) : in, options, progress_);
+      PowerResult r = power_to(out, idealised(part) ? without_pass(in) : in, options, progress);
       if (first && part == "power") result_.init_power = std::move(r), result_.init_power_options = options;
     } else if (part == "jacobian") {
       JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
       options.ablations = o_.ablations;
       // A run whose figures are drawn shows the cumulative ranks at every depth; the others serve only the verdicts.
       options.cumulative_ends_only = !figures;
-      JacobianResult r = jacobian_to(out, in, {}, options, progress_);
+      JacobianResult r = jacobian_to(out, in, {}, options, progress);
       if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
     } else if (part == "topology") {
       TopologyOptions options;
       options.ablations = o_.ablations;
       if (normality_known) options.normality_from = (dir / "jacobian").string();
       options.layout = figures;
-      TopologyResult r = topology_to(out, in, {}, options, progress_);
+      TopologyResult r = topology_to(out, in, {}, options, progress);
       if (first) result_.init_topology = std::move(r), result_.init_topology_options = options;
     }
   }
@@ -580,45 +586,68 @@ void Analysis::run_init(nlohmann::json& record) {
     nlohmann::json model = {{"dir", fs::relative(subset_dir(dir_, 0), dir_).generic_string()},
                             {"samples", subsets_.front().samples.size()},
                             {"what", "the model on the controls' samples with their options: what each claim compares them with"}};
-    run_controlled_parts(o_.model_path, subset_dir(dir_, 0), subsets_.front(), spectra_, {"power", "power-l2"}, false, model, false);
+    run_controlled_parts(o_.model_path, subset_dir(dir_, 0), subsets_.front(), progress_, spectra_, {"power", "power-l2"}, false, model, false);
     record["model"] = model;
   }
   subsets_.clear();  // their models and samples are no longer needed
   record["samples"] = control_samples().size();
   record["seeds"] = nlohmann::json::array();
-  std::vector<std::string> errors;
-  for (InitSeed& seed : init_) {
-    const bool first = &seed == &init_.front();  // the report shows its parts; its results are also AnalyzeResult's init_*
-    nlohmann::json seed_record = {{"seed", seed.seed}, {"dir", fs::relative(seed.dir, dir_).generic_string()},
-                                  {"weights", seed.scaled ? "each kind of tensor at the model's own mean and spread" : "the family's rule"}};
-    const fs::path checkpoint = seed.dir / "model";
-    std::vector<std::string> init_argv = {o_.program, "init", o_.model_path, "--seed", std::to_string(seed.seed), "--out", checkpoint.string()};
-    if (seed.scaled) init_argv.push_back("--match-scales");
-    append(init_argv, loading_flags(o_.load));
-    seed_record["init_argv"] = init_argv;
-    try {
-      if (!seed.error.empty()) throw Error(seed.error);
-      if (!seed.in.model) {  // its checkpoint was removed after its pass (init_pass): the same draw again
-        write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, 0, seed.scaled ? &moments_ : nullptr);
-        seed.in.model = load_model(checkpoint.string(), o_.load);
-      }
-      run_controlled_parts(checkpoint.string(), seed.dir, seed.in, seed.spectra, {"power", "power-l2", "jacobian", "topology"}, first, seed_record,
-                           first);
-      seed_record["status"] = "ok";
-    } catch (const std::exception& e) {
-      seed_record["status"] = "failed";
-      seed_record["error"] = e.what();
-      errors.push_back(fmt::format("seed {}: {}", seed.seed, e.what()));
-    }
-    seed.in = {};  // its model and samples are no longer needed
-    // A checkpoint is as large as the model: only the first initialisation's stays; init_argv reproduces any other exactly.
-    if (!first) {
-      fs::remove_all(checkpoint);
-      seed_record["model"] = "removed after its parts ran; init_argv writes it again";
-    }
-    record["seeds"].push_back(seed_record);
+  std::vector<nlohmann::json> seed_records(init_.size());
+  std::vector<std::string> errors(init_.size());
+  // The first seed runs alone on every thread: its parts draw the figures and are AnalyzeResult's init_*. The
+  // others run side by side, one per thread, when their models are all in memory and this is the only process:
+  // a control's parts are small (its samples are one subset's, its metrics one decomposition per depth) and gain
+  // less from their own threads than seeds run side by side do.
+  const size_t n = init_.size();
+  if (n > 0) seed_records[0] = run_init_seed(init_[0], true, progress_, errors[0]);
+  if (keep_init_models_ && ranks().size == 1) {
+    parallel_tasks(static_cast<int64_t>(n) - 1, [&](int64_t i) {
+      const size_t s = static_cast<size_t>(i) + 1;
+      if (omp_in_parallel()) omp_set_num_threads(1);  // this thread's own parallel regions, for the rest of the region
+      seed_records[s] = run_init_seed(init_[s], false, silent_progress(), errors[s]);
+    });
+  } else {
+    for (size_t s = 1; s < n; ++s) seed_records[s] = run_init_seed(init_[s], false, progress_, errors[s]);
   }
-  if (!errors.empty()) throw Error(fmt::format("{}", fmt::join(errors, "; ")));
+  std::vector<std::string> failed;
+  for (size_t s = 0; s < n; ++s) {
+    record["seeds"].push_back(std::move(seed_records[s]));
+    if (!errors[s].empty()) failed.push_back(fmt::format("seed {}: {}", init_[s].seed, errors[s]));
+  }
+  if (!failed.empty()) throw Error(fmt::format("{}", fmt::join(failed, "; ")));
+}
+
+// One seed of the init control: its parts (run_controlled_parts) into its directory, and its record; a failure is
+// recorded there and in `error`.
+nlohmann::json Analysis::run_init_seed(InitSeed& seed, bool first, ProgressSink& progress, std::string& error) {
+  nlohmann::json seed_record = {{"seed", seed.seed}, {"dir", fs::relative(seed.dir, dir_).generic_string()},
+                                {"weights", seed.scaled ? "each kind of tensor at the model's own mean and spread" : "the family's rule"}};
+  const fs::path checkpoint = seed.dir / "model";
+  std::vector<std::string> init_argv = {o_.program, "init", o_.model_path, "--seed", std::to_string(seed.seed), "--out", checkpoint.string()};
+  if (seed.scaled) init_argv.push_back("--match-scales");
+  append(init_argv, loading_flags(o_.load));
+  seed_record["init_argv"] = init_argv;
+  try {
+    if (!seed.error.empty()) throw Error(seed.error);
+    if (!seed.in.model) {  // its checkpoint was removed after its pass (init_pass): the same draw again
+      write_init_checkpoint(*in_.model, o_.model_path, checkpoint, seed.seed, 0, seed.scaled ? &moments_ : nullptr);
+      seed.in.model = load_model(checkpoint.string(), o_.load);
+    }
+    run_controlled_parts(checkpoint.string(), seed.dir, seed.in, progress, seed.spectra, {"power", "power-l2", "jacobian", "topology"}, first,
+                         seed_record, first);
+    seed_record["status"] = "ok";
+  } catch (const std::exception& e) {
+    seed_record["status"] = "failed";
+    seed_record["error"] = e.what();
+    error = e.what();
+  }
+  seed.in = {};  // its model and samples are no longer needed
+  // A checkpoint is as large as the model: only the first initialisation's stays; init_argv reproduces any other exactly.
+  if (!first) {
+    fs::remove_all(checkpoint);
+    seed_record["model"] = "removed after its parts ran; init_argv writes it again";
+  }
+  return seed_record;
 }
 
 // Runs one part and records how it went; a part's error is recorded, and the analysis goes on.

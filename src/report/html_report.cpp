@@ -445,7 +445,8 @@ std::string render_html_report(const fs::path& dir) {
   h += fmt::format("<h1>tdyn report{}</h1>\n", model.empty() ? "" : fmt::format(": <code>{}</code>", html_escape(model)));
   std::time_t now = std::time(nullptr);
   char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::tm utc{};
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M UTC", gmtime_r(&now, &utc));
   h += fmt::format("<p class=\"sub\">Transformers as dynamical systems · report built {} by tdyn {} from <code>{}</code></p>\n", stamp,
                    TDYN_VERSION, html_escape(dir.filename().empty() ? dir.string() : dir.filename().string()));
   // The init control's parts get a section for their first seed only; the other seeds' values are in the summary's

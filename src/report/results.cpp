@@ -39,7 +39,8 @@ ResultsDir::ResultsDir(fs::path dir, std::string command, std::vector<std::strin
   }
   std::time_t now = std::time(nullptr);
   char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::tm utc{};
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &utc));  // analyses may start side by side
   json_ = {{"schema_version", kResultsSchemaVersion},
            {"tool", "tdyn"},
            {"tool_version", TDYN_VERSION},
