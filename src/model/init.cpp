@@ -120,8 +120,7 @@ void write_random_init(const nlohmann::json& hf_config, const fs::path& dir, uin
       } else if (spec.layout != Layout::Vector) {
         draws.push_back({&tensor.bytes, 0, initializer_range * init_scale(reparsed, name)});
       } else if (spec.part == Part::Weight) {
-        const std::vector<float> ones(numel(shape), 1.0f);  // norm scales start at 1
-        std::memcpy(tensor.bytes.data(), ones.data(), tensor.bytes.size());
+        tensor = f32_tensor(shape, std::vector<float>(numel(shape), 1.0f).data());  // norm scales start at 1
       }
     }
   }

@@ -595,12 +595,12 @@ void Analysis::run_init(nlohmann::json& record) {
   std::vector<nlohmann::json> seed_records(init_.size());
   std::vector<std::string> errors(init_.size());
   // The first seed runs alone on every thread: its parts draw the figures and are AnalyzeResult's init_*. The
-  // others run side by side, one per thread, when their models are all in memory and this is the only process:
-  // a control's parts are small (its samples are one subset's, its metrics one decomposition per depth) and gain
-  // less from their own threads than seeds run side by side do.
+  // others run side by side, one per thread, when their models are all in memory: a control's parts are small (its
+  // samples are one subset's, its metrics one decomposition per depth) and gain less from their own threads than
+  // seeds run side by side do. Under MPI the parts run on rank 0 alone, the other ranks done, so alike.
   const size_t n = init_.size();
   if (n > 0) seed_records[0] = run_init_seed(init_[0], true, progress_, errors[0]);
-  if (keep_init_models_ && ranks().size == 1) {
+  if (keep_init_models_) {
     parallel_tasks(static_cast<int64_t>(n) - 1, [&](int64_t i) {
       const size_t s = static_cast<size_t>(i) + 1;
       if (omp_in_parallel()) omp_set_num_threads(1);  // this thread's own parallel regions, for the rest of the region

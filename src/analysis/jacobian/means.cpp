@@ -193,20 +193,20 @@ bool SurgerySweep::real(size_t task) const {
 void SurgerySweep::add(const Matrix& mean) { add(mean, linalg::complex_schur(mean)); }
 
 void SurgerySweep::add(const Matrix& mean, const linalg::ComplexSchur& schur) {
+  const double departure = schur.strictly_upper().norm();
   const uint64_t seed = options_.seed + static_cast<uint64_t>(depth_);
   // One task per thread: the complex SVDs that rank each depth gain little from BLAS's threads.
   std::vector<size_t> mine;
   for (size_t t = 0; t < tasks_.size(); ++t)
     if (share_.mine(static_cast<int64_t>(t))) mine.push_back(t);
-  parallel_tasks(static_cast<int64_t>(mine.size()), [&](int64_t i) { step(mine[static_cast<size_t>(i)], mean, schur, seed); });
+  parallel_tasks(static_cast<int64_t>(mine.size()), [&](int64_t i) { step(mine[static_cast<size_t>(i)], mean, schur, departure, seed); });
   ++depth_;
 }
 
-void SurgerySweep::step(size_t t, const Matrix& mean, const linalg::ComplexSchur& schur, uint64_t seed) {
+void SurgerySweep::step(size_t t, const Matrix& mean, const linalg::ComplexSchur& schur, double departure, uint64_t seed) {
   const Task& task = tasks_[t];
   Found& found = found_[t];
   if (real(t)) {  // J_1 = J: the mean itself, not its reconstruction from the Schur form
-    const double departure = schur.strictly_upper().norm();
     const double identity_form = std::sqrt(std::max(0.0, mean.squaredNorm() - schur.eigenvalues().squaredNorm()));
     found.departure_ratio.push_back(departure > 0 ? identity_form / departure : 0.0);
     const Matrix& c = real_product_.add(mean);
@@ -220,7 +220,6 @@ void SurgerySweep::step(size_t t, const Matrix& mean, const linalg::ComplexSchur
     modified = schur_surgery_control(schur, options_.alphas[task.index], seed);
   } else {
     modified = schur_surgery(schur, options_.alphas[task.index]);
-    const double departure = schur.strictly_upper().norm();
     found.departure_ratio.push_back(departure > 0 ? henrici_departure(modified, schur.eigenvalues()) / departure : 0.0);
     found.max_imaginary_fraction = std::max(found.max_imaginary_fraction, imaginary_fraction(modified));
   }

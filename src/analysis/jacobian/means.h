@@ -151,7 +151,8 @@ class SurgerySweep {
     std::vector<double> departure_ratio;
     double max_imaginary_fraction = 0;
   };
-  void step(size_t task, const linalg::Matrix& mean, const linalg::ComplexSchur& schur, uint64_t seed);
+  // `departure`: ‖N‖_F of J̄_k's Schur form, `seed` the depth's.
+  void step(size_t task, const linalg::Matrix& mean, const linalg::ComplexSchur& schur, double departure, uint64_t seed);
   bool real(size_t task) const;                      // the unit α's surgery: the means' own product
   std::vector<Found> finished() const;               // this share's tasks' findings, ranked at the full depth
   std::vector<SurgeryPoint> assemble(const std::vector<Found>& found) const;
