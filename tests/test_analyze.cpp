@@ -434,15 +434,16 @@ TEST(Analyze, AblatedModelInEveryPartAndControl) {
   EXPECT_FALSE(fs::exists(dir / "bad/pass")) << "the pass ran before the check";
 }
 
-// On two threads the initialisations after the first run their parts side by side, one thread each: each part's
-// command line says --threads 1 and, run alone from the seed's checkpoint (written again by its init_argv) and
-// pass, gives its results again, power-l2's float32 forward included; the first seed keeps both threads.
-TEST(Analyze, InitialisationsSideBySideReproduceAlone) {
+// On two threads the initialisations after the first, the sample subsets and the nested sets run their parts side
+// by side, one thread each: each part's command line says --threads 1 and, run alone (an initialisation from its
+// checkpoint, written again by its init_argv) from its pass, gives its results again, power-l2's float32 forward
+// included; the first seed keeps both threads.
+TEST(Analyze, PartsSideBySideReproduceAlone) {
   TDYN_REQUIRE_SHARED("models/stories260K/stories260K.bin");
   TDYN_REQUIRE_SHARED("data/wikitext-2/wiki.test.raw");
-  const fs::path dir = test::scratch_dir("analyze_side_by_side_seeds");
+  const fs::path dir = test::scratch_dir("analyze_side_by_side");
   std::string err;
-  ASSERT_EQ(test::run_cli(fmt::format("--threads 2 --quiet analyze {} --data {} --samples 8 --max-len 24 --init-seeds 2 --interval-subsets 0 "
+  ASSERT_EQ(test::run_cli(fmt::format("--threads 2 --quiet analyze {} --data {} --samples 8 --max-len 24 --init-seeds 2 --interval-subsets 2 "
                                       "--skip particles --out {}",
                                       (test::shared_dir() / "models/stories260K/stories260K.bin").string(),
                                       (test::shared_dir() / "data/wikitext-2/wiki.test.raw").string(), (dir / "out").string()),
@@ -456,7 +457,12 @@ TEST(Analyze, InitialisationsSideBySideReproduceAlone) {
     EXPECT_EQ(seeds[s]["status"], "ok") << seeds[s].dump(1);
     for (const auto& [part, argv] : seeds[s]["argv"].items()) EXPECT_EQ(argv[3], s == 0 ? "2" : "1") << part << " " << argv.dump();
   }
-  const json& seed = seeds[3];  // scaled-1
+  const json& jacobian = results["results"]["parts"]["jacobian"];
+  ASSERT_EQ(jacobian["subsets"].size(), 2u);
+  ASSERT_EQ(jacobian["nested"].size(), 2u);
+  for (const char* kind : {"subsets", "nested"})
+    for (const json& run : jacobian[kind])
+      for (const auto& [part, argv] : run["argv"].items()) EXPECT_EQ(argv[3], "1") << kind << " " << part << " " << argv.dump();
   auto run = [&](std::vector<std::string> argv) {
     std::string line;
     for (size_t i = 1; i < argv.size(); ++i) line += test::shell_quote(argv[i]) + " ";
@@ -468,16 +474,22 @@ TEST(Analyze, InitialisationsSideBySideReproduceAlone) {
       for (json& c : r["checkpoints"]) c.erase("results_dir");
     return r;
   };
-  run(seed["init_argv"].get<std::vector<std::string>>());
-  for (const char* part : {"power", "power-l2", "jacobian", "topology"}) {
-    auto argv = seed["argv"][part].get<std::vector<std::string>>();
+  // Each part's command line with its --out moved to `alone`: the same results there.
+  auto expect_alone = [&](const json& record, const std::string& part, const fs::path& alone) {
+    auto argv = record["argv"][part].get<std::vector<std::string>>();
     const auto out = std::find(argv.begin(), argv.end(), "--out");
     ASSERT_NE(out, argv.end());
-    *(out + 1) = (dir / "alone" / part).string();
+    const fs::path was = *(out + 1);
+    *(out + 1) = alone.string();
     run(argv);
-    EXPECT_EQ(results_of(dir / "alone" / part), results_of(dir / "out/init/scaled-1" / part)) << part;
-  }
+    EXPECT_EQ(results_of(alone), results_of(was)) << part << " of " << record["dir"];
+  };
+  const json& seed = seeds[3];  // scaled-1
+  run(seed["init_argv"].get<std::vector<std::string>>());
+  for (const char* part : {"power", "power-l2", "jacobian", "topology"}) expect_alone(seed, part, dir / "alone" / part);
   EXPECT_EQ(read_file(dir / "alone/power-l2/alignment_after.npy"), read_file(dir / "out/init/scaled-1/power-l2/alignment_after.npy"));
+  for (const char* part : {"jacobian", "topology"}) expect_alone(jacobian["subsets"][1], part, dir / "alone-subset" / part);
+  expect_alone(jacobian["nested"][1], "jacobian", dir / "alone-half");
 }
 
 // Progress into a log (stderr not a terminal): every line under one prefix, and a stage's count at most once

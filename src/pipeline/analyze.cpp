@@ -1,7 +1,9 @@
 #include "pipeline/analyze.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
+#include <functional>
 
 #include <fmt/ranges.h>
 #include <omp.h>
@@ -41,6 +43,40 @@ constexpr int64_t kHaarNullDraws = 5;
 
 // Bytes (as float32) up to which every initialisation stays loaded between its pass and its parts.
 constexpr double kInitModelsKept = 4.0 * (1 << 30);
+
+// Runs of a control's parts side by side, one thread each, may hold this many bytes of float64 matrices at once.
+// A run's metrics hold about kMatricesPerRun d × d matrices (one operator's decompositions and its surgery's
+// products, the depth chains).
+constexpr double kSideBySideBytes = 4.0 * (1 << 30);
+constexpr double kMatricesPerRun = 24;
+
+// Runs task(0, ·), ..., task(n − 1, ·): side by side, one per thread on serial BLAS with silent progress, as many
+// at once as there are threads and their matrices (d × d) fit kSideBySideBytes; else one after another, each on
+// every thread with `progress`. Small runs gain less from their own threads than from running side by side (a
+// LAPACK decomposition at d = 512 runs about 1.5× faster on two threads, two of them 2× on one thread each).
+// `what` names the runs in that note.
+void side_by_side_or_in_turn(int64_t n, int64_t d, const std::string& what, ProgressSink& progress,
+                             const std::function<void(int64_t, ProgressSink&)>& task) {
+  const double bytes = kMatricesPerRun * sizeof(double) * static_cast<double>(d) * static_cast<double>(d);
+  const int threads = omp_get_max_threads();
+  const int at_once = static_cast<int>(std::clamp<double>(std::floor(kSideBySideBytes / bytes), 1, threads));
+  if (at_once < 2 || n < 2) {
+    for (int64_t i = 0; i < n; ++i) task(i, progress);
+    return;
+  }
+  progress.note(fmt::format("{}: {} side by side", what, at_once));
+  omp_set_num_threads(at_once);
+  try {
+    parallel_tasks(n, [&](int64_t i) {
+      omp_set_num_threads(1);  // this thread's own parallel regions, for the rest of the region
+      task(i, silent_progress());
+    });
+  } catch (...) {
+    omp_set_num_threads(threads);
+    throw;
+  }
+  omp_set_num_threads(threads);
+}
 
 // The loading flags of a command line.
 std::vector<std::string> loading_flags(const LoadOptions& load) {
@@ -466,24 +502,34 @@ bool Analysis::subset_passes() {
   return root;
 }
 
-// The jacobian and topology of every sample subset, with the controls' options, into DIR/subsets/subset-g: the
-// verdicts' intervals of the statistics of mean Jacobians, of the surgery and of the coupling's sign rule. Recorded
-// in the jacobian part's record.
+// The jacobian and topology of every sample subset, with the controls' options, into DIR/subsets/subset-g, and the
+// jacobian of the nested first ⌈S/4⌉ and ⌈S/2⌉ samples into DIR/nested/{quarter,half}: the verdicts' intervals of
+// the statistics of mean Jacobians, of the surgery and of the coupling's sign rule, and their stability flags.
+// Recorded in the jacobian part's record. They run side by side, one per thread, as the initialisations after the
+// first do (run_init), when their metrics' matrices fit (kSideBySideBytes).
 void Analysis::run_subsets(nlohmann::json& record) {
+  struct Run {
+    const AnalysisInputs* in;
+    fs::path dir;
+    std::vector<std::string> parts;
+    nlohmann::json record;
+  };
+  std::vector<Run> runs;
+  for (size_t g = 0; g < subsets_.size(); ++g)
+    runs.push_back({&subsets_[g], subset_dir(dir_, g), {"jacobian", "topology"},
+                    {{"dir", fs::relative(subset_dir(dir_, g), dir_).generic_string()}, {"samples", subsets_[g].samples.size()}}});
+  for (const AnalysisInputs& nested : nested_) {
+    const fs::path dir = fs::path(nested.sample_options.data).parent_path();
+    runs.push_back({&nested, dir, {"jacobian"}, {{"dir", fs::relative(dir, dir_).generic_string()}, {"samples", nested.samples.size()}}});
+  }
+  auto run = [&](int64_t i, ProgressSink& progress) {
+    Run& r = runs[static_cast<size_t>(i)];
+    run_controlled_parts(o_.model_path, r.dir, *r.in, progress, spectra_, r.parts, false, r.record, false);
+  };
+  side_by_side_or_in_turn(static_cast<int64_t>(runs.size()), in_.model->config.d_model, "the sample subsets' and nested sets' parts", progress_, run);
   record["subsets"] = nlohmann::json::array();
-  for (size_t g = 0; g < subsets_.size(); ++g) {
-    nlohmann::json subset = {{"dir", fs::relative(subset_dir(dir_, g), dir_).generic_string()}, {"samples", subsets_[g].samples.size()}};
-    run_controlled_parts(o_.model_path, subset_dir(dir_, g), subsets_[g], progress_, spectra_, {"jacobian", "topology"}, false, subset, false);
-    record["subsets"].push_back(subset);
-  }
-  // The nested first ⌈S/4⌉ and ⌈S/2⌉ samples, into DIR/nested/{quarter,half}/jacobian: the verdicts' stability flags.
   record["nested"] = nlohmann::json::array();
-  for (size_t i = 0; i < nested_.size(); ++i) {
-    const fs::path dir = fs::path(nested_[i].sample_options.data).parent_path();
-    nlohmann::json nested = {{"dir", fs::relative(dir, dir_).generic_string()}, {"samples", nested_[i].samples.size()}};
-    run_controlled_parts(o_.model_path, dir, nested_[i], progress_, spectra_, {"jacobian"}, false, nested, false);
-    record["nested"].push_back(nested);
-  }
+  for (size_t i = 0; i < runs.size(); ++i) record[i < subsets_.size() ? "subsets" : "nested"].push_back(std::move(runs[i].record));
 }
 
 // A part's command line: this program with the run's thread count and quietness.
@@ -595,20 +641,17 @@ void Analysis::run_init(nlohmann::json& record) {
   std::vector<nlohmann::json> seed_records(init_.size());
   std::vector<std::string> errors(init_.size());
   // The first seed runs alone on every thread: its parts draw the figures and are AnalyzeResult's init_*. The
-  // others run side by side, one per thread, when their models are all in memory: a control's parts are small (its
-  // samples are one subset's, its metrics one decomposition per depth) and gain less from their own threads than
-  // seeds run side by side do. Under MPI the parts run on rank 0 alone, the other ranks done, so alike.
+  // others run side by side when their models are all in memory (else each is drawn again in its turn: init_pass).
+  // Under MPI the parts run on rank 0 alone, the other ranks done, so alike.
   const size_t n = init_.size();
   if (n > 0) seed_records[0] = run_init_seed(init_[0], true, progress_, errors[0]);
-  if (keep_init_models_) {
-    parallel_tasks(static_cast<int64_t>(n) - 1, [&](int64_t i) {
-      const size_t s = static_cast<size_t>(i) + 1;
-      if (omp_in_parallel()) omp_set_num_threads(1);  // this thread's own parallel regions, for the rest of the region
-      seed_records[s] = run_init_seed(init_[s], false, silent_progress(), errors[s]);
-    });
-  } else {
-    for (size_t s = 1; s < n; ++s) seed_records[s] = run_init_seed(init_[s], false, progress_, errors[s]);
-  }
+  auto seed = [&](int64_t i, ProgressSink& progress) {
+    const size_t s = static_cast<size_t>(i) + 1;
+    seed_records[s] = run_init_seed(init_[s], false, progress, errors[s]);
+  };
+  const int64_t others = static_cast<int64_t>(n) - 1;
+  if (keep_init_models_) side_by_side_or_in_turn(others, in_.model->config.d_model, "the other initialisations' parts", progress_, seed);
+  else for (int64_t i = 0; i < others; ++i) seed(i, progress_);
   std::vector<std::string> failed;
   for (size_t s = 0; s < n; ++s) {
     record["seeds"].push_back(std::move(seed_records[s]));
