@@ -343,9 +343,9 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
   const LayerWeights& L = model_->weights.layers[l];
   const int64_t n = x.dim(0), d = c.d_model;
   // A parallel block's MLP reads the layer's input, not the stream after attention.
-  if (c.parallel_residual && (!resid_pre || resid_pre->shape != x.shape))
+  if (mlp_reads_layer_input() && (!resid_pre || resid_pre->shape != x.shape))
     fail("layer {} is a parallel-residual block: its MLP step needs the layer's input (hook_resid_pre)", l);
-  const Tensor& input = c.parallel_residual ? *resid_pre : x;
+  const Tensor& input = mlp_reads_layer_input() ? *resid_pre : x;
   Tensor f;
   if (has_pre_norm(c.norm_placement)) {
     Tensor h({n, d});
@@ -376,19 +376,21 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
     add_inplace(x.ptr(), branch.ptr(), x.size());
     hook(hooks, l, "hook_resid_after_ple", x.ptr(), {n, d});
   }
-  if (c.layer_scalar) {
-    const float s = L.layer_scalar[0];
+  if (const float s = layer_output_scale(l); s != 1)
     for (float& v : x.data) v *= s;
-  }
   check_finite(x, start, l, "hook_resid_post",
                "the MLP step's residual add, post-norm, per-layer-input branch or layer scalar (the MLP output was finite)");
   edit_hook(hooks, l, "hook_resid_post", start, x.ptr(), {n, d});
 }
 
+bool Transformer::mlp_reads_layer_input() const { return config().parallel_residual; }
+
+float Transformer::layer_output_scale(int64_t l) const { return config().layer_scalar ? model_->weights.layers[l].layer_scalar[0] : 1.0f; }
+
 void Transformer::layer_step(int64_t l, Tensor& x, int64_t start, KVCache* cache, const float* per_layer_input,
                              ActivationCache* hooks) const {
   edit_hook(hooks, l, "hook_resid_pre", start, x.ptr(), {x.dim(0), config().d_model});
-  const Tensor resid_pre = config().parallel_residual ? x : Tensor();  // what a parallel block's MLP reads
+  const Tensor resid_pre = mlp_reads_layer_input() ? x : Tensor();  // what a parallel block's MLP reads
   attention_block(l, x, start, cache, hooks);
   mlp_block(l, x, per_layer_input, hooks, start, &resid_pre);
 }
@@ -414,18 +416,15 @@ Tensor Transformer::sublayer_without_residual(int64_t l, Sublayer which, const T
 
 Tensor Transformer::layer_without_residual(int64_t l, const Tensor& x, int64_t start, KVCache* cache,
                                            ActivationCache* hooks) const {
-  const ModelConfig& c = config();
   Tensor y = sublayer_without_residual(l, Sublayer::Attention, x, start, cache, hooks);
-  if (c.parallel_residual) {
+  if (mlp_reads_layer_input()) {
     const Tensor m = sublayer_without_residual(l, Sublayer::Mlp, x, start, cache, hooks);
     add_inplace(y.ptr(), m.ptr(), y.size());
   } else {
     y = sublayer_without_residual(l, Sublayer::Mlp, y, start, cache, hooks);
   }
-  if (c.layer_scalar) {
-    const float s = model_->weights.layers[l].layer_scalar[0];
+  if (const float s = layer_output_scale(l); s != 1)
     for (float& v : y.data) v *= s;
-  }
   return y;
 }
 

@@ -126,6 +126,12 @@ class Transformer {
   // input, which a parallel-residual block's MLP reads (required there, ignored elsewhere).
   void mlp_block(int64_t layer, Tensor& x, const float* per_layer_input, ActivationCache* hooks = nullptr,
                  int64_t start = 0, const Tensor* resid_pre = nullptr) const;
+  // How the layer's steps are wired, for analyses that chain their maps (analysis/jacobian): whether the MLP step
+  // reads the layer's input (hook_resid_pre) as the attention step does, where it otherwise reads hook_resid_mid
+  // (a parallel block: GPT-NeoX), and the factor the layer's output is multiplied by (Gemma 4's layer scalar; 1
+  // elsewhere).
+  bool mlp_reads_layer_input() const;
+  float layer_output_scale(int64_t layer) const;
   // One whole layer, resid_pre -> resid_post in place (blocks.{l}.hook_resid_pre captured first): attention_block,
   // then mlp_block reading the layer's input where the block is parallel. Arguments as there.
   void layer_step(int64_t layer, Tensor& x, int64_t start, KVCache* cache, const float* per_layer_input,

@@ -44,7 +44,7 @@ struct JacobianModel::Weights {
   DenseNorm attn_norm, q_norm, k_norm, attn_post_norm, mlp_norm, mlp_post_norm, ple_post_norm;
   DenseLinear q, k, v, o, gate, up, down, ple_gate, ple_proj;
   FoldedInput q_in, k_in, v_in, gate_in, up_in;
-  double layer_scalar = 1;
+  double output_scale = 1;
 };
 
 namespace {
@@ -265,8 +265,7 @@ const JacobianModel::Weights& JacobianModel::weights(int64_t layer) const {
   fold(w->v, pre ? &w->attn_norm : nullptr, c.norm, w->v_in);
   fold(w->gate, pre ? &w->mlp_norm : nullptr, c.norm, w->gate_in);
   fold(w->up, pre ? &w->mlp_norm : nullptr, c.norm, w->up_in);
-  w->layer_scalar = 1;
-  if (c.layer_scalar) w->layer_scalar = L.layer_scalar[0];
+  w->output_scale = transformer_->layer_output_scale(layer);
   slot = std::move(w);
   return *slot;
 }
@@ -416,7 +415,7 @@ void mlp_step(const Transformer& t, int64_t layer, Tensor& x, const Tensor& resi
 
 void run_mlp_half(const Transformer& t, int64_t layer, std::span<const LayerEntry> sequences, const ZeroedParts& zeroed) {
   TDYN_CHECK(!sequences.empty());
-  const bool parallel = t.config().parallel_residual, per_layer = t.config().d_per_layer_input > 0;
+  const bool parallel = t.mlp_reads_layer_input(), per_layer = t.config().d_per_layer_input > 0;
   auto one_by_one = [&] {
     for (const LayerEntry& e : sequences) {
       mlp_step(t, layer, *e.x, parallel ? e.state->resid_pre[layer] : Tensor(), e.state->per_layer_inputs[layer], zeroed);
@@ -458,13 +457,13 @@ SequenceState JacobianModel::run(std::span<const int32_t> ids, std::span<const i
 
 Vector JacobianModel::input(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   TDYN_CHECK(pos >= 0 && pos < s.n_pos);
-  const bool reads_pre = which == Sublayer::Attention || config().parallel_residual;
+  const bool reads_pre = which == Sublayer::Attention || transformer_->mlp_reads_layer_input();
   return row64(reads_pre ? s.resid_pre.at(layer) : s.resid_mid.at(layer), pos);
 }
 
 Vector JacobianModel::output(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
   TDYN_CHECK(pos >= 0 && pos < s.n_pos);
-  if (which == Sublayer::Mlp && config().parallel_residual)  // resid_pre + mlp_out, from the stored boundaries
+  if (which == Sublayer::Mlp && transformer_->mlp_reads_layer_input())  // resid_pre + mlp_out, from the stored boundaries
     return row64(s.resid_pre.at(layer), pos) + row64(s.resid_post.at(layer), pos) - row64(s.resid_mid.at(layer), pos);
   return row64(which == Sublayer::Attention ? s.resid_mid.at(layer) : s.resid_post.at(layer), pos);
 }
@@ -667,9 +666,9 @@ Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::
     norm_inplace(NormKind::RMSNorm, W.ple_post_norm, c.norm_eps, branch, ple_post);
     y = add(y, branch);
   }
-  if (c.layer_scalar) {
-    y.v *= W.layer_scalar;
-    y.t *= W.layer_scalar;
+  if (W.output_scale != 1) {
+    y.v *= W.output_scale;
+    y.t *= W.output_scale;
   }
   return y;
 }
@@ -691,7 +690,7 @@ Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer w
 }
 
 Matrix JacobianModel::block_jacobian(const Matrix& attn, const Matrix& mlp) const {
-  if (!config().parallel_residual) return linalg::multiply(mlp, attn);
+  if (!transformer_->mlp_reads_layer_input()) return linalg::multiply(mlp, attn);
   Matrix block = attn + mlp;
   block.diagonal().array() -= 1.0;
   return block;
@@ -874,7 +873,7 @@ void mlp_structure(const ModelConfig& c, const LayerConfig& lc, const JacobianMo
     st.ple_left = std::move(left);
     st.ple_gate = &W.ple_gate.w;
   }
-  st.layer_scalar = W.layer_scalar;
+  st.output_scale = W.output_scale;
 }
 
 }  // namespace
@@ -1001,7 +1000,7 @@ Matrix StepStructure::dense() const {
   k.diagonal().array() += identity;
   // J = s (K + P_ple (W_ple K)).
   if (ple_gate) linalg::multiply_add(ple_left, linalg::multiply(*ple_gate, k), k);
-  k *= layer_scalar;
+  k *= output_scale;
   return k;
 }
 
@@ -1018,7 +1017,7 @@ void StructuredMean::init(const StepStructure& s) {
   identity_ = s.identity;
   inner_identity_ = s.inner_identity;
   post_weight_ = s.post_weight;
-  layer_scalar_ = s.layer_scalar;
+  output_scale_ = s.output_scale;
   out_ = s.out;
   ple_gate_ = s.ple_gate;
   inner_ = Matrix::Zero(d, d);
@@ -1144,7 +1143,7 @@ Matrix StructuredMean::sum() const {
   if (post_weight_) inner.array().colwise() *= post_weight_->array();
   inner.diagonal().array() += identity_ * static_cast<double>(count_);
   if (ple_gate_) inner += ple_product_sum_;
-  return layer_scalar_ * inner;
+  return output_scale_ * inner;
 }
 
 }  // namespace tdyn

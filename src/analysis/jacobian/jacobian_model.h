@@ -4,7 +4,7 @@
 // A layer l of the generic block is two residual steps (model/transformer.h); each is one "sublayer map":
 //   attention step  h_mid[p]  = A_l(h_pre[p]  ; other positions fixed)   (pre-norm, attention, post-norm, residual)
 //   MLP step        h_post[p] = M_l(h_mid[p]  ; per-layer input fixed)    (+ Gemma 4 per-layer-input branch and
-//                                                                         layer_scalar, up to hook_resid_post)
+//                                                                         the layer scalar, up to hook_resid_post)
 // and its Jacobian J = ∂out[p]/∂in[p] is d × d with rows = outputs (torch.autograd.functional.jacobian layout).
 // A parallel-residual block (GPT-NeoX) has both sublayers reading h_pre: its attention step is the map above
 // (h_mid = h_pre + attn(N1(h_pre))) and its MLP step is x ↦ x + mlp(N2(x)) at x = h_pre, so the two Jacobians
@@ -131,7 +131,8 @@ struct JacobianBranch {
 };
 
 // J = s (I + P_ple W_ple) K with K = a I + diag(w_L) L (b I + Out Σ_br M In R), L = λ(I − UUᵀ), R = ρ(I − VVᵀ).
-// The per-layer-input factor (Gemma 4) is absent (P_ple empty) for the other families; s = layer_scalar or 1.
+// The per-layer-input factor (Gemma 4) is absent (P_ple empty) for the other families; s is the layer's output
+// scale (Transformer::layer_output_scale: Gemma 4's layer scalar, else 1).
 struct StepStructure {
   double identity = 1;        // a
   double inner_identity = 0;  // b
@@ -142,7 +143,7 @@ struct StepStructure {
   std::vector<JacobianBranch> branches;
   linalg::Matrix ple_left;    // [d, P]: diag(w) λ'(I − U'U'ᵀ) W_proj diag(act'(g) ⊙ input); empty without PLE
   const linalg::Matrix* ple_gate = nullptr;  // [P, d]
-  double layer_scalar = 1;
+  double output_scale = 1;
 
   // X K (the step without the PLE factor and scalar), for X [k, d], in O(k · forward cost).
   linalg::Matrix left_apply_step(const linalg::Matrix& x) const;
@@ -241,7 +242,7 @@ class StructuredMean {
   bool batch_full() const;
   void flush();  // folds the waiting samples into the sums
   int64_t count_ = 0;
-  double identity_ = 0, inner_identity_ = 0, layer_scalar_ = 1;
+  double identity_ = 0, inner_identity_ = 0, output_scale_ = 1;
   const linalg::Vector* post_weight_ = nullptr;
   const linalg::Matrix* out_ = nullptr;
   const linalg::Matrix* ple_gate_ = nullptr;

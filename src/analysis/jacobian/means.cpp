@@ -92,7 +92,7 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
         const SequenceState state = model.run(samples[i].ids);
         const std::vector<int64_t> positions = options.positions.resolve(state.n_pos);
         for (int64_t pos : positions) {
-          DepthChain<Matrix> product(model.config().parallel_residual);
+          DepthChain<Matrix> product(model.transformer().mlp_reads_layer_input());
           for (int64_t k = 0; k < K; ++k) {
             const int64_t layer = k / 2;
             const Sublayer which = k % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp;
@@ -165,8 +165,8 @@ static uint64_t control_draw_seed(uint64_t seed, int64_t draw) {
   return seed + (static_cast<uint64_t>(draw) << 32);
 }
 
-SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool parallel_residual, TaskShare share)
-    : share_(share), options_(options), real_product_(parallel_residual) {
+SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool mlp_reads_layer_input, TaskShare share)
+    : share_(share), options_(options), real_product_(mlp_reads_layer_input) {
   const size_t n_alphas = options.alphas.size();
   for (size_t a = 0; a < n_alphas; ++a)
     if (std::abs(options.alphas[a] - 1) < 1e-12) unit_alpha_ = static_cast<int64_t>(a);
@@ -183,7 +183,7 @@ SurgerySweep::SurgerySweep(const SurgeryOptions& options, bool parallel_residual
     tasks_.push_back({Product::Surgery, static_cast<size_t>(unit_alpha_)});
   }
   found_.resize(tasks_.size());
-  products_.assign(tasks_.size(), DepthChain<ComplexMatrix>(parallel_residual));
+  products_.assign(tasks_.size(), DepthChain<ComplexMatrix>(mlp_reads_layer_input));
 }
 
 bool SurgerySweep::real(size_t task) const {
@@ -311,8 +311,8 @@ std::vector<SurgeryPoint> SurgerySweep::points_from_shares(const std::vector<std
 }
 
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<Matrix>& means, const SurgeryOptions& options,
-                                              ProgressSink& progress, bool parallel_residual) {
-  SurgerySweep sweep(options, parallel_residual);
+                                              ProgressSink& progress, bool mlp_reads_layer_input) {
+  SurgerySweep sweep(options, mlp_reads_layer_input);
   ProgressLoop loop(progress, "surgery", static_cast<int64_t>(means.size()), "depths");
   for (const Matrix& mean : means) {
     sweep.add(mean);

@@ -54,21 +54,22 @@ MeanJacobians mean_jacobians(const JacobianModel& model, const std::vector<Sampl
 std::string sublayer_name(int64_t k);
 
 // The Jacobian of the residual stream after sublayer k with respect to the layer-0 input, from the sublayer
-// Jacobians in depth order: C_k = J_k C_{k−1} — except after the MLP step of a parallel-residual block, whose
-// two steps read the same input: C_2l+1 = (J_2l + J_2l+1 − I) C_2l−1 = C_2l + (J_2l+1 − I) C_2l−1
-// (jacobian_model.h). C_2l is then ∂hook_resid_mid/∂x_0 and C_2l+1 ∂hook_resid_post/∂x_0 for every family.
+// Jacobians in depth order: C_k = J_k C_{k−1} — except after the MLP step of a block whose MLP reads the layer's
+// input as its attention does (Transformer::mlp_reads_layer_input: a parallel block), whose two steps read the same
+// input: C_2l+1 = (J_2l + J_2l+1 − I) C_2l−1 = C_2l + (J_2l+1 − I) C_2l−1 (jacobian_model.h). C_2l is then
+// ∂hook_resid_mid/∂x_0 and C_2l+1 ∂hook_resid_post/∂x_0 for every family.
 inline linalg::Matrix chain_product(const linalg::Matrix& a, const linalg::Matrix& b) { return linalg::multiply(a, b); }
 inline linalg::ComplexMatrix chain_product(const linalg::ComplexMatrix& a, const linalg::ComplexMatrix& b) { return linalg::multiply(a, b); }
 
 template <typename MatrixType>
 class DepthChain {
  public:
-  explicit DepthChain(bool parallel_residual) : parallel_(parallel_residual) {}
+  explicit DepthChain(bool mlp_reads_layer_input) : mlp_reads_layer_input_(mlp_reads_layer_input) {}
   // Takes J_k of the next depth k; returns C_k.
   const MatrixType& add(const MatrixType& j) {
     const bool attention = k_ % 2 == 0;
-    if (attention && parallel_) layer_input_ = current_;  // C_2l−1 (empty: the identity)
-    if (!attention && parallel_) {
+    if (attention && mlp_reads_layer_input_) layer_input_ = current_;  // C_2l−1 (empty: the identity)
+    if (!attention && mlp_reads_layer_input_) {
       MatrixType delta = j;  // J_2l+1 − I
       delta.diagonal().array() -= 1.0;
       if (layer_input_.size() == 0) current_ += delta;
@@ -82,7 +83,7 @@ class DepthChain {
   const MatrixType& product() const { return current_; }  // C_k of the last depth added
 
  private:
-  bool parallel_;
+  bool mlp_reads_layer_input_;
   int64_t k_ = 0;
   MatrixType current_, layer_input_;
 };
@@ -128,8 +129,8 @@ struct SurgeryPoint {
 // from every share's numbers.
 class SurgerySweep {
  public:
-  // parallel_residual: chain the depths as DepthChain does for parallel blocks.
-  explicit SurgerySweep(const SurgeryOptions& options, bool parallel_residual = false, TaskShare share = {});
+  // mlp_reads_layer_input: chain the depths as DepthChain does for such blocks.
+  explicit SurgerySweep(const SurgeryOptions& options, bool mlp_reads_layer_input = false, TaskShare share = {});
   void add(const linalg::Matrix& mean);  // J̄_k of the next depth k
   void add(const linalg::Matrix& mean, const linalg::ComplexSchur& schur);  // with its complex Schur form
   std::vector<SurgeryPoint> points() const;  // per α, with the control draws' effective ranks at the last depth (all tasks)
@@ -170,7 +171,7 @@ class SurgerySweep {
 
 // Progress: one step of the loop "surgery" per depth.
 std::vector<SurgeryPoint> schur_surgery_sweep(const std::vector<linalg::Matrix>& means, const SurgeryOptions& options,
-                                              ProgressSink& progress = silent_progress(), bool parallel_residual = false);
+                                              ProgressSink& progress = silent_progress(), bool mlp_reads_layer_input = false);
 
 // Henrici departure in the identity form sqrt(‖A‖_F² − Σ|λ_i|²) of a complex matrix with known eigenvalues.
 double henrici_departure(const linalg::ComplexMatrix& a, const linalg::ComplexVector& eigenvalues);

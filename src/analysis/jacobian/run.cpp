@@ -212,15 +212,15 @@ std::vector<DepthOutcome> batch_metrics(const std::vector<DepthOperator>& tasks,
 // the complex Schur form (Q and T): about 6 d² doubles, 12 with surgery. Memory holds a batch, not every depth
 // (unless keep_matrices). `mean_at` is rank 0's alone.
 void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(int64_t)>& mean_at, int64_t K, int64_t d,
-                   const JacobianOptions& options, const OperatorMetricsOptions& metric_opts, bool parallel_residual,
+                   const JacobianOptions& options, const OperatorMetricsOptions& metric_opts, bool mlp_reads_layer_input,
                    const std::string& label, ProgressSink& progress, JacobianArrays* arrays) {
   const TaskShare share = metric_share(options);
   std::optional<SurgerySweep> sweep;
-  if (options.surgery) sweep.emplace(options.surgery_options, parallel_residual, share);
+  if (options.surgery) sweep.emplace(options.surgery_options, mlp_reads_layer_input, share);
   r.mean_metrics.resize(K);
   r.cumulative_metrics.resize(K);
-  DepthChain<linalg::Matrix> chain(parallel_residual);
-  std::vector<DepthChain<linalg::Matrix>> null_chains(static_cast<size_t>(options.haar_null_draws), DepthChain<linalg::Matrix>(parallel_residual));
+  DepthChain<linalg::Matrix> chain(mlp_reads_layer_input);
+  std::vector<DepthChain<linalg::Matrix>> null_chains(static_cast<size_t>(options.haar_null_draws), DepthChain<linalg::Matrix>(mlp_reads_layer_input));
   r.haar_null.assign(null_chains.size(), {});
   ProgressLoop loop(progress, label + "metrics", K, "depths");
   // Every rank cuts the depths into the same batches: rank 0's operators in flight, times the ranks.
@@ -331,7 +331,7 @@ JacobianResult run_jacobian(const std::vector<JacobianCheckpoint>& checkpoints, 
     });
     progress.note(fmt::format("{}metrics of {} mean Jacobians and cumulative products{}", label, K, options.surgery ? ", surgery" : ""));
     timed(result.timings, r.prefix + "metrics", [&] {
-      depth_metrics(r, mean_at, K, transformer->config().d_model, options, metric_opts, transformer->config().parallel_residual, label, progress, arrays);
+      depth_metrics(r, mean_at, K, transformer->config().d_model, options, metric_opts, transformer->mlp_reads_layer_input(), label, progress, arrays);
     });
     if (worker) throw WorkerShareDone{};  // its share of the metrics is with rank 0 too
     if (arrays) arrays->end(r);
