@@ -50,34 +50,6 @@ constexpr double kInitModelsKept = 4.0 * (1 << 30);
 constexpr double kSideBySideBytes = 4.0 * (1 << 30);
 constexpr double kMatricesPerRun = 24;
 
-// Runs task(0, ·), ..., task(n − 1, ·): side by side, one per thread on serial BLAS with silent progress, as many
-// at once as there are threads and their matrices (d × d) fit kSideBySideBytes; else one after another, each on
-// every thread with `progress`. Small runs gain less from their own threads than from running side by side (a
-// LAPACK decomposition at d = 512 runs about 1.5× faster on two threads, two of them 2× on one thread each).
-// `what` names the runs in that note.
-void side_by_side_or_in_turn(int64_t n, int64_t d, const std::string& what, ProgressSink& progress,
-                             const std::function<void(int64_t, ProgressSink&)>& task) {
-  const double bytes = kMatricesPerRun * sizeof(double) * static_cast<double>(d) * static_cast<double>(d);
-  const int threads = omp_get_max_threads();
-  const int at_once = static_cast<int>(std::clamp<double>(std::floor(kSideBySideBytes / bytes), 1, threads));
-  if (at_once < 2 || n < 2) {
-    for (int64_t i = 0; i < n; ++i) task(i, progress);
-    return;
-  }
-  progress.note(fmt::format("{}: {} side by side", what, at_once));
-  omp_set_num_threads(at_once);
-  try {
-    parallel_tasks(n, [&](int64_t i) {
-      omp_set_num_threads(1);  // this thread's own parallel regions, for the rest of the region
-      task(i, silent_progress());
-    });
-  } catch (...) {
-    omp_set_num_threads(threads);
-    throw;
-  }
-  omp_set_num_threads(threads);
-}
-
 // The loading flags of a command line.
 std::vector<std::string> loading_flags(const LoadOptions& load) {
   std::vector<std::string> flags;
@@ -195,6 +167,10 @@ class Analysis {
   bool init_passes();
   bool subset_passes();
   void run_subsets(nlohmann::json& record);
+  JacobianOptions model_jacobian_options() const;
+  JacobianOptions controlled_jacobian_options(bool figures, bool first) const;
+  void share_jacobian_metrics();
+  void side_by_side_or_in_turn(int64_t n, const std::string& what, const std::function<void(int64_t, ProgressSink&)>& task);
   bool init_pass(InitSeed& seed);
   // The controls' samples and their token ids: the first subset's when the subsets run, else all samples.
   const std::vector<Sample>& control_samples() const { return controls_on_subset_ ? control_subset_ : in_.samples; }
@@ -222,6 +198,7 @@ class Analysis {
   // Every initialisation stays loaded (and on disk) from its pass to its parts, instead of being written and read
   // again for them, when all of them fit kInitModelsKept.
   bool keep_init_models_ = false;
+  bool one_thread_each_ = false;  // runs side by side are under way (side_by_side_or_in_turn)
   std::shared_ptr<const std::vector<LayerSpectrum>> spectra_;  // the model's F_t's (model_spectra)
   TensorMoments moments_;       // the model's, for its scale-matched initialisations (read once: a pass over the weights)
   // Disjoint subsets of the samples (sample i in subset i mod G), each through jacobian: the spread of a
@@ -388,7 +365,10 @@ bool Analysis::init_pass(InitSeed& seed) {
     }
   }
   // The broadcast is the barrier after which the files are there, and tells every rank whether they are.
-  if (broadcast_from_root(seed.error.empty() ? 1.0 : 0.0) != 1.0) return ranks().root();
+  if (broadcast_from_root(seed.error.empty() ? 1.0 : 0.0) != 1.0) {
+    if (seed.error.empty()) seed.error = "rank 0 could not prepare this initialisation";  // a worker: it skips the seed
+    return ranks().root();
+  }
   SampleOptions samples;
   samples.data = ids.string();
   samples.samples = static_cast<int64_t>(control_samples().size());
@@ -488,18 +468,100 @@ bool Analysis::subset_passes() {
     try {
       obtain_pass({o_.resume, ""}, *transformer, &jacobians, sub.samples, spec, pass_model_identity(o_.model_path, *in_.model), file,
                   true, "the forward pass of " + what, progress_);
+      out_.record_file(fs::relative(file, dir_).generic_string(),
+                       g == 0 && controls_on_subset_
+                           ? "the sums of sample subset 0 (tdyn pass file), the controls' samples: read by its power, jacobian and topology"
+                           : fmt::format("the Jacobian sums of {} (tdyn pass file), read by its jacobian", what));
+      sub.pass.from_pass = file.string();
     } catch (const WorkerShareDone&) {
-      root = false;
-      continue;
+      root = false;  // the set is still recorded: the worker takes its share of its jacobian's metrics
     }
-    out_.record_file(fs::relative(file, dir_).generic_string(),
-                     g == 0 && controls_on_subset_
-                         ? "the sums of sample subset 0 (tdyn pass file), the controls' samples: read by its power, jacobian and topology"
-                         : fmt::format("the Jacobian sums of {} (tdyn pass file), read by its jacobian", what));
-    sub.pass.from_pass = file.string();
     (nested ? nested_ : subsets_).push_back(std::move(sub));
   }
   return root;
+}
+
+// The options of the model's own jacobian part.
+JacobianOptions Analysis::model_jacobian_options() const {
+  JacobianOptions options;
+  options.surgery = true;
+  options.haar_null_draws = kHaarNullDraws;
+  options.keep_matrices = o_.keep_matrices;
+  options.ablations = o_.ablations;
+  options.ranks_share_metrics = true;  // under MPI the worker ranks take their shares (share_jacobian_metrics)
+  return options;
+}
+
+// The jacobian options of a control or a sample set (run_controlled_parts): a run whose figures are drawn shows the
+// cumulative ranks at every depth; the others serve only the verdicts. `first`: the first initialisation's.
+JacobianOptions Analysis::controlled_jacobian_options(bool figures, bool first) const {
+  JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
+  options.ablations = o_.ablations;
+  options.cumulative_ends_only = !figures;
+  options.ranks_share_metrics = true;
+  return options;
+}
+
+// An MPI worker rank, once its shares of the passes are done, takes its share of the depths' metrics (Schur forms,
+// SVDs, the surgery's products) of every jacobian run rank 0 makes, in rank 0's order: the model's, its sample
+// subsets' and nested sets' (run_subsets), then the initialisations' (run_init). Rank 0 sends the operators, so a
+// worker needs only the architecture, the model's (an initialisation has the same) and the options. The other
+// parts run on rank 0 alone and exchange nothing.
+void Analysis::share_jacobian_metrics() {
+  if (skipped("jacobian")) return;
+  auto share = [&](const std::vector<Sample>& samples, const JacobianOptions& options) {
+    AnalysisInputs in;
+    in.model_path = o_.model_path, in.model = in_.model, in.samples = samples;
+    take_jacobian_metrics_share(in, options);
+  };
+  for (const std::string& part : analyze_parts()) {
+    if (part == "jacobian") {
+      share(in_.samples, model_jacobian_options());
+      for (const AnalysisInputs& sub : subsets_) share(sub.samples, controlled_jacobian_options(false, false));
+      for (const AnalysisInputs& sub : nested_) share(sub.samples, controlled_jacobian_options(false, false));
+    } else if (part == "init" && runs_init()) {
+      for (size_t s = 0; s < init_.size(); ++s)
+        if (init_[s].error.empty()) share(control_samples(), controlled_jacobian_options(s == 0, s == 0));
+    }
+  }
+}
+
+// Runs task(0, ·), ..., task(n − 1, ·): side by side, one per thread on serial BLAS with silent progress, as many
+// at once as there are threads and their matrices (d × d) fit kSideBySideBytes; else one after another, each on
+// every thread with `progress`. Small runs gain less from their own threads than from running side by side (a
+// LAPACK decomposition at d = 512 runs about 1.5× faster on two threads, two of them 2× on one thread each).
+// Under MPI the runs that would go side by side go one at a time, each still on one thread (so that they compute
+// what one process computes), their jacobian metrics shared with the worker ranks. `what` names the runs in a note.
+void Analysis::side_by_side_or_in_turn(int64_t n, const std::string& what, const std::function<void(int64_t, ProgressSink&)>& task) {
+  const double d = static_cast<double>(in_.model->config.d_model);
+  const int threads = omp_get_max_threads();
+  const int at_once = static_cast<int>(std::clamp<double>(std::floor(kSideBySideBytes / (kMatricesPerRun * sizeof(double) * d * d)), 1, threads));
+  if (at_once < 2 || n < 2) {
+    for (int64_t i = 0; i < n; ++i) task(i, progress_);
+    return;
+  }
+  progress_.note(fmt::format("{}: {}", what, ranks().size > 1 ? "one at a time on one thread each, their metrics shared with the other ranks"
+                                                              : fmt::format("{} side by side", at_once)));
+  one_thread_each_ = true;
+  try {
+    if (ranks().size > 1) {
+      omp_set_num_threads(1);
+      SerialBlas serial_blas;
+      for (int64_t i = 0; i < n; ++i) task(i, silent_progress());
+    } else {
+      omp_set_num_threads(at_once);
+      parallel_tasks(n, [&](int64_t i) {
+        omp_set_num_threads(1);  // this thread's own parallel regions, for the rest of the region
+        task(i, silent_progress());
+      });
+    }
+  } catch (...) {
+    omp_set_num_threads(threads);
+    one_thread_each_ = false;
+    throw;
+  }
+  omp_set_num_threads(threads);
+  one_thread_each_ = false;
 }
 
 // The jacobian and topology of every sample subset, with the controls' options, into DIR/subsets/subset-g, and the
@@ -526,7 +588,7 @@ void Analysis::run_subsets(nlohmann::json& record) {
     Run& r = runs[static_cast<size_t>(i)];
     run_controlled_parts(o_.model_path, r.dir, *r.in, progress, spectra_, r.parts, false, r.record, false);
   };
-  side_by_side_or_in_turn(static_cast<int64_t>(runs.size()), in_.model->config.d_model, "the sample subsets' and nested sets' parts", progress_, run);
+  side_by_side_or_in_turn(static_cast<int64_t>(runs.size()), "the sample subsets' and nested sets' parts", run);
   record["subsets"] = nlohmann::json::array();
   record["nested"] = nlohmann::json::array();
   for (size_t i = 0; i < runs.size(); ++i) record[i < subsets_.size() ? "subsets" : "nested"].push_back(std::move(runs[i].record));
@@ -577,9 +639,9 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
   TDYN_CHECK(in.model && !in.pass.from_pass.empty());
   for (const std::string& part : names) {
     if (skipped(part)) continue;
-    // Seeds run side by side (run_init) run their parts on one thread each, and say so: a float32 forward pass
-    // (power-l2's) rounds differently on another number of threads.
-    std::vector<std::string> argv = command(command_of(part), omp_in_parallel() ? 1 : o_.threads);
+    // Runs side by side (side_by_side_or_in_turn) run their parts on one thread each, and say so: a float32 forward
+    // pass (power-l2's) rounds differently on another number of threads.
+    std::vector<std::string> argv = command(command_of(part), one_thread_each_ ? 1 : o_.threads);
     append(argv, {checkpoint, "--data", in.sample_options.data, "--samples", std::to_string(in.samples.size()), "--max-len",
                   std::to_string(o_.max_len), "--min-len", "1"});
     append(argv, loading_flags(o_.load));
@@ -606,10 +668,7 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
       PowerResult r = power_to(out, idealised(part) ? without_pass(in) : in, options, progress);
       if (first && part == "power") result_.init_power = std::move(r), result_.init_power_options = options;
     } else if (part == "jacobian") {
-      JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
-      options.ablations = o_.ablations;
-      // A run whose figures are drawn shows the cumulative ranks at every depth; the others serve only the verdicts.
-      options.cumulative_ends_only = !figures;
+      const JacobianOptions options = controlled_jacobian_options(figures, first);
       JacobianResult r = jacobian_to(out, in, {}, options, progress);
       if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
     } else if (part == "topology") {
@@ -642,7 +701,6 @@ void Analysis::run_init(nlohmann::json& record) {
   std::vector<std::string> errors(init_.size());
   // The first seed runs alone on every thread: its parts draw the figures and are AnalyzeResult's init_*. The
   // others run side by side when their models are all in memory (else each is drawn again in its turn: init_pass).
-  // Under MPI the parts run on rank 0 alone, the other ranks done, so alike.
   const size_t n = init_.size();
   if (n > 0) seed_records[0] = run_init_seed(init_[0], true, progress_, errors[0]);
   auto seed = [&](int64_t i, ProgressSink& progress) {
@@ -650,7 +708,7 @@ void Analysis::run_init(nlohmann::json& record) {
     seed_records[s] = run_init_seed(init_[s], false, progress, errors[s]);
   };
   const int64_t others = static_cast<int64_t>(n) - 1;
-  if (keep_init_models_) side_by_side_or_in_turn(others, in_.model->config.d_model, "the other initialisations' parts", progress_, seed);
+  if (keep_init_models_) side_by_side_or_in_turn(others, "the other initialisations' parts", seed);
   else for (int64_t i = 0; i < others; ++i) seed(i, progress_);
   std::vector<std::string> failed;
   for (size_t s = 0; s < n; ++s) {
@@ -680,6 +738,9 @@ nlohmann::json Analysis::run_init_seed(InitSeed& seed, bool first, ProgressSink&
                          seed_record, first);
     seed_record["status"] = "ok";
   } catch (const std::exception& e) {
+    // Under MPI the worker ranks wait for this seed's jacobian metrics: the run ends on every rank. A seed that rank 0
+    // could not prepare (seed.error) they skip too.
+    if (ranks().size > 1 && seed.error.empty()) throw;
     seed_record["status"] = "failed";
     seed_record["error"] = e.what();
     error = e.what();
@@ -717,12 +778,8 @@ void Analysis::run_part(const std::string& name) {
         result_.power_l2_options.spectra = spectra_;
         result_.power_l2 = power_to(part, without_pass(in_), result_.power_l2_options, progress_);
       } else if (name == "jacobian") {
-        JacobianOptions& options = result_.jacobian_options;
-        options.surgery = true;
-        options.haar_null_draws = kHaarNullDraws;
-        options.keep_matrices = o_.keep_matrices;
-        options.ablations = o_.ablations;
-        result_.jacobian = jacobian_to(part, in_, {}, options, progress_);
+        result_.jacobian_options = model_jacobian_options();
+        result_.jacobian = jacobian_to(part, in_, {}, result_.jacobian_options, progress_);
         run_subsets(record);
       } else if (name == "topology") {
         TopologyOptions& options = result_.topology_options;
@@ -749,6 +806,9 @@ void Analysis::run_part(const std::string& name) {
     }
     record["status"] = "ok";
   } catch (const std::exception& e) {  // Error, a bad allocation, or a library's own exception
+    // Under MPI the worker ranks take shares of these parts' jacobian metrics (share_jacobian_metrics): a failure
+    // there ends the run on every rank, as it does in `tdyn jacobian`.
+    if (ranks().size > 1 && (name == "jacobian" || name == "init")) throw;
     record["status"] = "failed";
     record["error"] = e.what();
     progress_.note(fmt::format("part {} failed: {}", name, e.what()));
@@ -820,7 +880,10 @@ AnalyzeResult Analysis::run() {
       PhaseTimer timer(out_, "init_forward_pass");
       root = init_passes() && root;
     }
-    if (!root) throw WorkerShareDone{};
+    if (!root) {
+      share_jacobian_metrics();
+      throw WorkerShareDone{};
+    }
     if (runs_init())
       out_.options()["init_control"]["samples"] = controls_on_subset_ ? "the first sample subset's (DIR/subsets/subset-0), compared "
                                                                         "with the model's parts there"

@@ -77,6 +77,18 @@ JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std:
   return result;
 }
 
+void take_jacobian_metrics_share(const AnalysisInputs& in, const JacobianOptions& options) {
+  TDYN_CHECK(!ranks().root() && options.ranks_share_metrics && options.uses_pass());
+  const JacobianPassSource no_pass = [](const CheckpointJacobians&, const Transformer&, const JacobianModel&, const PassSpec&,
+                                        const std::string&) -> PassFile { throw WorkerShareDone{}; };
+  try {
+    run_jacobian({{in.model_path, in.model}}, in.samples, options, silent_progress(), no_pass);
+  } catch (const WorkerShareDone&) {
+    return;  // its share went to rank 0
+  }
+  TDYN_CHECK(false);  // a worker rank's run ends in WorkerShareDone
+}
+
 nlohmann::json TopologyComparisons::to_json() const {
   return {{"compare", compare},
           {"random_init", random_init ? nlohmann::json{{"seed", *random_init}, {"rule", "Hugging Face _init_weights: N(0, 0.02), norms 1"}}

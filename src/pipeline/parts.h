@@ -28,6 +28,10 @@ PowerResult power_to(ResultsDir& out, const AnalysisInputs& in, const PowerOptio
 // in.load) on the same samples; the pass file (run, resumed or read per in.pass) is DIR/pass.tdynpass.
 JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std::vector<std::string>& compare,
                            const JacobianOptions& options, ProgressSink& progress);
+// An MPI worker rank's side of a jacobian_to that rank 0 runs on a finished pass with options.ranks_share_metrics:
+// its share of the depths' metrics, whose operators rank 0 sends. It needs in.model's architecture, in.samples and
+// the same options; it reads no pass and writes nothing.
+void take_jacobian_metrics_share(const AnalysisInputs& in, const JacobianOptions& options);
 // What jacobian_to refuses under several MPI ranks (RefusedUnderRanks): all but the structured mean of one
 // checkpoint, whose pass is what the ranks split. Also called by the CLI before it loads anything.
 void check_jacobian_ranks(const std::vector<std::string>& compare, const JacobianOptions& options);
