@@ -20,8 +20,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/jacobian/means.h"
 #include "analysis/pass_source.h"
 #include "analysis/sample_pass.h"
+#include "analysis/topology/topology_analysis.h"
 #include "core/npy.h"
 #include "model/init.h"
 #include "model/loader.h"

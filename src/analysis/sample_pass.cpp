@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/jacobian/jacobian_model.h"
 #include "analysis/power/spectra.h"
 #include "core/error.h"
 #include "core/ranks.h"

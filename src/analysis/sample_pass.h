@@ -33,13 +33,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/jacobian/jacobian_model.h"
-#include "analysis/jacobian/means.h"
 #include "analysis/samples.h"
-#include "analysis/topology/topology_analysis.h"
+#include "analysis/stream_points.h"
+#include "analysis/topology/correlation.h"
 #include "core/files.h"
+#include "linalg/dense.h"
+#include "model/ablation.h"
 
 namespace tdyn {
+
+class JacobianModel;
+class Transformer;
 
 // A per-token measurement at a boundary: the alignment a(x; B) = ‖Bᵀx‖/‖x‖ of each residual vector x with an
 // orthonormal basis B (d × k), or ‖x‖ itself when B is empty.

@@ -2,7 +2,6 @@
 #include "analysis/jacobian/means.h"
 
 #include <algorithm>
-#include <charconv>
 #include <exception>
 
 #include <omp.h>
@@ -10,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/text.h"
 #include "kernels/serial_blas.h"
 #include "linalg/gemm.h"
 
@@ -18,47 +16,6 @@ namespace tdyn {
 
 using linalg::ComplexMatrix;
 using linalg::Matrix;
-
-PositionSpec PositionSpec::parse(const std::string& text) {
-  PositionSpec p;
-  if (text == "last") return p;
-  if (text == "all") {
-    p.kind = Kind::All;
-    return p;
-  }
-  p.kind = Kind::List;
-  for (const std::string& item : split_list(text)) {
-    int64_t v = 0;
-    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size())
-      fail("positions: expected 'last', 'all' or comma-separated integers, got '{}'", text);
-    p.list.push_back(v);
-  }
-  return p;
-}
-
-std::vector<int64_t> PositionSpec::resolve(int64_t n_pos) const {
-  std::vector<int64_t> out;
-  if (kind == Kind::Last) out.push_back(n_pos - 1);
-  if (kind == Kind::All)
-    for (int64_t p = 0; p < n_pos; ++p) out.push_back(p);
-  if (kind == Kind::List)
-    for (int64_t p : list) {
-      const int64_t q = p < 0 ? n_pos + p : p;
-      if (q >= 0 && q < n_pos) out.push_back(q);
-    }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
-std::string PositionSpec::to_string() const {
-  if (kind == Kind::Last) return "last";
-  if (kind == Kind::All) return "all";
-  std::string s;
-  for (size_t i = 0; i < list.size(); ++i) s += (i ? "," : "") + std::to_string(list[i]);
-  return s;
-}
 
 std::string sublayer_name(int64_t k) {
   return fmt::format("blocks.{}.jac_{}", k / 2, k % 2 == 0 ? "attn" : "mlp");

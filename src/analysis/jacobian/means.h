@@ -11,24 +11,12 @@
 #include "analysis/jacobian/jacobian_model.h"
 #include "analysis/operator_metrics.h"
 #include "analysis/samples.h"
+#include "analysis/stream_points.h"
 #include "core/progress.h"
 #include "kernels/serial_blas.h"
 #include "linalg/gemm.h"
 
 namespace tdyn {
-
-// Which positions of each sample: the last token (default, the paper's choice), all, or a list (negative
-// entries count from the end: −1 is the last token; entries outside a sample are skipped for that sample).
-struct PositionSpec {
-  enum class Kind { Last, All, List };
-  Kind kind = Kind::Last;
-  std::vector<int64_t> list;
-
-  // "last", "all" or "5,23,-1"; throws Error otherwise.
-  static PositionSpec parse(const std::string& text);
-  std::vector<int64_t> resolve(int64_t n_pos) const;  // sorted, distinct, inside [0, n_pos)
-  std::string to_string() const;
-};
 
 struct MeanJacobianOptions {
   PositionSpec positions;

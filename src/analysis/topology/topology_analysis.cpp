@@ -17,27 +17,6 @@ namespace tdyn {
 using linalg::Matrix;
 using topology::CorrelationAccumulator;
 
-// ---- Boundaries -------------------------------------------------------------------------------------------------
-
-const char* to_string(BoundarySet set) { return set == BoundarySet::Layers ? "layers" : "sublayers"; }
-
-BoundarySet parse_boundary_set(const std::string& text) {
-  if (text == "layers") return BoundarySet::Layers;
-  if (text == "sublayers") return BoundarySet::Sublayers;
-  fail("boundaries: expected 'layers' or 'sublayers', got '{}'", text);
-}
-
-std::vector<ResidualBoundary> residual_boundaries(int64_t n_layers, BoundarySet set) {
-  if (n_layers < 1) fail("residual boundaries: the model has {} layers", n_layers);
-  std::vector<ResidualBoundary> boundaries;
-  for (int64_t l = 0; l < n_layers; ++l) {
-    boundaries.push_back({fmt::format("blocks.{}.hook_resid_pre", l), l, 2 * l});
-    if (set == BoundarySet::Sublayers) boundaries.push_back({fmt::format("blocks.{}.hook_resid_mid", l), l, 2 * l + 1});
-  }
-  boundaries.push_back({fmt::format("blocks.{}.hook_resid_post", n_layers - 1), n_layers, -1});
-  return boundaries;
-}
-
 // ---- One boundary ------------------------------------------------------------------------------------------------
 
 std::vector<double> BoundaryTopology::boundary_score() const {

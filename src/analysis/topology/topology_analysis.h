@@ -23,27 +23,10 @@
 #include "analysis/jacobian/means.h"
 #include "analysis/operator_metrics.h"
 #include "analysis/samples.h"
+#include "analysis/stream_points.h"
 #include "analysis/topology/topology.h"
 
 namespace tdyn {
-
-// ---- Where the residual stream is cut ----------------------------------------------------------------------
-
-// `layers` (default): blocks.{l}.hook_resid_pre for every layer l (the stream entering layer l) and
-// blocks.{L−1}.hook_resid_post (the stream leaving the last layer): L + 1 boundaries, one per depth of the
-// paper's "per layer" graphs. `sublayers` adds blocks.{l}.hook_resid_mid (the pre-MLP boundary), so that
-// every sublayer map of the Jacobian analysis has the boundary it leaves: 2L + 1 boundaries.
-enum class BoundarySet { Layers, Sublayers };
-const char* to_string(BoundarySet set);
-BoundarySet parse_boundary_set(const std::string& text);  // "layers" | "sublayers"; throws Error otherwise
-
-struct ResidualBoundary {
-  std::string hook;       // e.g. "blocks.3.hook_resid_pre"
-  int64_t layer = 0;      // the layer whose sublayer map leaves this boundary (L for the final boundary)
-  int64_t sublayer = -1;  // k of that map (2l attention, 2l + 1 MLP; jacobian.h order); −1 for the final one
-};
-
-std::vector<ResidualBoundary> residual_boundaries(int64_t n_layers, BoundarySet set);
 
 // ---- Graph, communities and boundary nodes of one boundary ----------------------------------------------------
 
