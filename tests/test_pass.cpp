@@ -631,7 +631,8 @@ TEST_P(MpiCommand, TwoRanksWriteWhatOneProcessWrites) {
   std::string extra = command == "jacobian" ? " --surgery --alphas 0,0.5,1" : "";
   if (model_name == "llama")
     extra += command == "jacobian" ? " --ablate 'blocks.0.attn.hook_z:heads=1'" : " --ablate blocks.1.mlp.hook_post";
-  // analyze of the llama2.c checkpoint on two threads: rank 0 runs the initialisations after the first side by side.
+  // analyze of the llama2.c checkpoint on two threads: rank 0 runs the initialisations after the first and the sample
+  // sets one at a time on one thread each, as one process runs them side by side.
   const int threads = command == "analyze" && model_name == "stories260K" ? 2 : 1;
   const std::string args = fmt::format("--threads {} --quiet {} {} --samples 12 --max-len 16{}", threads, command, inputs, extra);
   std::string err;
@@ -649,6 +650,10 @@ TEST_P(MpiCommand, TwoRanksWriteWhatOneProcessWrites) {
   const fs::path pass_user = command == "analyze" ? dir / "two" / "jacobian" : dir / "two";  // analyze: a part's own
   EXPECT_EQ(nlohmann::json::parse(read_file(pass_user / "results.json"))["options"]["pass"]["ranks"], 2);
   if (command != "analyze") return;
+  // The worker rank took its share of the metrics of every jacobian run: the model's, a sample subset's, a nested
+  // set's, the first initialisation's and one run side by side in one process.
+  for (const char* run : {"jacobian", "subsets/subset-0/jacobian", "nested/half/jacobian", "init/seed-0/jacobian", "init/scaled-1/jacobian"})
+    EXPECT_EQ(nlohmann::json::parse(read_file(dir / "two" / run / "results.json"))["options"]["metrics_ranks"], 2) << run;
   // analyze's jacobian part as its command line gives it (--from-pass, which rank 0 alone reads), on two ranks that
   // share its metrics (surgery and Haar null included): the part's own results.
   const auto part = nlohmann::json::parse(read_file(dir / "two" / "results.json"))["results"]["parts"]["jacobian"];

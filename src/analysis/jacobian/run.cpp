@@ -351,6 +351,7 @@ nlohmann::json options_json(const JacobianResult& result, const JacobianOptions&
                       {"energy_fraction", 0.9},
                       {"surgery", options.surgery}};
   o["ablate"] = to_json(options.ablations);
+  o["metrics_ranks"] = metric_share(options).count;  // the MPI ranks that computed the depths' metrics
   o["haar_null_draws"] = options.haar_null_draws;
   if (options.haar_null_draws > 0) o["haar_null_seed"] = options.haar_null_seed;
   if (options.surgery) {
