@@ -1,6 +1,7 @@
 // tdyn jacobian / tdyn init end to end on stories260K, and the surgery identity dep(J_α) = |α| dep(J̄) on a real
 // mean Jacobian.
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -155,6 +156,41 @@ TEST(JacobianCli, HaarNullKeepsEachDepthsSpectrumAndSurgeryDrawsTheirOwnN) {
   const NpyArray sigma = read_npy(full_depth / "cumulative.singular_values.npy");
   EXPECT_TRUE(std::isnan(sigma.as_double()[sigma.shape[1]])) << "depth 2 not computed";
   EXPECT_FALSE(std::isnan(sigma.as_double().back()));
+
+  // --verdict-metrics-only: what the verdicts and compare read is the same (to the round-off of singular values
+  // computed without vectors); the ends' eigenvalue metrics and every self-alignment are not computed.
+  const fs::path verdicts_dir = test::scratch_dir("jacobian_verdict_metrics");
+  const nlohmann::json v = jacobian("--surgery-full-depth-only --verdict-metrics-only", verdicts_dir);
+  EXPECT_EQ(v["options"]["verdict_metrics_only"], true);
+  EXPECT_TRUE(v["options"]["alignment_ks_used"].empty());
+  EXPECT_EQ(v["results"]["models"][0]["surgery"], m["surgery"]);
+  const auto near = [](const nlohmann::json& a, const nlohmann::json& b, const char* what) {
+    EXPECT_NEAR(a.get<double>(), b.get<double>(), 1e-12 * std::abs(b.get<double>())) << what;
+  };
+  const nlohmann::json& vd = v["results"]["models"][0]["depths"];
+  ASSERT_EQ(vd.size(), m["depths"].size());
+  for (size_t k = 0; k < vd.size(); ++k) {
+    const nlohmann::json &got = vd[k]["mean"], &full = m["depths"][k]["mean"];
+    for (const char* key : {"henrici_departure", "complex_fraction", "expanding_fraction", "symmetry_index", "spectral_radius", "frobenius_norm"})
+      EXPECT_EQ(got[key], full[key]) << "depth " << k + 1 << ": " << key << " comes from the same Schur form";
+    EXPECT_TRUE(got["self_alignment"].empty());
+    near(got["effective_rank"]["roy_vetterli"], full["effective_rank"]["roy_vetterli"], "mean's effective rank");
+    if (k > 0 && k + 1 < vd.size()) EXPECT_TRUE(vd[k]["cumulative"].is_null()) << "depth " << k + 1;
+  }
+  for (const nlohmann::json* end : {&vd.front(), &vd.back()}) {
+    const nlohmann::json& c = (*end)["cumulative"];
+    const nlohmann::json& full = m["depths"][(*end)["depth"].get<size_t>() - 1]["cumulative"];
+    near(c["effective_rank"]["roy_vetterli"], full["effective_rank"]["roy_vetterli"], "C_k's effective rank");
+    near(c["spectral_norm"], full["spectral_norm"], "C_k's spectral norm");
+    for (const char* key : {"spectral_radius", "complex_fraction", "expanding_fraction"}) EXPECT_TRUE(c[key].is_null()) << key;
+    EXPECT_TRUE(c["henrici_departure"]["schur_normalized"].is_null());
+  }
+  const std::string ends = read_file(verdicts_dir / "cumulative.eigenvalues.npy");
+  double last_real = 0;  // complex128 [depth, d]: the last eigenvalue's real part is the file's last 16 bytes' first 8
+  std::memcpy(&last_real, ends.data() + ends.size() - 16, sizeof last_real);
+  EXPECT_TRUE(std::isnan(last_real)) << "no Schur form of C_K";
+  EXPECT_FALSE(std::isnan(read_npy(verdicts_dir / "cumulative.singular_values.npy").as_double().back()));
+  EXPECT_EQ(read_file(verdicts_dir / "metrics_mean.csv").find("alignment"), std::string::npos);
 }
 
 // tdyn init --match-scales: every kind of tensor of the initialisation has the source's mean and spread (up to the

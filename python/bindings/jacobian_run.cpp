@@ -28,10 +28,9 @@ void add_spectra(py::dict& arrays, const std::string& stem, const std::vector<Op
   auto e = eig.mutable_unchecked<2>();
   auto s = sv.mutable_unchecked<2>();
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t i = 0; i < d; ++i) {
-      const bool computed = ms[k].d > 0;  // not: a depth JacobianOptions::cumulative_ends_only skipped
-      e(k, i) = computed ? ms[k].eigenvalues[i] : std::complex<double>(NAN, NAN);
-      s(k, i) = computed ? ms[k].singular_values[i] : NAN;
+    for (int64_t i = 0; i < d; ++i) {  // NaN where not computed (JacobianOptions::cumulative_ends_only, verdict_metrics_only)
+      e(k, i) = i < ms[k].eigenvalues.size() ? ms[k].eigenvalues[i] : std::complex<double>(NAN, NAN);
+      s(k, i) = i < ms[k].singular_values.size() ? ms[k].singular_values[i] : NAN;
     }
   arrays[py::str(stem + ".eigenvalues")] = eig;
   arrays[py::str(stem + ".singular_values")] = sv;

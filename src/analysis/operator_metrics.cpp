@@ -88,7 +88,8 @@ EffectiveRanks effective_ranks(const Vector& singular_values, double energy_frac
 
 namespace {
 
-// The metrics of j from its eigenvalues and the Frobenius norm of its Schur form's strictly upper part, ‖N‖_F.
+// The metrics of j from its eigenvalues and the Frobenius norm of its Schur form's strictly upper part, ‖N‖_F; with
+// no eigenvalues (OperatorMetricsOptions::eigenvalues false) those that need them are NaN.
 OperatorMetrics metrics_from_schur(const Eigen::Ref<const Matrix>& j, const ComplexVector& eigenvalues, double strictly_upper_norm,
                                    const OperatorMetricsOptions& options) {
   const Index d = j.rows();
@@ -111,8 +112,9 @@ OperatorMetrics metrics_from_schur(const Eigen::Ref<const Matrix>& j, const Comp
   const double round_off = static_cast<double>(d) * std::numeric_limits<double>::epsilon() * m.singular_values[0];
   m.condition_number = sigma_min > round_off ? m.singular_values[0] / sigma_min : std::numeric_limits<double>::infinity();
 
+  const bool spectrum = eigenvalues.size() == d;
   m.departure.schur = strictly_upper_norm;
-  m.departure.identity = std::sqrt(std::max(0.0, frobenius_squared - eigenvalues.squaredNorm()));
+  m.departure.identity = spectrum ? std::sqrt(std::max(0.0, frobenius_squared - eigenvalues.squaredNorm())) : NAN;
   m.departure.schur_normalized = normalised(m.departure.schur);
   m.departure.identity_normalized = normalised(m.departure.identity);
 
@@ -127,8 +129,8 @@ OperatorMetrics metrics_from_schur(const Eigen::Ref<const Matrix>& j, const Comp
     if (std::abs(lambda) > 1) ++expanding;
     if (std::abs(lambda.imag()) > options.complex_tolerance * m.singular_values[0]) ++complex_count;
   }
-  m.expanding_fraction = static_cast<double>(expanding) / static_cast<double>(d);
-  m.complex_fraction = static_cast<double>(complex_count) / static_cast<double>(d);
+  m.expanding_fraction = spectrum ? static_cast<double>(expanding) / static_cast<double>(d) : NAN;
+  m.complex_fraction = spectrum ? static_cast<double>(complex_count) / static_cast<double>(d) : NAN;
   m.complex_tolerance = options.complex_tolerance;
 
   m.symmetry_index = normalised((j - j.transpose()).norm());
@@ -148,6 +150,7 @@ OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const Operat
   if (j.rows() == 0) return {};
   // Values only where vectors are not needed: no metric uses Schur vectors, and singular vectors are needed
   // only for the leading max k (self-alignment).
+  if (!options.eigenvalues) return metrics_from_schur(j, {}, NAN, options);
   const linalg::RealSchurForm schur = linalg::real_schur_form(j);
   return metrics_from_schur(j, schur.eigenvalues, schur.strictly_upper_norm(), options);
 }
@@ -168,7 +171,7 @@ nlohmann::json OperatorMetrics::to_json(bool include_spectra) const {
       {"frobenius_norm", frobenius_norm},
       {"spectral_norm", singular_values.size() > 0 ? singular_values[0] : 0.0},
       {"smallest_singular_value", singular_values.size() > 0 ? singular_values[d - 1] : 0.0},
-      {"spectral_radius", eigenvalues.size() > 0 ? std::abs(eigenvalues[0]) : 0.0},
+      {"spectral_radius", eigenvalues.size() > 0 ? std::abs(eigenvalues[0]) : d > 0 ? NAN : 0.0},
       {"condition_number", finite_or_null(condition_number)},
       {"henrici_departure",
        {{"schur", departure.schur},

@@ -96,6 +96,10 @@ struct OperatorMetricsOptions {
   // Self-alignment's singular vectors come from a partial SVD (linalg::svd_leading) when the largest k is at
   // most this fraction of d, from a full SVD with vectors otherwise. 0 forces the full SVD, 1 the partial one.
   double partial_svd_max_fraction = 0.25;
+  // False: no Schur form, for an operator whose singular values alone are read. `eigenvalues` stays empty and the
+  // metrics that need them (spectral radius, Henrici departure, expanding and complex fractions) are NaN (null in
+  // results.json).
+  bool eigenvalues = true;
 };
 
 struct HenriciDeparture {
@@ -134,8 +138,8 @@ struct OperatorMetrics {
 };
 
 // Throws Error for a non-square matrix or one with NaN/Inf (naming the entry). Cost: one real Schur form
-// without Schur vectors (dgees), and the singular values with only the leading max-k singular vector pairs
-// (see partial_svd_max_fraction).
+// without Schur vectors (dgees; none without options.eigenvalues), and the singular values with only the leading
+// max-k singular vector pairs (see partial_svd_max_fraction).
 OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const OperatorMetricsOptions& options = {});
 // The same from j's complex Schur form already computed (the surgery's): no further Schur decomposition.
 OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const OperatorMetricsOptions& options,

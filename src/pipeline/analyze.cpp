@@ -497,7 +497,7 @@ JacobianOptions Analysis::model_jacobian_options() const {
 JacobianOptions Analysis::controlled_jacobian_options(bool figures, bool first) const {
   JacobianOptions options = control_jacobian_options(first && o_.keep_matrices);
   options.ablations = o_.ablations;
-  options.cumulative_ends_only = !figures;
+  options.verdict_metrics_only = !figures;
   options.ranks_share_metrics = true;
   return options;
 }
@@ -649,7 +649,7 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
     if (part == "power" || idealised(part)) append(argv, kControlPowerFlags);
     if (idealised(part)) append(argv, kIdealisedFlags);
     if (part == "jacobian") append(argv, kControlJacobianFlags);
-    if (part == "jacobian" && !figures) argv.push_back("--cumulative-ends-only");  // the verdicts read only the ends
+    if (part == "jacobian" && !figures) argv.push_back("--verdict-metrics-only");
     if (part == "topology" && !figures) argv.push_back("--no-layout");
     if (!idealised(part)) append(argv, {"--from-pass", in.pass.from_pass});
     // The jacobian part just ran on the same pass: topology reads the maps' normality from it.

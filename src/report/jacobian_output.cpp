@@ -21,16 +21,17 @@ std::vector<double> stack(const std::vector<linalg::Matrix>& ms) {
   return out;
 }
 
-// A depth whose metrics were not computed (d = 0: JacobianOptions::cumulative_ends_only) has NaN rows.
+// A depth whose metrics were not computed (d = 0: JacobianOptions::cumulative_ends_only) has NaN rows, and so do the
+// eigenvalues of one computed without them (verdict_metrics_only).
 void write_spectra(ResultsDir& out, const std::string& stem, const std::vector<OperatorMetrics>& ms, const std::string& what) {
   const int64_t K = static_cast<int64_t>(ms.size()), d = ms.front().d;
   std::vector<double> eig, sv;
   for (const auto& m : ms) {
     for (int64_t i = 0; i < d; ++i) {
-      const bool computed = m.d > 0;
-      eig.push_back(computed ? m.eigenvalues[i].real() : NAN);
-      eig.push_back(computed ? m.eigenvalues[i].imag() : NAN);
-      sv.push_back(computed ? m.singular_values[i] : NAN);
+      const bool eigenvalues = i < m.eigenvalues.size();
+      eig.push_back(eigenvalues ? m.eigenvalues[i].real() : NAN);
+      eig.push_back(eigenvalues ? m.eigenvalues[i].imag() : NAN);
+      sv.push_back(i < m.singular_values.size() ? m.singular_values[i] : NAN);
     }
   }
   write_npy_complex(out.file(stem + ".eigenvalues.npy"), eig.data(), {K, d});

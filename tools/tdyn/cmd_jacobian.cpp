@@ -89,6 +89,10 @@ std::function<int()> setup_jacobian(CLI::App& app) {
                 "Metrics of the cumulative products C_k at the first and last depth only, what the bottleneck verdict reads "
                 "(the others null in results.json, NaN in the tables and arrays): two eigen- and SVD decompositions per "
                 "depth fewer");
+  cmd->add_flag("--verdict-metrics-only", a->options.verdict_metrics_only,
+                "Only what analyze's verdicts and tdyn compare read (analyze's sample subsets and unplotted controls): "
+                "--cumulative-ends-only with those two products' singular values alone (their eigenvalue metrics null), "
+                "and the mean Jacobians without self-alignment (no singular vectors)");
   cmd->add_option("--eig-depths", a->options.eig_depths,
                   "Depths (1-based, comma-separated) whose eigenvalues are plotted (default first, middle, last)")
       ->delimiter(',')->allow_extra_args(false);

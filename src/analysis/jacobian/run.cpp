@@ -33,7 +33,8 @@ void check_one_architecture(const std::vector<JacobianCheckpoint>& checkpoints) 
 // neither computed nor plotted; results.json says which were dropped. Also the depths whose eigenvalues are
 // plotted.
 void choose_ks_and_depths(JacobianResult& r, const JacobianOptions& options) {
-  for (linalg::Index k : options.metrics.alignment_ks) (k < r.d ? r.alignment_ks_used : r.alignment_ks_skipped).push_back(k);
+  if (!options.verdict_metrics_only)
+    for (linalg::Index k : options.metrics.alignment_ks) (k < r.d ? r.alignment_ks_used : r.alignment_ks_skipped).push_back(k);
   if (options.eig_depths.empty()) r.eig_sublayers = {0, r.depths / 2, r.depths - 1};
   for (int64_t k : options.eig_depths) {
     if (k < 1 || k > r.depths) fail("eig_depths: depth {} is outside 1..{}", k, r.depths);
@@ -168,7 +169,8 @@ DepthOutcome outcome_of(const std::vector<double>& numbers, int64_t d) {
 // holds every operator (`operators`; the other ranks pass none), sends each other rank its own, and receives their
 // outcomes. Returns every task's outcome on rank 0, none elsewhere.
 std::vector<DepthOutcome> batch_metrics(const std::vector<DepthOperator>& tasks, const std::vector<const linalg::Matrix*>& operators,
-                                        int64_t d, bool surgery, const OperatorMetricsOptions& metric_opts, const TaskShare& share) {
+                                        int64_t d, bool surgery, const OperatorMetricsOptions& mean_opts,
+                                        const OperatorMetricsOptions& cumulative_opts, const TaskShare& share) {
   std::vector<size_t> mine;
   for (size_t t = 0; t < tasks.size(); ++t)
     if (share.mine(static_cast<int64_t>(t))) mine.push_back(t);
@@ -190,9 +192,9 @@ std::vector<DepthOutcome> batch_metrics(const std::vector<DepthOperator>& tasks,
     DepthOutcome& o = outcomes[t];
     if (tasks[t].mean && surgery) {
       o.schur = linalg::complex_schur(op);
-      o.metrics = operator_metrics(op, metric_opts, o.schur);
+      o.metrics = operator_metrics(op, mean_opts, o.schur);
     } else {
-      o.metrics = operator_metrics(op, metric_opts);
+      o.metrics = operator_metrics(op, tasks[t].mean ? mean_opts : cumulative_opts);
     }
   });
   if (!share.root()) {
@@ -223,6 +225,9 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
   std::vector<DepthChain<linalg::Matrix>> null_chains(static_cast<size_t>(options.haar_null_draws), DepthChain<linalg::Matrix>(mlp_reads_layer_input));
   r.haar_null.assign(null_chains.size(), {});
   ProgressLoop loop(progress, label + "metrics", K, "depths");
+  const bool ends_only = options.cumulative_ends_only || options.verdict_metrics_only;
+  OperatorMetricsOptions cumulative_opts = metric_opts;
+  cumulative_opts.eigenvalues = !options.verdict_metrics_only;
   // Every rank cuts the depths into the same batches: rank 0's operators in flight, times the ranks.
   double in_flight = static_cast<double>(operators_in_flight(d, options.surgery ? 12 : 6, K));
   if (share.count > 1) in_flight = broadcast_from_root(in_flight);
@@ -233,7 +238,7 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
     std::vector<DepthOperator> tasks;
     for (int64_t k = first; k < end; ++k) tasks.push_back({k, true});
     for (int64_t k = first; k < end; ++k)
-      if (!options.cumulative_ends_only || k == 0 || k == K - 1) tasks.push_back({k, false});
+      if (!ends_only || k == 0 || k == K - 1) tasks.push_back({k, false});
     std::vector<linalg::Matrix> means, cumulatives;
     std::vector<const linalg::Matrix*> operators;
     if (share.root()) {
@@ -248,14 +253,14 @@ void depth_metrics(CheckpointJacobians& r, const std::function<linalg::Matrix(in
           if (k == 0) r.haar_null[static_cast<size_t>(j)].first = effective_ranks(linalg::singular_values(c));
           if (k == K - 1) r.haar_null[static_cast<size_t>(j)].second = effective_ranks(linalg::singular_values(c));
         });
-        if (!options.cumulative_ends_only || k == 0 || k == K - 1) cumulatives.push_back(cumulative);
+        if (!ends_only || k == 0 || k == K - 1) cumulatives.push_back(cumulative);
         if (arrays) arrays->depth(r, mean, cumulative);
         if (options.keep_matrices) r.mean.push_back(mean), r.cumulative.push_back(cumulative);
       }
       for (const linalg::Matrix& m : means) operators.push_back(&m);
       for (const linalg::Matrix& m : cumulatives) operators.push_back(&m);
     }
-    std::vector<DepthOutcome> outcomes = batch_metrics(tasks, operators, d, sweep.has_value(), metric_opts, share);
+    std::vector<DepthOutcome> outcomes = batch_metrics(tasks, operators, d, sweep.has_value(), metric_opts, cumulative_opts, share);
     if (share.root())
       for (size_t t = 0; t < tasks.size(); ++t)
         (tasks[t].mean ? r.mean_metrics : r.cumulative_metrics)[tasks[t].k] = std::move(outcomes[t].metrics);
@@ -345,6 +350,7 @@ nlohmann::json options_json(const JacobianResult& result, const JacobianOptions&
                       {"cumulative", options.mean_of_products ? "both" : "product-of-means"},
                       {"save_per_sample", options.save_per_sample},
                       {"cumulative_ends_only", options.cumulative_ends_only},
+                      {"verdict_metrics_only", options.verdict_metrics_only},
                       {"alignment_ks", options.metrics.alignment_ks},
                       {"alignment_ks_used", result.alignment_ks_used},
                       {"complex_tolerance", options.metrics.complex_tolerance},
@@ -377,7 +383,7 @@ nlohmann::json checkpoint_json(const CheckpointJacobians& r) {
   mj["samples"] = r.n_samples;
   mj["pairs"] = r.n_pairs;
   for (int64_t k = 0; k < static_cast<int64_t>(r.mean_metrics.size()); ++k) {
-    const OperatorMetrics& c = r.cumulative_metrics[k];  // d = 0: not computed (cumulative_ends_only)
+    const OperatorMetrics& c = r.cumulative_metrics[k];  // d = 0: not computed (cumulative_ends_only, verdict_metrics_only)
     nlohmann::json row = {{"depth", k + 1}, {"name", sublayer_name(k)}, {"mean", r.mean_metrics[k].to_json()},
                           {"cumulative", c.d > 0 ? c.to_json() : nlohmann::json(nullptr)}};
     if (!r.product_mean_metrics.empty()) row["mean_of_products"] = r.product_mean_metrics[k].to_json();

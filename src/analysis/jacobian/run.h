@@ -37,6 +37,10 @@ struct JacobianOptions {
   // The metrics of C_k at the first and last depth only, what the bottleneck verdict reads; the other depths' are
   // left uncomputed (d = 0: null in results.json, NaN in the tables and arrays). analyze's controls use it.
   bool cumulative_ends_only = false;
+  // Only what analyze's verdicts and `tdyn compare` read, for runs whose figures nobody draws: cumulative_ends_only,
+  // those two C_k without their Schur form (their singular values alone: the effective ranks), and the J̄_k without
+  // self-alignment (singular values without vectors). The eigenvalue metrics of C_k are null, no alignment is listed.
+  bool verdict_metrics_only = false;
   // The structure-preserving null of the bottleneck: this many draws of the cumulative products with every J̄_k
   // replaced by Q_k J̄_k Q_kᵀ, Q_k Haar-random orthogonal and new at every depth (seeded by haar_null_seed, the
   // draw and k). Each J̄_k keeps its eigenvalues, singular values and normality; only how the depths' bases line
