@@ -649,6 +649,24 @@ TEST_P(MpiCommand, TwoRanksWriteWhatOneProcessWrites) {
   EXPECT_GT(arrays, 4);
   const fs::path pass_user = command == "analyze" ? dir / "two" / "jacobian" : dir / "two";  // analyze: a part's own
   EXPECT_EQ(nlohmann::json::parse(read_file(pass_user / "results.json"))["options"]["pass"]["ranks"], 2);
+  if (command == "topology") {
+    // The worker rank computed its layers' couplings (J̄'s Schur form), which equal one process's to the round-off of
+    // the pass's sums.
+    const auto two = nlohmann::json::parse(read_file(dir / "two" / "results.json")), one = nlohmann::json::parse(read_file(dir / "one" / "results.json"));
+    EXPECT_EQ(two["options"]["coupling"]["ranks"], 2);
+    const nlohmann::json &a = two["results"]["coupling"]["layers"], &b = one["results"]["coupling"]["layers"];
+    ASSERT_EQ(a.size(), b.size());
+    const auto near = [](const nlohmann::json& x, const nlohmann::json& y, const std::string& what) {
+      if (x.is_null() || y.is_null()) EXPECT_EQ(x, y) << what;  // null: no ranking to test (an ablated map's constant gains)
+      else EXPECT_NEAR(x.get<double>(), y.get<double>(), 1e-9) << what;
+    };
+    for (size_t l = 0; l < a.size(); ++l) {
+      for (const char* key : {"normalized_departure", "symmetry_index", "complex_fraction"})
+        near(a[l]["operator"][key], b[l]["operator"][key], fmt::format("layer {}: {}", l, key));
+      near(a[l]["column_gain"]["rho"], b[l]["column_gain"]["rho"], fmt::format("layer {}: rho", l));
+      EXPECT_EQ(a[l]["nodes"], b[l]["nodes"]);
+    }
+  }
   if (command != "analyze") return;
   // The worker rank took its share of the metrics of every jacobian run: the model's, a sample subset's, a nested
   // set's, the first initialisation's and one run side by side in one process.

@@ -109,10 +109,13 @@ TopologyResult analyse_checkpoint(const AnalysisInputs& in, const TopologyCompar
   std::unique_ptr<JacobianModel> jacobians;
   if (options.coupling) jacobians = std::make_unique<JacobianModel>(transformer, spec.zeroed);
   std::optional<PassFile> pass;
-  {
+  try {
     PhaseTimer timer(out, jacobians ? "forward_correlations_and_jacobians" : "forward_correlations");
     pass = obtain_pass(in.pass, *transformer, jacobians.get(), in.samples, spec, pass_model_identity(path, *model),
                        out.file("pass.tdynpass"), false, fmt::format("topology {}: samples", label), progress);
+  } catch (const WorkerShareDone&) {
+    take_coupling_share(options);  // with ranks_share_coupling; its share of the pass is with rank 0 already
+    throw;
   }
   TopologyResult result = run_topology(*model, path, label, *pass, options, progress);
   out.options() = comparisons.to_json();

@@ -36,6 +36,7 @@ int run(TopologyArgs& a) {
   a.options.coupling = !a.no_coupling;
   a.options.layout = !a.no_layout;
   a.options.ablations = Ablation::parse(a.ablate);
+  a.options.ranks_share_coupling = true;  // every MPI rank runs this command
   PositionSpec::parse(a.options.positions);  // fail early on a bad --positions
   TopologyComparisons comparisons{a.compare, std::nullopt};
   if (a.random_init) comparisons.random_init = a.init_seed;

@@ -11,6 +11,8 @@
 #include "core/files.h"
 #include "core/json_number.h"
 #include "core/npy.h"
+#include "core/ranks.h"
+#include "kernels/serial_blas.h"
 
 namespace tdyn {
 namespace {
@@ -52,6 +54,72 @@ std::vector<MapNormality> normality_from(const fs::path& dir, const std::vector<
   return out;
 }
 
+// The coupling's layers over the MPI ranks (TopologyOptions::ranks_share_coupling): layer i is rank (i mod N)'s.
+// Rank 0 first tells every rank the layer count, d and the batch (0 layers: it computes them alone), then per batch
+// sends each rank its layers' boundary scores and J̄ (d + d² numbers each), computes its own one per thread and
+// receives the others' LayerCoupling. A worker rank passes no `scores` and no `mean_jacobian`, and gets nothing back.
+std::vector<LayerCoupling> shared_layer_couplings(const std::vector<std::vector<double>>& scores,
+                                                  const std::function<linalg::Matrix(size_t)>& mean_jacobian,
+                                                  const CouplingOptions& options) {
+  const TaskShare share{ranks().rank, ranks().size};
+  std::vector<double> plan;
+  if (share.root()) {
+    const auto n = static_cast<int64_t>(scores.size());
+    const int64_t d = n ? static_cast<int64_t>(scores.front().size()) : 0;
+    plan = {static_cast<double>(n), static_cast<double>(d), static_cast<double>(operators_in_flight(d, 5, n) * share.count)};
+  }
+  broadcast_from_root(plan);
+  const auto n_layers = static_cast<int64_t>(plan.at(0)), d = static_cast<int64_t>(plan.at(1)), batch = static_cast<int64_t>(plan.at(2));
+  std::vector<LayerCoupling> layers(static_cast<size_t>(n_layers));
+  for (int64_t first = 0; first < n_layers; first += batch) {
+    const int64_t end = std::min(n_layers, first + batch);
+    std::vector<int64_t> mine;
+    std::vector<std::vector<double>> inputs;  // of my layers: the scores, then J̄ column-major
+    for (int64_t layer = first; layer < end; ++layer) {
+      const bool own = share.mine(layer);
+      if (own) mine.push_back(layer);
+      if (!share.root()) {
+        if (own) inputs.push_back(receive_from(0));
+        continue;
+      }
+      std::vector<double> numbers = scores[static_cast<size_t>(layer)];
+      const linalg::Matrix j = mean_jacobian(static_cast<size_t>(layer));
+      numbers.insert(numbers.end(), j.data(), j.data() + j.size());
+      if (own) inputs.push_back(std::move(numbers));
+      else send_to(static_cast<int>(share.owner(layer)), numbers);
+    }
+    parallel_tasks(static_cast<int64_t>(mine.size()), [&](int64_t i) {
+      const std::vector<double>& in = inputs[static_cast<size_t>(i)];
+      TDYN_CHECK(in.size() == static_cast<size_t>(d + d * d));
+      const std::vector<double> score(in.begin(), in.begin() + d);
+      const linalg::Matrix j = Eigen::Map<const linalg::Matrix>(in.data() + d, d, d);
+      const auto layer = static_cast<size_t>(mine[static_cast<size_t>(i)]);
+      layers[layer] = layer_coupling(j, score, layer, options);
+    });
+    if (!share.root()) {
+      for (int64_t layer : mine) {
+        std::vector<double> numbers;
+        append_numbers(numbers, layers[static_cast<size_t>(layer)]);
+        send_to(0, numbers);
+      }
+      continue;
+    }
+    for (int64_t layer = first; layer < end; ++layer)
+      if (!share.mine(layer)) {
+        const std::vector<double> numbers = receive_from(static_cast<int>(share.owner(layer)));
+        NumberReader in(numbers, "a rank's layer coupling");
+        layers[static_cast<size_t>(layer)] = read_layer_coupling(in);
+        in.finish();
+      }
+  }
+  return layers;
+}
+
+// Whether the ranks share the coupling's layers (the same answer on every rank: from the options alone).
+bool shares_coupling(const TopologyOptions& options) {
+  return options.ranks_share_coupling && options.normality_from.empty() && ranks().size > 1;
+}
+
 // Coupling of the boundary scores with the gains of the mean Jacobian of the sublayer map leaving each boundary.
 void couple(TopologyResult& r, const PassFile& pass, const TopologyOptions& options) {
   std::vector<std::vector<double>> scores;
@@ -65,11 +133,18 @@ void couple(TopologyResult& r, const PassFile& pass, const TopologyOptions& opti
   CouplingOptions test = options.coupling_test;
   if (!options.normality_from.empty()) test.known_normality = normality_from(options.normality_from, maps);
   // One J̄ at a time from the pass (d × d each), kept only when asked.
-  r.coupling = topology_dynamics_coupling(scores, [&](size_t i) {
+  const auto mean_jacobian = [&](size_t i) {
     linalg::Matrix j = pass.mean_jacobian(r.boundaries[r.coupled[i]].hook);
     if (options.keep_jacobians) r.mean_jacobians.push_back(j);
     return j;
-  }, test);
+  };
+  if (!shares_coupling(options)) {
+    r.coupling = topology_dynamics_coupling(scores, mean_jacobian, test);
+    return;
+  }
+  check_coupling_options(test, scores.size());
+  r.coupling = decide_coupling(shared_layer_couplings(scores, mean_jacobian, test), test);
+  r.coupling_ranks = ranks().size;
 }
 
 // Partitions [boundary][unit] from a topology directory's membership.npy.
@@ -204,6 +279,11 @@ TopologyResult run_topology(const Model& model, const std::string& path, const s
   return r;
 }
 
+void take_coupling_share(const TopologyOptions& options) {
+  TDYN_CHECK(!ranks().root());
+  if (options.coupling && shares_coupling(options)) shared_layer_couplings({}, {}, options.coupling_test);
+}
+
 std::string checkpoint_label(const fs::path& path, std::vector<std::string>* taken) {
   fs::path p = path;
   while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
@@ -269,7 +349,8 @@ nlohmann::json options_json(const TopologyResult& r, const TopologyOptions& o) {
                                         {"sign_rule", "Spearman over layers of rho with the normalized departure; the paper predicts < 0 "
                                                       "(near-symmetric layers amplify, non-normal ones attenuate); permutation seed "
                                                       "permutation_seed - 1"},
-                                        {"decision_p", test.permutations > 0 ? "permutation" : "parametric"}}},
+                                        {"decision_p", test.permutations > 0 ? "permutation" : "parametric"},
+                                        {"ranks", r.coupling_ranks}}},
       {"save_correlations", o.keep_correlations},
       {"save_jacobians", o.keep_jacobians},
       {"draw_boundary", o.draw_boundary},

@@ -40,6 +40,10 @@ struct TopologyOptions {
   // normality (departure, symmetry index, complex share) is read from its depths instead of computed again; "" for
   // none. tdyn analyze passes its jacobian part's.
   std::string normality_from;
+  // Every MPI rank runs this analysis (`tdyn topology` under mpirun): the ranks share the coupling's layers (J̄'s Schur
+  // form), rank 0 sending each its layers' J̄ and boundary scores (take_coupling_share is a worker rank's side). Not
+  // with normality_from, which leaves no Schur form to share. No effect in one process.
+  bool ranks_share_coupling = false;
 };
 
 struct TopologyResult {
@@ -52,6 +56,7 @@ struct TopologyResult {
   bool has_coupling = false;
   std::vector<int64_t> coupled;  // boundary index of every coupling layer (boundaries a sublayer map leaves)
   CouplingResult coupling;
+  int64_t coupling_ranks = 1;  // the MPI ranks that computed the layers' couplings
   std::vector<linalg::Matrix> mean_jacobians;  // per coupling layer, with keep_jacobians
   int64_t drawn_boundary = 0;
   std::vector<std::pair<double, double>> layout;  // node positions of the drawn boundary's graph
@@ -71,6 +76,10 @@ void check_sample_ids(const std::vector<Sample>& samples, const ModelConfig& con
 // whose boundaries are not these.
 TopologyResult run_topology(const Model& model, const std::string& path, const std::string& label, const PassFile& pass,
                             const TopologyOptions& options, ProgressSink& progress);
+
+// An MPI worker rank's side of a run_topology that rank 0 runs with options.ranks_share_coupling: its share of the
+// coupling's layers, whose J̄ and boundary scores rank 0 sends. It reads no pass and writes nothing.
+void take_coupling_share(const TopologyOptions& options);
 
 // A short name for a checkpoint (figure titles, results.json): the file stem, or the directory name for Hugging Face
 // directories and files called "model.*"; with `taken`, made unique among those and added to them.

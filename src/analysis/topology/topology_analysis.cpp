@@ -77,8 +77,8 @@ topology::SpearmanTest sign_rule_test(const std::vector<double>& rho, const std:
   return topology::spearman_test(a, b, options.permutations, options.seed - 1);
 }
 
-// One layer's coupling: the Spearman tests of its boundary scores against the column and row gains of its J̄, and
-// J̄'s normality metrics (the FDR decision over layers follows).
+}  // namespace
+
 LayerCoupling layer_coupling(const Matrix& j, const std::vector<double>& score, size_t layer, const CouplingOptions& options) {
   const int64_t d = static_cast<int64_t>(score.size());
   if (j.rows() != d || j.cols() != d)
@@ -118,7 +118,43 @@ LayerCoupling layer_coupling(const Matrix& j, const std::vector<double>& score, 
   return c;
 }
 
+namespace {
+
+void append_numbers(std::vector<double>& out, const topology::SpearmanTest& t) {
+  out.insert(out.end(), {static_cast<double>(t.n), t.rho, t.p_parametric, t.p_permutation});
+}
+
+topology::SpearmanTest read_spearman_test(NumberReader& in) {
+  topology::SpearmanTest t;
+  t.n = in.index(), t.rho = in.next(), t.p_parametric = in.next(), t.p_permutation = in.next();
+  return t;
+}
+
 }  // namespace
+
+// The tests and normality first, then the gains, each list after its length. The decision's fields (p_adjusted,
+// significant, coupled) are decide_coupling's, not sent.
+void append_numbers(std::vector<double>& out, const LayerCoupling& c) {
+  out.push_back(static_cast<double>(c.n_nodes));
+  append_numbers(out, c.column.test), append_numbers(out, c.row.test);
+  out.insert(out.end(), {c.normalized_departure, c.symmetry_index, c.complex_fraction});
+  for (const std::vector<double>* gains : {&c.log_column_gain, &c.log_row_gain}) {
+    out.push_back(static_cast<double>(gains->size()));
+    out.insert(out.end(), gains->begin(), gains->end());
+  }
+}
+
+LayerCoupling read_layer_coupling(NumberReader& in) {
+  LayerCoupling c;
+  c.n_nodes = in.index();
+  c.column.test = read_spearman_test(in), c.row.test = read_spearman_test(in);
+  c.normalized_departure = in.next(), c.symmetry_index = in.next(), c.complex_fraction = in.next();
+  for (std::vector<double>* gains : {&c.log_column_gain, &c.log_row_gain}) {
+    gains->resize(static_cast<size_t>(in.index()));
+    for (double& g : *gains) g = in.next();
+  }
+  return c;
+}
 
 CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
                                           const std::vector<Matrix>& mean_jacobians, const CouplingOptions& options) {
@@ -127,19 +163,20 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
   return topology_dynamics_coupling(boundary_scores, [&](size_t layer) { return mean_jacobians[layer]; }, options);
 }
 
-CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
-                                          const std::function<Matrix(size_t)>& mean_jacobian, const CouplingOptions& options) {
+void check_coupling_options(const CouplingOptions& options, size_t n_layers) {
   if (options.permutations < 0) fail("coupling: permutations must be ≥ 0, got {}", options.permutations);
   if (!(options.min_effect >= 0 && options.min_effect < 1)) fail("coupling: min_effect must be in [0, 1), got {}", options.min_effect);
-  if (!options.known_normality.empty() && options.known_normality.size() != boundary_scores.size())
-    fail("coupling: normality of {} maps given for {} layers", options.known_normality.size(), boundary_scores.size());
-  const bool permutation = options.permutations > 0;
-  CouplingResult result;
-  result.decision_p = permutation ? "permutation" : "parametric";
+  if (!options.known_normality.empty() && options.known_normality.size() != n_layers)
+    fail("coupling: normality of {} maps given for {} layers", options.known_normality.size(), n_layers);
+}
+
+CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>& boundary_scores,
+                                          const std::function<Matrix(size_t)>& mean_jacobian, const CouplingOptions& options) {
+  check_coupling_options(options, boundary_scores.size());
   // Each layer's J̄ is read in order (from a pass file, say); the layers' tests and metrics run in parallel, a batch
   // of layers at a time (their J̄ in memory), one per thread.
   const auto n_layers = static_cast<int64_t>(boundary_scores.size());
-  result.layers.resize(boundary_scores.size());
+  std::vector<LayerCoupling> layers(boundary_scores.size());
   const int64_t d = boundary_scores.empty() ? 0 : static_cast<int64_t>(boundary_scores.front().size());
   const int64_t batch = operators_in_flight(d, 5, n_layers);
   for (int64_t first = 0; first < n_layers; first += batch) {
@@ -147,9 +184,17 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
     for (int64_t layer = first; layer < std::min(n_layers, first + batch); ++layer) batch_jacobians.push_back(mean_jacobian(static_cast<size_t>(layer)));
     parallel_tasks(static_cast<int64_t>(batch_jacobians.size()), [&](int64_t i) {
       const auto layer = static_cast<size_t>(first + i);
-      result.layers[layer] = layer_coupling(batch_jacobians[static_cast<size_t>(i)], boundary_scores[layer], layer, options);
+      layers[layer] = layer_coupling(batch_jacobians[static_cast<size_t>(i)], boundary_scores[layer], layer, options);
     });
   }
+  return decide_coupling(std::move(layers), options);
+}
+
+CouplingResult decide_coupling(std::vector<LayerCoupling> layers, const CouplingOptions& options) {
+  const bool permutation = options.permutations > 0;
+  CouplingResult result;
+  result.decision_p = permutation ? "permutation" : "parametric";
+  result.layers = std::move(layers);
   std::vector<double> p_column, p_row;
   for (const LayerCoupling& c : result.layers) {
     p_column.push_back(decision_p_value(c.column.test, permutation));

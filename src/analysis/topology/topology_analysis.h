@@ -132,6 +132,20 @@ CouplingResult topology_dynamics_coupling(const std::vector<std::vector<double>>
                                           const std::function<linalg::Matrix(size_t)>& mean_jacobian,
                                           const CouplingOptions& options);
 
+// The steps of topology_dynamics_coupling, for callers that spread the layers over MPI ranks
+// (analysis/topology/run.cpp). The Error it throws for bad options:
+void check_coupling_options(const CouplingOptions& options, size_t n_layers);
+// One layer's coupling before the decision across layers: the Spearman tests of its boundary scores against the gains
+// of its J̄, and J̄'s normality (options.known_normality[layer] when given, else its Schur form: the costly part at
+// large d).
+LayerCoupling layer_coupling(const linalg::Matrix& j, const std::vector<double>& score, size_t layer, const CouplingOptions& options);
+// The decision across layers from every layer's coupling: Benjamini–Hochberg, the coupled layers, the sign rule.
+CouplingResult decide_coupling(std::vector<LayerCoupling> layers, const CouplingOptions& options);
+
+// A layer's coupling as a flat list of numbers (what MPI ranks send each other), and read back exactly.
+void append_numbers(std::vector<double>& out, const LayerCoupling& c);
+LayerCoupling read_layer_coupling(NumberReader& in);
+
 // ---- Drawing -----------------------------------------------------------------------------------------------
 
 // Fruchterman–Reingold positions (x, y per node) of the positive part of the graph, weights |r|, seeded;
