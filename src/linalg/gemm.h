@@ -32,8 +32,8 @@ inline Matrix multiply(const Matrix& a, const Matrix& b) {
   return c;
 }
 
-// Complex products through BLAS (zgemm, ztrmm), for the same reason: Eigen's complex kernel on the baseline
-// instruction set took two thirds of the Schur surgery's time at d = 512.
+// Complex products through BLAS (zgemm, ztrmm), for the same reason: Eigen's complex kernel is built for the baseline
+// instruction set (docs/performance.md).
 ComplexMatrix multiply(const ComplexMatrix& a, const ComplexMatrix& b);
 ComplexMatrix multiply_adjoint(const ComplexMatrix& a, const ComplexMatrix& b);  // a b*
 // q t q* for an upper-triangular t (its strictly lower part is not read): J from its complex Schur form.

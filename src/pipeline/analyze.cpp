@@ -528,8 +528,8 @@ void Analysis::share_jacobian_metrics() {
 
 // Runs task(0, ·), ..., task(n − 1, ·): side by side, one per thread on serial BLAS with silent progress, as many
 // at once as there are threads and their matrices (d × d) fit kSideBySideBytes; else one after another, each on
-// every thread with `progress`. Small runs gain less from their own threads than from running side by side (a
-// LAPACK decomposition at d = 512 runs about 1.5× faster on two threads, two of them 2× on one thread each).
+// every thread with `progress`. Small runs gain less from their own threads than from running side by side: a LAPACK
+// decomposition's QR sweeps keep few threads busy (docs/performance.md).
 // Under MPI the runs that would go side by side go one at a time, each still on one thread (so that they compute
 // what one process computes), their jacobian metrics shared with the worker ranks. `what` names the runs in a note.
 void Analysis::side_by_side_or_in_turn(int64_t n, const std::string& what, const std::function<void(int64_t, ProgressSink&)>& task) {

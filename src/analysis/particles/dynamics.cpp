@@ -315,7 +315,7 @@ bool VelocityField::x_velocity(const Matrix& X, Matrix& dX, Matrix* advance, dou
   std::atomic<bool> advanced_finite{true};
   if (scores_through_map(X.rows())) {
     // X [M  Wᵀ] in one product gives X M for the scores and X Wᵀ for the velocity P (X Wᵀ): one pass over X
-    // instead of two, and the wider product runs nearer the kernel's peak (a step 6% faster at n = d = 128).
+    // instead of two, and the wider product runs nearer the kernel's peak (docs/performance.md).
     if (map_and_value_.size() == 0) {
       map_and_value_.resize(d, 2 * d);
       map_and_value_.leftCols(d) = score_map();
@@ -328,8 +328,8 @@ bool VelocityField::x_velocity(const Matrix& X, Matrix& dX, Matrix* advance, dou
     dX.resize(n, d);
     // Small products run single-threaded (small_products); the threads then take blocks of at least 32 tokens:
     // each computes its rows of [X M  X Wᵀ] and its columns of Xᵀ, after all are done its rows of the scores and
-    // P, and after that (nothing reads X then) its rows of the velocity, and moves them. On two idle cores a step
-    // took 0.78 of the one-thread time at n = d = 128 and 0.68 at n = 256.
+    // P, and after that (nothing reads X then) its rows of the velocity, and moves them (docs/performance.md says what
+    // two threads gain).
     const bool small = split_rows_;
     const int64_t most_parts = small ? std::max<int64_t>(1, n / 32) : 1;
     on_threads(most_parts > 1, [&](int thread, int threads) {
