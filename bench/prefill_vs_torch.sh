@@ -9,6 +9,10 @@
 # reported (one thread each, each side's best) are measured again in turn, ROUNDS times, and the fastest of each
 # counts. A single pick among the PyTorch settings (eleven on two cores) would be the luckiest of eleven draws
 # on a noisy machine against one of tdyn's; the rounds give both sides as many draws at the same stretches of time.
+# Each rate is also given in GFLOP/s (2 multiply-add flops per weight and token, plus causal attention's QKᵀ and AV)
+# and as a share of the machine's float32 multiply-add peak on as many threads (twice the float64 peak that
+# bench/fma_peak.c measures), with the CPU's model and vector flags: a ratio measured on one instruction set says
+# nothing of another.
 #   bench/prefill_vs_torch.sh [BUILD_DIR] [TOKENS] [REPEATS] [ROUNDS]     (defaults build, 256, 5, 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +26,8 @@ $py -c 'import torch' 2>/dev/null || { echo "torch is not importable by $py (apt
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=$work/llama-d768.bin
-$py bench/make_llama2c_model.py "$model" 768 12 12 12 2048 512 512
+dim=768 layers=12 heads=12 kv_heads=12 hidden=2048 vocab=512
+$py bench/make_llama2c_model.py "$model" $dim $layers $heads $kv_heads $hidden $vocab 512
 cores=$(nproc)
 echo "T = $tokens, median of $repeats, best of $rounds rounds; $cores cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -67,3 +72,18 @@ awk -v a="$tdyn1" -v b="$torch1" 'BEGIN { printf "%-56s %12.1f %14.1f %8.2f\n", 
 awk -v a="$tdyn_best" -v b="$torch_best" -v t="$tdyn_threads" -v s="$torch_setting" \
   'BEGIN { printf "%-56s %12.1f %14.1f %8.2f\n", "best: tdyn " t " threads, torch " s, a, b, a / b }'
 awk -v a="$tdyn_best" -v b="$tdyn1" 'BEGIN { printf "tdyn best / tdyn one thread: %.2f\n", a / b }'
+
+# The same rates as arithmetic: GFLOP/s against the float32 FMA peak on as many threads.
+cc -O3 -march=native -fopenmp -o "$work/fma_peak" bench/fma_peak.c
+echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores; vector flags: $(lscpu | grep -o -w -E 'avx512f|avx512bw|avx512vl|avx512_bf16|avx2|fma' | sort -u | tr '\n' ' ')"
+torch_threads=$(awk '{ print ($1 > $3 ? $1 : $3) }' <<<"$torch_setting")  # "INTRA × BLAS [wait]": the cores it used
+for row in "tdyn, one thread|$tdyn1|1" "torch, one thread|$torch1|1" "tdyn, $tdyn_threads threads|$tdyn_best|$tdyn_threads" \
+           "torch, $torch_setting|$torch_best|$torch_threads"; do
+  IFS='|' read -r what rate threads <<<"$row"
+  peak=$(awk -v p="$("$work/fma_peak" "$threads" 2>/dev/null)" 'BEGIN { print 2 * p }')
+  awk -v what="$what" -v rate="$rate" -v peak="$peak" -v t="$tokens" -v d=$dim -v L=$layers -v h=$heads -v kv=$kv_heads \
+      -v ff=$hidden -v V=$vocab 'BEGIN {
+    weights = L * (2 * d * d + 2 * d * d * kv / h + 3 * d * ff) + d * V
+    flops = 2 * weights + L * 2 * t * d  # per token: the products, and causal attention averaged over the T positions
+    printf "%-40s %8.1f GFLOP/s, %5.1f %% of the float32 peak %.0f GFLOP/s\n", what, rate * flops / 1e9, 100 * rate * flops / 1e9 / peak, peak }'
+done
