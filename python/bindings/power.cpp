@@ -16,19 +16,11 @@
 #include "py_progress.h"
 #include "py_samples.h"
 #include "result_dicts.h"
+#include "pipeline/inputs.h"
 #include "report/power_output.h"
 
 namespace tdyn::python {
 namespace {
-
-std::unique_ptr<Tokenizer> optional_tokenizer(const Model& model, const std::optional<std::string>& path) {
-  try {
-    return path ? load_tokenizer(*path) : load_tokenizer_for_model(model.path);
-  } catch (const Error&) {
-    if (path) throw;  // one asked for: its error matters
-    return nullptr;
-  }
-}
 
 py::array numpy_of(const PowerArray& a) {
   return std::visit([&](const auto& values) -> py::array {
@@ -68,7 +60,7 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
   PowerResult r;
   {
     py::gil_scoped_release release;
-    const std::unique_ptr<Tokenizer> tok = optional_tokenizer(*m, tokenizer);
+    const std::unique_ptr<Tokenizer> tok = tokenizer_if_any(m->path.string(), tokenizer.value_or(""));
     const std::vector<Sample> samples_loaded = sample_args.load(*m, tok.get());
     r = run_power(m, path, samples_loaded, options, sink, tok.get());
   }

@@ -1,5 +1,7 @@
 #include "pipeline/inputs.h"
 
+#include "core/error.h"
+
 namespace tdyn {
 
 void draw_samples(AnalysisInputs& in, const SampleOptions& options, const std::string& tokenizer) {
@@ -14,6 +16,15 @@ AnalysisInputs load_inputs(const std::string& model_path, const LoadOptions& loa
   AnalysisInputs in{model_path, load, load_model(model_path, load), {}, {}, {}, {}, pass};
   draw_samples(in, samples, tokenizer);
   return in;
+}
+
+std::unique_ptr<Tokenizer> tokenizer_if_any(const std::string& model_path, const std::string& tokenizer) {
+  if (!tokenizer.empty()) return load_tokenizer(tokenizer);
+  try {
+    return load_tokenizer_for_model(model_path);
+  } catch (const Error&) {
+    return nullptr;  // a checkpoint without one: the steering names no pieces
+  }
 }
 
 nlohmann::json sample_options_json(const SampleOptions& options) {

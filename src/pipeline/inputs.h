@@ -11,6 +11,7 @@
 #include "analysis/samples.h"
 #include "core/phase_times.h"
 #include "model/loader.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tdyn {
 
@@ -31,6 +32,10 @@ void draw_samples(AnalysisInputs& in, const SampleOptions& options, const std::s
 // Loads the model and draws its samples.
 AnalysisInputs load_inputs(const std::string& model_path, const LoadOptions& load, const SampleOptions& samples,
                            const std::string& tokenizer, const PassSource& pass = {});
+
+// The tokenizer `tokenizer` names (its load errors propagate: it was asked for), else the model's own when it has one
+// that loads, else none: what the power analysis names the steering's pieces with.
+std::unique_ptr<Tokenizer> tokenizer_if_any(const std::string& model_path, const std::string& tokenizer);
 
 // The sample options as results.json records them: the default corpus named when no input was given.
 nlohmann::json sample_options_json(const SampleOptions& options);

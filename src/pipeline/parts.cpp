@@ -15,21 +15,8 @@
 #include "tokenizer/tokenizer.h"
 
 namespace tdyn {
-namespace {
-
-// The tokenizer of in.tokenizer or the model's own; none when neither loads (the steering then names no pieces).
-std::unique_ptr<Tokenizer> optional_tokenizer(const AnalysisInputs& in) {
-  try {
-    return in.tokenizer.empty() ? load_tokenizer_for_model(in.model_path) : load_tokenizer(in.tokenizer);
-  } catch (const Error&) {
-    return nullptr;
-  }
-}
-
-}  // namespace
-
 PowerResult power_to(ResultsDir& out, const AnalysisInputs& in, const PowerOptions& options, ProgressSink& progress) {
-  const std::unique_ptr<Tokenizer> tok = optional_tokenizer(in);
+  const std::unique_ptr<Tokenizer> tok = tokenizer_if_any(in.model_path, in.tokenizer);
   PowerPassSource pass;
   if (!in.pass.from_pass.empty())
     pass = [&](const PassSpec& spec) {
