@@ -55,9 +55,9 @@ std::vector<MapNormality> normality_from(const fs::path& dir, const std::vector<
 }
 
 // The coupling's layers over the MPI ranks (TopologyOptions::ranks_share_coupling): layer i is rank (i mod N)'s.
-// Rank 0 first tells every rank the layer count, d and the batch (0 layers: it computes them alone), then per batch
-// sends each rank its layers' boundary scores and J̄ (d + d² numbers each), computes its own one per thread and
-// receives the others' LayerCoupling. A worker rank passes no `scores` and no `mean_jacobian`, and gets nothing back.
+// Rank 0 first tells every rank the layer count, d and the batch (as many layers as its threads hold, times the
+// ranks), then per batch sends each rank its layers' boundary scores and J̄ (d + d² numbers each), computes its own
+// one per thread and receives the others' LayerCoupling. A worker rank passes no `scores` and no `mean_jacobian`, and gets nothing back.
 std::vector<LayerCoupling> shared_layer_couplings(const std::vector<std::vector<double>>& scores,
                                                   const std::function<linalg::Matrix(size_t)>& mean_jacobian,
                                                   const CouplingOptions& options) {
