@@ -50,7 +50,7 @@ py::dict jacobian_run(const py::object& model, const py::object& ids, const std:
                       const std::optional<std::string>& prompt, int64_t samples, int64_t max_len, int64_t min_len,
                       uint64_t sample_seed, const std::optional<std::string>& tokenizer, const std::vector<py::object>& compare,
                       const std::string& positions, const std::string& mean, const std::string& cumulative,
-                      const std::vector<linalg::Index>& alignment_ks, bool surgery,
+                      const std::vector<linalg::Index>& alignment_ks, bool cumulative_ends_only, bool verdict_metrics_only, bool surgery,
                       const std::vector<double>& alphas, uint64_t surgery_seed, const std::vector<int64_t>& eig_depths,
                       bool save_per_sample, const std::vector<std::string>& ablate, const std::optional<py::function>& progress,
                       const std::optional<std::string>& out) {
@@ -64,6 +64,7 @@ py::dict jacobian_run(const py::object& model, const py::object& ids, const std:
   options.mean_of_products = cumulative == "both";
   options.save_per_sample = save_per_sample;
   options.metrics.alignment_ks = alignment_ks;
+  options.cumulative_ends_only = cumulative_ends_only, options.verdict_metrics_only = verdict_metrics_only;
   options.surgery = surgery;
   options.surgery_options = {alphas, surgery_seed};
   options.eig_depths = eig_depths;
@@ -114,7 +115,7 @@ void bind_jacobian(py::module_& m) {
         py::arg("sample_seed") = 0, py::arg("tokenizer") = py::none(), py::arg("compare") = std::vector<py::object>{},
         py::arg("positions") = "last", py::arg("mean") = "structured",
         py::arg("cumulative") = "product-of-means", py::arg("alignment_ks") = OperatorMetricsOptions{}.alignment_ks,
-        py::arg("surgery") = false, py::arg("alphas") = surgery_defaults.alphas, py::arg("surgery_seed") = surgery_defaults.seed,
+        py::arg("cumulative_ends_only") = false, py::arg("verdict_metrics_only") = false, py::arg("surgery") = false, py::arg("alphas") = surgery_defaults.alphas, py::arg("surgery_seed") = surgery_defaults.seed,
         py::arg("eig_depths") = std::vector<int64_t>{}, py::arg("save_per_sample") = false,
         py::arg("ablate") = std::vector<std::string>{}, py::arg("progress") = py::none(),
         py::arg("out") = py::none(),
@@ -126,8 +127,9 @@ from data (a text file of passages, a .npy or .ids file; default the WikiText-2 
 text), with samples, max_len, min_len, sample_seed; tokenizer: a tokenizer file (default the model's).
 compare: further checkpoints of the same architecture (Models or paths), run on the same samples.
 positions 'last', 'all' or '5,23,-1'; mean 'structured' (through the shared sample pass) or 'plain';
-cumulative 'product-of-means' or 'both' (also the mean of per-sample products); alignment_ks, surgery,
-alphas, surgery_seed, eig_depths (1-based; default first, middle, last) as the CLI's flags. ablate: zero
+cumulative 'product-of-means' or 'both' (also the mean of per-sample products); alignment_ks,
+cumulative_ends_only, verdict_metrics_only, surgery, alphas, surgery_seed, eig_depths (1-based; default first,
+middle, last) as the CLI's flags. ablate: zero
 ablations as --ablate takes them, e.g. ['blocks.3.attn.hook_z:heads=5']: the Jacobians of the model with those
 parts set to 0. progress: None
 (silent) or a callable taking a line. out: also write the CLI's results directory there (save_per_sample

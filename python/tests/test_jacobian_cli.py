@@ -83,6 +83,17 @@ class JacobianLikeTheCliTest(unittest.TestCase):
         np.testing.assert_array_equal(run["mean_jacobians"][:2], unablated["mean_jacobians"][:2])
         self.assertGreater(np.abs(run["mean_jacobians"][2] - unablated["mean_jacobians"][2]).max(), 1e-3)
 
+    def test_verdict_metrics_only_like_the_cli(self):
+        cli_dir, cli_json = self.run_cli("--surgery", "--alphas", "0,1", "--verdict-metrics-only")
+        run = tdyn.jacobian(self.model, SAMPLES, surgery=True, alphas=[0, 1], verdict_metrics_only=True,
+                            out=str(self.tmp / "py"))
+        self.assert_same_run(run, cli_dir, cli_json, self.tmp / "py", ARRAYS,
+                             ["metrics_mean.csv", "metrics_cumulative.csv", "surgery.csv"])
+        self.assertTrue(run["options"]["verdict_metrics_only"])
+        self.assertTrue(np.isnan(run["cumulative.eigenvalues"][-1]).all(), "no Schur form of the last product")
+        self.assertFalse(np.isnan(run["cumulative.singular_values"][-1]).any())
+        self.assertTrue(np.isnan(run["cumulative.singular_values"][1]).all(), "the depths between the ends")
+
     def test_errors(self):
         with self.assertRaisesRegex(tdyn.Error, "residual-stream boundary"):
             tdyn.jacobian(self.model, SAMPLES, ablate=["blocks.0.hook_resid_mid"])
