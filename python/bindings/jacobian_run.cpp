@@ -28,7 +28,7 @@ void add_spectra(py::dict& arrays, const std::string& stem, const std::vector<Op
   auto e = eig.mutable_unchecked<2>();
   auto s = sv.mutable_unchecked<2>();
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t i = 0; i < d; ++i) {  // NaN where not computed (JacobianOptions::cumulative_ends_only, verdict_metrics_only)
+    for (int64_t i = 0; i < d; ++i) {  // NaN where not computed (cumulative_ends_only, verdict_metrics_only)
       e(k, i) = i < ms[k].eigenvalues.size() ? ms[k].eigenvalues[i] : std::complex<double>(NAN, NAN);
       s(k, i) = i < ms[k].singular_values.size() ? ms[k].singular_values[i] : NAN;
     }
@@ -50,7 +50,8 @@ py::dict jacobian_run(const py::object& model, const py::object& ids, const std:
                       const std::optional<std::string>& prompt, int64_t samples, int64_t max_len, int64_t min_len,
                       uint64_t sample_seed, const std::optional<std::string>& tokenizer, const std::vector<py::object>& compare,
                       const std::string& positions, const std::string& mean, const std::string& cumulative,
-                      const std::vector<linalg::Index>& alignment_ks, bool cumulative_ends_only, bool verdict_metrics_only, bool surgery,
+                      const std::vector<linalg::Index>& alignment_ks, bool cumulative_ends_only, bool verdict_metrics_only,
+                      bool surgery,
                       const std::vector<double>& alphas, uint64_t surgery_seed, const std::vector<int64_t>& eig_depths,
                       bool save_per_sample, const std::vector<std::string>& ablate, const std::optional<py::function>& progress,
                       const std::optional<std::string>& out) {
@@ -115,7 +116,8 @@ void bind_jacobian(py::module_& m) {
         py::arg("sample_seed") = 0, py::arg("tokenizer") = py::none(), py::arg("compare") = std::vector<py::object>{},
         py::arg("positions") = "last", py::arg("mean") = "structured",
         py::arg("cumulative") = "product-of-means", py::arg("alignment_ks") = OperatorMetricsOptions{}.alignment_ks,
-        py::arg("cumulative_ends_only") = false, py::arg("verdict_metrics_only") = false, py::arg("surgery") = false, py::arg("alphas") = surgery_defaults.alphas, py::arg("surgery_seed") = surgery_defaults.seed,
+        py::arg("cumulative_ends_only") = false, py::arg("verdict_metrics_only") = false, py::arg("surgery") = false,
+        py::arg("alphas") = surgery_defaults.alphas, py::arg("surgery_seed") = surgery_defaults.seed,
         py::arg("eig_depths") = std::vector<int64_t>{}, py::arg("save_per_sample") = false,
         py::arg("ablate") = std::vector<std::string>{}, py::arg("progress") = py::none(),
         py::arg("out") = py::none(),
