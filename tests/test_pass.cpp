@@ -586,6 +586,38 @@ TEST(PassCli, TwoMpiRanksEqualOneProcess) {
     EXPECT_EQ(entry.path().string().find("tdynpass"), std::string::npos) << "left behind: " << entry.path();
 }
 
+// Power's per-token probes under two ranks that take several chunks each (40 samples in chunks of 16: rank 0 takes
+// samples 0–15 and 32–39, rank 1 16–31): the tokens come back in sample order, so every per-token array and every
+// per-sample statistic (ρ over unique states, the samples above and below the control) equals one process's.
+TEST(PassCli, TwoMpiRanksKeepTheTokensInSampleOrder) {
+  TDYN_REQUIRE_SHARED(kStories);
+  TDYN_REQUIRE_MPI();
+  const fs::path dir = test::scratch_dir("pass_mpi_probes");
+  const std::string common = fmt::format(
+      "--threads 1 --quiet analyze {} --samples 40 --max-len 32 --skip power-l2,jacobian,topology,particles "
+      "--no-init-control --interval-subsets 0",
+      (test::shared_dir() / kStories).string());
+  std::string err;
+  ASSERT_EQ(test::run_cli(common + " --out " + (dir / "one").string(), nullptr, &err), 0) << err;
+  ASSERT_EQ(run_two_ranks(common + " --out " + (dir / "two").string(), dir / "mpi.log"), 0) << read_file(dir / "mpi.log");
+  for (const char* array : {"alignment_before", "alignment_after", "alignment_covariance", "cross_layer_alignment", "token_sample"}) {
+    const std::string file = fmt::format("power/{}.npy", array);
+    test::expect_close(read_npy(dir / "two" / file).as_double(), read_npy(dir / "one" / file).as_double(), 1e-12, 1e-13,
+                       "2 ranks vs 1: " + file);
+  }
+  const auto layers = [&](const char* run) {
+    return nlohmann::json::parse(read_file(dir / run / "power" / "results.json"))["results"]["layers"];
+  };
+  const nlohmann::json one = layers("one"), two = layers("two");
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t l = 0; l < one.size(); ++l)
+    for (const char* key : {"rho_unique", "p_value_samples", "samples_above", "samples_below"}) {
+      const nlohmann::json &a = one[l]["dynamics_F"][key], &b = two[l]["dynamics_F"][key];
+      ASSERT_TRUE(a.is_number()) << "layer " << l << ": " << key;
+      EXPECT_NEAR(b.get<double>(), a.get<double>(), 1e-12) << "layer " << l << ": " << key;
+    }
+}
+
 // The numbers of an array as float64; a complex128 one (which read_npy does not take) as its real and imaginary
 // parts in turn, after the version 1.0 header tdyn writes.
 std::vector<double> numbers_of(const fs::path& path) {

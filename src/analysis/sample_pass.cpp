@@ -309,7 +309,9 @@ const Tensor& boundary_activation(const SequenceState& state, const ResidualBoun
 struct LayerSums {
   std::vector<CorrelationAccumulator> correlations;  // per boundary, when PassSpec::correlations
   std::vector<linalg::Matrix> jacobian_sums;         // per boundary, [0 × 0] for the final one or without Jacobians
-  std::vector<std::vector<double>> probes;           // per probe of the layer, samples in order
+  // Per probe of the layer: each sample's values by sample index. Under MPI a rank's samples are every N-th chunk, so
+  // only the index puts the ranks' values back in sample order.
+  std::vector<std::map<int64_t, std::vector<double>>> probes;
 
   // A flat float64 buffer for the reduction across ranks (add() reads it into sums of the same shapes).
   std::vector<double> to_buffer() const {
@@ -322,16 +324,23 @@ struct LayerSums {
     for (const auto& m : jacobian_sums) out.insert(out.end(), m.data(), m.data() + m.size());
     for (const auto& p : probes) {
       out.push_back(static_cast<double>(p.size()));
-      out.insert(out.end(), p.begin(), p.end());
+      for (const auto& [sample, values] : p) {
+        out.push_back(static_cast<double>(sample));
+        out.push_back(static_cast<double>(values.size()));
+        out.insert(out.end(), values.begin(), values.end());
+      }
     }
     return out;
   }
   // Adds another rank's share, read from its buffer.
   void add(const std::vector<double>& buffer) {
     size_t at = 0;
-    auto count = [&] {
+    auto next = [&] {
       TDYN_CHECK(at < buffer.size());
-      const auto n = static_cast<size_t>(buffer[at++]);
+      return static_cast<size_t>(buffer[at++]);
+    };
+    auto count = [&] {  // of the values that follow
+      const size_t n = next();
       TDYN_CHECK(n <= buffer.size() - at);
       return n;
     };
@@ -345,11 +354,13 @@ struct LayerSums {
       m += Eigen::Map<const linalg::Matrix>(buffer.data() + at, m.rows(), m.cols());
       at += m.size();
     }
-    for (auto& p : probes) {
-      const size_t n = count();
-      p.insert(p.end(), buffer.begin() + at, buffer.begin() + at + n);
-      at += n;
-    }
+    for (auto& p : probes)
+      for (size_t entries = count(); entries > 0; --entries) {
+        const auto sample = static_cast<int64_t>(next());
+        const size_t n = count();
+        TDYN_CHECK(p.emplace(sample, std::vector<double>(buffer.begin() + at, buffer.begin() + at + n)).second);
+        at += n;
+      }
     TDYN_CHECK(at == buffer.size());
   }
 };
@@ -472,8 +483,8 @@ class LayerRunner {
         sums.jacobian_sums.push_back(spec_.boundaries[plan.boundaries[s]].sublayer < 0 ? linalg::Matrix()
                                      : means[s].count() > 0 ? means[s].sum() : linalg::Matrix::Zero(c.d_model, c.d_model));
     sums.probes.resize(plan.probes.size());
-    for (const auto& sample : probes)
-      for (size_t q = 0; q < sample.size(); ++q) sums.probes[q].insert(sums.probes[q].end(), sample[q].begin(), sample[q].end());
+    for (int64_t i = 0; i < n_mine; ++i)
+      for (size_t q = 0; q < plan.probes.size(); ++q) sums.probes[q][rows_.samples[i]] = std::move(probes[i][q]);
     return sums;
   }
 
@@ -846,7 +857,11 @@ void write_layer(PassWriter& writer, const PassSpec& spec, int64_t layer, int64_
       writer.section(kJacobianSum, plan.boundaries[s], {m.data(), static_cast<size_t>(m.size())});
     }
   }
-  for (size_t q = 0; q < plan.probes.size(); ++q) writer.section(kProbe, plan.probes[q], sums.probes[q]);
+  for (size_t q = 0; q < plan.probes.size(); ++q) {
+    std::vector<double> values;  // samples in order
+    for (const auto& [sample, of_sample] : sums.probes[q]) values.insert(values.end(), of_sample.begin(), of_sample.end());
+    writer.section(kProbe, plan.probes[q], values);
+  }
   writer.section(kLayerDone, layer, {});
 }
 
