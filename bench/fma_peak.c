@@ -1,15 +1,21 @@
 /* The machine's float64 multiply-add peak, the bound of the particle step's products: THREADS OpenMP threads each
- * run 12 independent chains of 8-wide fused multiply-adds on registers alone; the best of 3 passes of all threads
- * together. Virtual cores that are hyperthreads of one physical core share its FMA units: two threads then reach
- * what one does.
+ * run 12 independent chains of fused multiply-adds FMA_BYTES wide (64: AVX-512, the default; 32: AVX2) on registers
+ * alone; the best of 3 passes of all threads together. Virtual cores that are hyperthreads of one physical core
+ * share its FMA units: two threads then reach what one does.
+ *   cc -O3 -march=native -fopenmp fma_peak.c                  the widest vectors (build with -march=native)
+ *   cc -O3 -mavx2 -mfma -DFMA_BYTES=32 -fopenmp fma_peak.c     the AVX2 peak, also on an AVX-512 host, where code
+ *                                                             built for AVX2 (OpenBLAS's Haswell kernels) is bound by it
  *   fma_peak THREADS     prints GFLOP/s
  */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef double vec __attribute__((vector_size(64)));
-enum { kChains = 12, kLanes = 8 };  // 12 chains cover the FMA latency of two pipes (4-5 cycles each)
+#ifndef FMA_BYTES
+#define FMA_BYTES 64
+#endif
+typedef double vec __attribute__((vector_size(FMA_BYTES)));
+enum { kChains = 12, kLanes = FMA_BYTES / 8 };  // 12 chains cover the FMA latency of two pipes (4-5 cycles each)
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? atoi(argv[1]) : 1;

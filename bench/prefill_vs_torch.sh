@@ -12,7 +12,9 @@
 # Each rate is also given in GFLOP/s (2 multiply-add flops per weight and token, plus causal attention's QKᵀ and AV)
 # and as a share of the machine's float32 multiply-add peak on as many threads (twice the float64 peak that
 # bench/fma_peak.c measures), with the CPU's model and vector flags: a ratio measured on one instruction set says
-# nothing of another.
+# nothing of another. On an AVX-512 host the share of the AVX2 peak follows: the bound of code built for AVX2, such as
+# OpenBLAS's Haswell kernels (OPENBLAS_CORETYPE=Haswell), which is what an AVX2 host runs (where the AVX2 peak is the
+# machine's).
 #   bench/prefill_vs_torch.sh [BUILD_DIR] [TOKENS] [REPEATS] [ROUNDS]     (defaults build, 256, 5, 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,15 +77,21 @@ awk -v a="$tdyn_best" -v b="$tdyn1" 'BEGIN { printf "tdyn best / tdyn one thread
 
 # The same rates as arithmetic: GFLOP/s against the float32 FMA peak on as many threads.
 cc -O3 -march=native -fopenmp -o "$work/fma_peak" bench/fma_peak.c
+cc -O3 -mavx2 -mfma -DFMA_BYTES=32 -fopenmp -o "$work/fma_peak_avx2" bench/fma_peak.c
 echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores; vector flags: $(lscpu | grep -o -w -E 'avx512f|avx512bw|avx512vl|avx512_bf16|avx2|fma' | sort -u | tr '\n' ' ')"
+avx512=$(grep -q -w avx512f /proc/cpuinfo && echo yes || true)
 torch_threads=$(awk '{ print ($1 > $3 ? $1 : $3) }' <<<"$torch_setting")  # "INTRA × BLAS [wait]": the cores it used
 for row in "tdyn, one thread|$tdyn1|1" "torch, one thread|$torch1|1" "tdyn, $tdyn_threads threads|$tdyn_best|$tdyn_threads" \
            "torch, $torch_setting|$torch_best|$torch_threads"; do
   IFS='|' read -r what rate threads <<<"$row"
   peak=$(awk -v p="$("$work/fma_peak" "$threads" 2>/dev/null)" 'BEGIN { print 2 * p }')
-  awk -v what="$what" -v rate="$rate" -v peak="$peak" -v t="$tokens" -v d=$dim -v L=$layers -v h=$heads -v kv=$kv_heads \
-      -v ff=$hidden -v V=$vocab 'BEGIN {
+  peak_avx2=$([ -n "$avx512" ] && awk -v p="$("$work/fma_peak_avx2" "$threads" 2>/dev/null)" 'BEGIN { print 2 * p }' || true)
+  awk -v what="$what" -v rate="$rate" -v peak="$peak" -v peak_avx2="$peak_avx2" -v t="$tokens" -v d=$dim -v L=$layers \
+      -v h=$heads -v kv=$kv_heads -v ff=$hidden -v V=$vocab 'BEGIN {
     weights = L * (2 * d * d + 2 * d * d * kv / h + 3 * d * ff) + d * V
     flops = 2 * weights + L * 2 * t * d  # per token: the products, and causal attention averaged over the T positions
-    printf "%-40s %8.1f GFLOP/s, %5.1f %% of the float32 peak %.0f GFLOP/s\n", what, rate * flops / 1e9, 100 * rate * flops / 1e9 / peak, peak }'
+    gflops = rate * flops / 1e9
+    printf "%-40s %8.1f GFLOP/s, %5.1f %% of the float32 peak %.0f GFLOP/s", what, gflops, 100 * gflops / peak, peak
+    if (peak_avx2 != "") printf ", %5.1f %% of the AVX2 one %.0f GFLOP/s", 100 * gflops / peak_avx2, peak_avx2
+    printf "\n" }'
 done
