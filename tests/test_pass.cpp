@@ -1,4 +1,4 @@
-// The shared sample pass (analysis/sample_pass.h): layer by layer, its sums equal whole forward passes' on every
+// The shared sample pass (analysis/pass/run.h): layer by layer, its sums equal whole forward passes' on every
 // family, its reduction order is fixed (repeatable bit for bit; chunking changes only round-off), the pass file
 // rejects damage, a run interrupted or killed with SIGKILL and resumed ends identical to an uninterrupted one, and
 // two MPI ranks give the single-process result within 1e-12.
@@ -21,8 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/jacobian/means.h"
-#include "analysis/pass_source.h"
-#include "analysis/sample_pass.h"
+#include "analysis/pass/source.h"
+#include "analysis/pass/run.h"
 #include "analysis/topology/topology_analysis.h"
 #include "core/npy.h"
 #include "model/init.h"

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/sample_pass.h"
+#include "analysis/pass/run.h"
 #include "analysis/topology/topology_analysis.h"
 #include "core/npy.h"
 #include "model/loader.h"
@@ -61,7 +61,7 @@ TEST(TopologyAnalysis, CorrelationThroughModelEqualsSavedHooks) {
 
   PassSpec spec;
   spec.boundaries = boundaries;
-  spec.chunk = 1;  // each sample's products alone, as forward() makes them (sample_pass.h)
+  spec.chunk = 1;  // each sample's products alone, as forward() makes them (pass/run.h)
   const PassFile shared = run_pass(*transformer, &jacobians, samples, spec, {});
   spec.jacobians = false;
   const PassFile hooks_only = run_pass(*transformer, nullptr, samples, spec, {});

@@ -8,7 +8,7 @@
 #include <pybind11/eigen.h>
 #include <pybind11/stl.h>
 
-#include "analysis/pass_source.h"
+#include "analysis/pass/source.h"
 #include "analysis/topology/run.h"
 #include "convert.h"
 #include "py_model.h"

@@ -1,4 +1,4 @@
-// Where the shared sample pass (sample_pass.h) measures the residual stream: the boundaries between sublayer maps,
+// Where the shared sample pass (pass/run.h) measures the residual stream: the boundaries between sublayer maps,
 // at which it sums correlations and Jacobians, and the token positions of each sample whose Jacobians it sums.
 // The analyses that read the pass (jacobian, topology, power) name them with these.
 #pragma once

@@ -1,5 +1,5 @@
 // The processes of one run. Started by an MPI launcher (mpirun, srun) and built with MPI, tdyn runs as N ranks
-// that split the samples of a pass (analysis/sample_pass.h) and reduce their partial sums on rank 0, which
+// that split the samples of a pass (analysis/pass/run.h) and reduce their partial sums on rank 0, which
 // alone writes results; otherwise it is one process and everything here is a no-op. MPI is initialised only
 // under a launcher, so that a plain `tdyn ...` never pays for it or prints its warnings.
 #pragma once

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "analysis/pass_source.h"
+#include "analysis/pass/source.h"
 #include "analysis/samples.h"
 #include "core/phase_times.h"
 #include "model/loader.h"

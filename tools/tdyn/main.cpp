@@ -17,7 +17,7 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include "analysis/pass_source.h"
+#include "analysis/pass/source.h"
 #include "core/error.h"
 #include "core/ranks.h"
 #include "linalg/gemm.h"

@@ -1,11 +1,11 @@
-// Flags of the commands that run the shared sample pass (analysis/pass_source.h): --resume, which continues an
+// Flags of the commands that run the shared sample pass (analysis/pass/source.h): --resume, which continues an
 // interrupted pass after its last finished layer, and --from-pass, which takes the sums from a pass that
 // `tdyn analyze` already ran.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
-#include "analysis/pass_source.h"
+#include "analysis/pass/source.h"
 
 namespace tdyn::cli {
 

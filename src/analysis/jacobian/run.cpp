@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "analysis/pass_source.h"
+#include "analysis/pass/source.h"
 #include "core/error.h"
 #include "core/phase_times.h"
 #include "core/ranks.h"

@@ -1,6 +1,6 @@
 // One Jacobian analysis from start to end, as `tdyn jacobian` and tdyn.jacobian run it (SPEC §3): for each
 // checkpoint, the mean sublayer Jacobians J̄_k over the samples (means.h; the structured mean through the shared
-// sample pass, sample_pass.h), their cumulative products C_k, operator metrics of both per depth, optionally the
+// sample pass, analysis/pass/run.h), their cumulative products C_k, operator metrics of both per depth, optionally the
 // mean of per-sample products and the Schur-surgery sweep. report/jacobian_output.h writes the result as
 // results.json, .npy, .csv and figures.
 #pragma once
@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/jacobian/means.h"
-#include "analysis/sample_pass.h"
+#include "analysis/pass/run.h"
 #include "core/phase_times.h"
 #include "core/progress.h"
 

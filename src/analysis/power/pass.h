@@ -1,4 +1,4 @@
-// Power's token dynamics (the power-method paper) from the shared sample pass (sample_pass.h) instead of a loop of its own. In
+// Power's token dynamics (the power-method paper) from the shared sample pass (pass/run.h) instead of a loop of its own. In
 // the full mode with the residual (power's default) the tokens entering layer t, x^t, are the residual stream
 // blocks.{t}.hook_resid_pre and those leaving it, x^{t+1}, the next layer's resid_pre (the last layer's
 // resid_post): their alignments with the dominant subspaces of F_t and I + F_t, and their norms, are per-token
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "analysis/power/token_dynamics.h"
-#include "analysis/sample_pass.h"
+#include "analysis/pass/run.h"
 
 namespace tdyn {
 

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "analysis/pass_source.h"
+#include "analysis/pass/source.h"
 #include "analysis/power/pass.h"
 #include "core/error.h"
 #include "core/phase_times.h"

@@ -20,7 +20,7 @@
 #include "analysis/power/layers.h"
 #include "analysis/power/steering.h"
 #include "analysis/power/token_dynamics.h"
-#include "analysis/sample_pass.h"
+#include "analysis/pass/run.h"
 #include "core/phase_times.h"
 #include "core/progress.h"
 #include "model/ablation.h"

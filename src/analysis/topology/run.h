@@ -1,5 +1,5 @@
 // One checkpoint's topology analysis from start to end, as `tdyn topology` and tdyn.topology run it: from the
-// sums of the shared sample pass (analysis/sample_pass.h), per residual boundary the correlation graph, its
+// sums of the shared sample pass (analysis/pass/run.h), per residual boundary the correlation graph, its
 // signed Leiden communities and boundary nodes (topology_analysis.h), their coupling with the Jacobian gains of
 // the sublayer map leaving the boundary, the layout of the graph drawn, and optionally the similarity of the
 // communities with those of another topology results directory. report/topology_output.h writes the result as
@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/sample_pass.h"
+#include "analysis/pass/run.h"
 #include "analysis/topology/topology_analysis.h"
 #include "core/phase_times.h"
 #include "core/progress.h"

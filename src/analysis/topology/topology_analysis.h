@@ -7,7 +7,7 @@
 // The model-independent steps live in analysis/topology/ (topology.h); mean Jacobians come from
 // analysis/jacobian/means.h. This file adds what needs a model:
 //   * residual_boundaries(): which hooks are cut (the input of every layer and the output of the last one);
-//   * the pass over the samples lives in sample_pass.h: ONE forward pass per sample feeds both the correlation
+//   * the pass over the samples lives in analysis/pass/run.h: ONE forward pass per sample feeds both the correlation
 //     accumulators (all tokens) and the structured mean Jacobians (selected positions);
 //   * analyse_boundary(): graph, communities, γ scan and boundary scores of one correlation matrix;
 //   * topology_dynamics_coupling(): a pure function of (boundary scores, J̄) per layer;

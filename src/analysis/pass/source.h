@@ -1,4 +1,4 @@
-// Where an analysis gets its shared sample pass (sample_pass.h): run here (into a file an interrupted run can
+// Where an analysis gets its shared sample pass (pass/run.h): run here (into a file an interrupted run can
 // resume), or read from a finished pass that `tdyn analyze` wrote, after checking that it is of the same model,
 // samples and measurements. Under MPI the pass is split across ranks; a worker rank's share goes to rank 0.
 #pragma once
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "analysis/sample_pass.h"
+#include "analysis/pass/run.h"
 #include "core/progress.h"
 #include "model/loader.h"
 

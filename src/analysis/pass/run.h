@@ -17,12 +17,7 @@
 // Within a chunk the samples cross each layer together, their rows (up to 2048) stacked into one product per
 // projection (attention's and the MLP's), which runs near the machine's peak where one sample's 128 rows would not. A product of another
 // shape may round its float32 sums differently, so another chunk size changes the results by float32 round-off.
-//
-// The pass file: "TDYNPASS", version, a JSON header (the identity of what is summed: model, samples, spec; the
-// rank count) with its checksum, then sections, each (kind, index, count, float64 values, checksum): the sums
-// of one boundary or probe, a marker after each finished layer, and a final marker with the totals. Readers
-// check a section's checksum when they read it. `tdyn analyze` keeps the file and hands it to the parts
-// (--from-pass).
+
 #pragma once
 
 #include <cstdint>
@@ -33,9 +28,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/pass/file.h"
 #include "analysis/samples.h"
 #include "analysis/stream_points.h"
-#include "analysis/topology/correlation.h"
 #include "core/files.h"
 #include "linalg/dense.h"
 #include "model/ablation.h"
@@ -68,51 +63,6 @@ struct PassSpec {
   nlohmann::json to_json() const;
 };
 
-// A finished pass, read from its file one section at a time (a d × d float64 sum is 134 MB at d = 4096).
-class PassFile {
- public:
-  // Opens a finished pass. Throws Error naming the file on a wrong magic, version, header, truncation, damaged
-  // section, or a pass that did not finish ("unfinished pass").
-  static PassFile open(const fs::path& path);
-
-  // What run_pass returns on an MPI worker rank, whose share went to rank 0: no file, no sums.
-  static PassFile worker_share() { return PassFile(); }
-  bool is_worker_share() const { return path_.empty(); }
-
-  const fs::path& path() const { return path_; }
-  const nlohmann::json& header() const { return header_; }  // {"identity": ..., "spec": ..., "ranks": N}
-  const nlohmann::json& identity() const { return header_.at("identity"); }
-  int64_t n_samples() const { return n_samples_; }  // samples summed
-  int64_t n_tokens() const { return n_tokens_; }    // rows of every correlation accumulator
-  int64_t n_pairs() const { return n_pairs_; }      // (sample, position) pairs in every Σ J
-
-  // The sums at a boundary (by hook) and a probe's values (by name); each throws Error when the pass does not
-  // hold it or its section is damaged.
-  topology::CorrelationAccumulator correlation(const std::string& hook) const;
-  linalg::Matrix jacobian_sum(const std::string& hook) const;   // [d, d]
-  linalg::Matrix mean_jacobian(const std::string& hook) const;  // Σ J / n_pairs
-  std::vector<double> probe(const std::string& name) const;     // one value per token, samples in order
-
-  // Removes the file when the last copy of this PassFile goes (a pass made only for one command).
-  void remove_when_done();
-
-  struct Section {
-    uint32_t kind = 0;
-    int64_t index = 0;
-    uint64_t count = 0;   // float64 values
-    uint64_t offset = 0;  // of the values in the file
-  };
-
- private:
-  std::vector<double> read(uint32_t kind, const std::string& what, int64_t index) const;
-  fs::path path_;
-  nlohmann::json header_;
-  int64_t n_samples_ = 0, n_tokens_ = 0, n_pairs_ = 0;
-  std::vector<std::string> hooks_, probes_;  // the spec's boundaries and probe names, in section index order
-  std::vector<Section> sections_;
-  std::shared_ptr<void> remove_;  // shared by copies: removes the file with the last one
-};
-
 // What the sums are of: the caller's description of the model and samples, the samples' token ids (hashed), the
 // spec. A pass is resumed, and a pass file used, only when this matches exactly.
 nlohmann::json pass_identity(const nlohmann::json& model, const std::vector<Sample>& samples, const PassSpec& spec);
@@ -124,9 +74,6 @@ struct PassControl {
   std::function<void(int64_t)> progress;         // this rank finished one sample of one layer (argument: 1)
   std::function<void(const std::string&)> note;  // resume messages
 };
-
-// The layers a pass file (finished or not) holds; 0 when there is no file or it cannot be read.
-int64_t finished_layers(const fs::path& path);
 
 // The samples this process runs: under MPI rank r takes chunks r, r + N, r + 2N, ... of the samples (sizes
 // spec.chunk, the last one shorter); one process takes them all.

@@ -1,4 +1,4 @@
-#include "analysis/pass_source.h"
+#include "analysis/pass/source.h"
 
 #include <algorithm>
 
