@@ -20,9 +20,12 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/jacobian/jacobian_sums.h"
 #include "analysis/jacobian/means.h"
 #include "analysis/pass/source.h"
 #include "analysis/pass/run.h"
+#include "analysis/power/pass.h"
+#include "analysis/topology/correlation_sums.h"
 #include "analysis/topology/topology_analysis.h"
 #include "core/npy.h"
 #include "model/init.h"
@@ -76,7 +79,7 @@ TEST_F(StoriesPass, RepeatsBitForBitAndChunkingChangesOnlyRoundOff) {
   EXPECT_TRUE(same_bits(first, again));
   EXPECT_EQ(first.n_samples(), 21);
   EXPECT_EQ(first.n_pairs(), 21);
-  EXPECT_EQ(static_cast<int64_t>(first.probe("norm").size()), first.n_tokens());
+  EXPECT_EQ(static_cast<int64_t>(probe_values(first, "norm").size()), first.n_tokens());
   // The norm probe equals the residual stream's own norms, token by token in sample order.
   std::vector<double> norms;
   for (const Sample& s : samples) {
@@ -87,7 +90,7 @@ TEST_F(StoriesPass, RepeatsBitForBitAndChunkingChangesOnlyRoundOff) {
       norms.push_back(row.norm());
     }
   }
-  test::expect_close(first.probe("norm"), norms, 0, 0, "norm probe vs the residual stream");
+  test::expect_close(probe_values(first, "norm"), norms, 0, 0, "norm probe vs the residual stream");
 
   // Another thread count changes only the grouping of the additions.
   const int threads = omp_get_max_threads();
@@ -95,23 +98,23 @@ TEST_F(StoriesPass, RepeatsBitForBitAndChunkingChangesOnlyRoundOff) {
   const PassFile three_threads = run_pass(*transformer, jacobians.get(), samples, spec, {});
   omp_set_num_threads(threads);
   for (size_t k = 0; k + 1 < spec.boundaries.size(); ++k) {
-    const linalg::Matrix a = first.jacobian_sum(spec.boundaries[k].hook), b = three_threads.jacobian_sum(spec.boundaries[k].hook);
+    const linalg::Matrix a = jacobian_sum(first, spec.boundaries[k].hook), b = jacobian_sum(three_threads, spec.boundaries[k].hook);
     EXPECT_LE((a - b).cwiseAbs().maxCoeff(), 1e-12 * b.cwiseAbs().maxCoeff()) << "3 threads vs 1: " << spec.boundaries[k].hook;
   }
-  EXPECT_EQ(first.probe("axis0"), three_threads.probe("axis0"));
+  EXPECT_EQ(probe_values(first, "axis0"), probe_values(three_threads, "axis0"));
 
   PassSpec one_chunk = spec;
   one_chunk.chunk = 1000;
   const PassFile whole = run_pass(*transformer, jacobians.get(), samples, one_chunk, {});
   // One chunk stacks more samples' rows in each MLP product, which may round differently in float32.
-  test::expect_close(first.probe("axis0"), whole.probe("axis0"), 1e-6, 1e-5, "axis0 probe, chunks of 16 vs one chunk");
+  test::expect_close(probe_values(first, "axis0"), probe_values(whole, "axis0"), 1e-6, 1e-5, "axis0 probe, chunks of 16 vs one chunk");
   for (size_t k = 0; k < spec.boundaries.size(); ++k) {
     const std::string& hook = spec.boundaries[k].hook;
     if (k + 1 < spec.boundaries.size()) {
-      const linalg::Matrix a = first.mean_jacobian(hook), b = whole.mean_jacobian(hook);
+      const linalg::Matrix a = mean_jacobian(first, hook), b = mean_jacobian(whole, hook);
       EXPECT_LE((a - b).cwiseAbs().maxCoeff(), 1e-6 * b.cwiseAbs().maxCoeff()) << hook;
     }
-    test::expect_close(first.correlation(hook).correlation().values, whole.correlation(hook).correlation().values, 1e-6, 1e-5,
+    test::expect_close(correlation_sums(first, hook).correlation().values, correlation_sums(whole, hook).correlation().values, 1e-6, 1e-5,
                        "correlation at " + hook);
   }
 }
@@ -188,13 +191,13 @@ TEST(FixturePass, LayerMajorEqualsWholeForwardPasses) {
         }
         topology::CorrelationAccumulator direct(model->config.d_model);
         direct.add_rows(std::span<const float>(rows));
-        const topology::CorrelationAccumulator sums = pass.correlation(b.hook);
+        const topology::CorrelationAccumulator sums = correlation_sums(pass, b.hook);
         EXPECT_EQ(sums.n_rows(), direct.n_rows()) << what << b.hook;
         test::expect_close(sums.means(), direct.means(), tolerance, tolerance, what + "means at " + b.hook);
         test::expect_close(sums.correlation().values, direct.correlation().values, tolerance, tolerance, what + "correlation at " + b.hook);
         if (b.sublayer < 0) continue;
         const linalg::Matrix& expected = reference.mean[b.sublayer];
-        EXPECT_LE((pass.mean_jacobian(b.hook) - expected).cwiseAbs().maxCoeff(), jacobian_tolerance * (1 + expected.cwiseAbs().maxCoeff()))
+        EXPECT_LE((mean_jacobian(pass, b.hook) - expected).cwiseAbs().maxCoeff(), jacobian_tolerance * (1 + expected.cwiseAbs().maxCoeff()))
             << what << b.hook;
       }
     }
@@ -313,8 +316,12 @@ TEST_F(StoriesPass, PassFileRejectsDamage) {
     write_file_atomic(dir / "damaged", damaged);
     try {
       const PassFile f = PassFile::open(dir / "damaged");
-      if (when_read)
-        for (const ResidualBoundary& b : spec.boundaries) (void)f.correlation(b.hook);
+      if (when_read)  // every section, each reader checking its checksum
+        for (const ResidualBoundary& b : spec.boundaries) {
+          (void)correlation_sums(f, b.hook);
+          if (b.sublayer >= 0) (void)jacobian_sum(f, b.hook);
+        }
+        for (const TokenProbe& p : spec.probes) (void)probe_values(f, p.name);
       ADD_FAILURE() << what << ": accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();

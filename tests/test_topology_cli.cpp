@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/jacobian/jacobian_sums.h"
 #include "analysis/pass/run.h"
+#include "analysis/topology/correlation_sums.h"
 #include "analysis/topology/topology_analysis.h"
 #include "core/npy.h"
 #include "model/loader.h"
@@ -68,7 +70,7 @@ TEST(TopologyAnalysis, CorrelationThroughModelEqualsSavedHooks) {
   EXPECT_EQ(shared.n_samples(), 3);
   EXPECT_EQ(shared.n_tokens(), 64 + 40 + 44);
   EXPECT_EQ(shared.n_pairs(), 3);
-  EXPECT_THROW(hooks_only.jacobian_sum(boundaries[0].hook), Error);
+  EXPECT_THROW(jacobian_sum(hooks_only, boundaries[0].hook), Error);
 
   // Save the hooks of every sample, then read them back.
   const fs::path dir = test::scratch_dir("topology_hooks");
@@ -84,7 +86,7 @@ TEST(TopologyAnalysis, CorrelationThroughModelEqualsSavedHooks) {
       rows.insert(rows.end(), x.begin(), x.end());
     }
     const int64_t n = static_cast<int64_t>(rows.size()) / d;
-    const topology::CorrelationAccumulator sums = shared.correlation(boundaries[b].hook);
+    const topology::CorrelationAccumulator sums = correlation_sums(shared, boundaries[b].hook);
     ASSERT_EQ(n, sums.n_rows());
     std::vector<double> mean(d, 0.0), direct(d * d, 0.0);
     for (int64_t t = 0; t < n; ++t)
@@ -100,7 +102,7 @@ TEST(TopologyAnalysis, CorrelationThroughModelEqualsSavedHooks) {
     EXPECT_TRUE(streamed.constant_units.empty());
     test::expect_close(streamed.values, r, 0, 1e-10, "correlation at " + boundaries[b].hook);
     test::expect_close(sums.means(), mean, 1e-10, 1e-12, "means at " + boundaries[b].hook);
-    test::expect_close(hooks_only.correlation(boundaries[b].hook).correlation().values, streamed.values, 0, 1e-12,
+    test::expect_close(correlation_sums(hooks_only, boundaries[b].hook).correlation().values, streamed.values, 0, 1e-12,
                        "hooks-only pass vs shared pass at " + boundaries[b].hook);
   }
 
@@ -108,11 +110,11 @@ TEST(TopologyAnalysis, CorrelationThroughModelEqualsSavedHooks) {
   const MeanJacobians reference = mean_jacobians(jacobians, samples, options);
   for (size_t b = 0; b < boundaries.size(); ++b) {
     if (boundaries[b].sublayer < 0) {
-      EXPECT_THROW(shared.mean_jacobian(boundaries[b].hook), Error);  // no map leaves the final boundary
+      EXPECT_THROW(mean_jacobian(shared, boundaries[b].hook), Error);  // no map leaves the final boundary
       continue;
     }
     const Matrix& expected = reference.mean[boundaries[b].sublayer];
-    EXPECT_LE((shared.mean_jacobian(boundaries[b].hook) - expected).cwiseAbs().maxCoeff(), 1e-10 * (1 + expected.cwiseAbs().maxCoeff()))
+    EXPECT_LE((mean_jacobian(shared, boundaries[b].hook) - expected).cwiseAbs().maxCoeff(), 1e-10 * (1 + expected.cwiseAbs().maxCoeff()))
         << boundaries[b].hook;
   }
 }

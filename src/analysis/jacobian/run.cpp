@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "analysis/jacobian/jacobian_sums.h"
 #include "analysis/pass/source.h"
 #include "core/error.h"
 #include "core/phase_times.h"
@@ -71,7 +72,7 @@ std::function<linalg::Matrix(int64_t)> compute_means(CheckpointJacobians& r, con
                                                        : default_pass(samples, r, transformer, jm, spec, what, progress));
     r.n_samples = pass->n_samples();
     r.n_pairs = pass->n_pairs();
-    return [pass, boundaries = spec.boundaries](int64_t k) { return pass->mean_jacobian(boundaries[k].hook); };
+    return [pass, boundaries = spec.boundaries](int64_t k) { return mean_jacobian(*pass, boundaries[k].hook); };
   }
   MeanJacobianOptions mo;
   mo.positions = options.positions;

@@ -25,8 +25,6 @@ std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
 namespace {
 
-using topology::CorrelationAccumulator;
-
 constexpr char kMagic[8] = {'T', 'D', 'Y', 'N', 'P', 'A', 'S', 'S'};
 constexpr uint32_t kFileVersion = 2;
 
@@ -259,7 +257,7 @@ PassFile PassFile::open(const fs::path& path) {
   return f;
 }
 
-std::vector<double> PassFile::read(uint32_t kind, const std::string& what, int64_t index) const {
+std::vector<double> PassFile::section(uint32_t kind, const std::string& what, int64_t index) const {
   const auto at = std::find_if(sections_.begin(), sections_.end(), [&](const Section& s) { return s.kind == kind && s.index == index; });
   if (at == sections_.end()) fail("{}: the pass holds no {}", path_.string(), what);
   std::vector<double> values(at->count);
@@ -275,35 +273,16 @@ std::vector<double> PassFile::read(uint32_t kind, const std::string& what, int64
   return values;
 }
 
-topology::CorrelationAccumulator PassFile::correlation(const std::string& hook) const {
+int64_t PassFile::boundary_index(const std::string& hook) const {
   const auto at = std::find(hooks_.begin(), hooks_.end(), hook);
   if (at == hooks_.end()) fail("{}: the pass has no sums at {}", path_.string(), hook);
-  const std::vector<double> values = read(kCorrelation, "correlation sums at " + hook, at - hooks_.begin());
-  try {
-    return CorrelationAccumulator::from_buffer(values);
-  } catch (const Error& e) {
-    fail("{}: correlation sums at {}: {}", path_.string(), hook, e.what());
-  }
+  return at - hooks_.begin();
 }
 
-linalg::Matrix PassFile::jacobian_sum(const std::string& hook) const {
-  const auto at = std::find(hooks_.begin(), hooks_.end(), hook);
-  if (at == hooks_.end()) fail("{}: the pass has no sums at {}", path_.string(), hook);
-  const std::vector<double> values = read(kJacobianSum, "Jacobian sum at " + hook, at - hooks_.begin());
-  const auto d = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(values.size()))));
-  if (d * d != static_cast<int64_t>(values.size())) fail("{}: the Jacobian sum at {} is not square", path_.string(), hook);
-  return Eigen::Map<const linalg::Matrix>(values.data(), d, d);
-}
-
-linalg::Matrix PassFile::mean_jacobian(const std::string& hook) const {
-  if (n_pairs_ == 0) fail("{}: no (sample, position) pair was summed, so there are no mean Jacobians", path_.string());
-  return jacobian_sum(hook) / static_cast<double>(n_pairs_);
-}
-
-std::vector<double> PassFile::probe(const std::string& name) const {
+int64_t PassFile::probe_index(const std::string& name) const {
   const auto at = std::find(probes_.begin(), probes_.end(), name);
   if (at == probes_.end()) fail("{}: the pass has no token probe '{}'", path_.string(), name);
-  return read(kProbe, "token probe " + name, at - probes_.begin());
+  return at - probes_.begin();
 }
 
 void PassFile::remove_when_done() {

@@ -16,7 +16,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/topology/correlation.h"
 #include "core/files.h"
 #include "linalg/dense.h"
 
@@ -47,12 +46,12 @@ class PassFile {
   int64_t n_tokens() const { return n_tokens_; }    // rows of every correlation accumulator
   int64_t n_pairs() const { return n_pairs_; }      // (sample, position) pairs in every Σ J
 
-  // The sums at a boundary (by hook) and a probe's values (by name); each throws Error when the pass does not
-  // hold it or its section is damaged.
-  topology::CorrelationAccumulator correlation(const std::string& hook) const;
-  linalg::Matrix jacobian_sum(const std::string& hook) const;   // [d, d]
-  linalg::Matrix mean_jacobian(const std::string& hook) const;  // Σ J / n_pairs
-  std::vector<double> probe(const std::string& name) const;     // one value per token, samples in order
+  // Where a boundary's sums (by hook) and a probe's values (by name) are: the index of their sections. Each throws
+  // Error when the pass does not hold it.
+  int64_t boundary_index(const std::string& hook) const;
+  int64_t probe_index(const std::string& name) const;
+  // The values of the section (kind, index), its checksum checked; `what` names it in an Error (missing, damaged).
+  std::vector<double> section(uint32_t kind, const std::string& what, int64_t index) const;
 
   // Removes the file when the last copy of this PassFile goes (a pass made only for one command).
   void remove_when_done();
@@ -65,7 +64,6 @@ class PassFile {
   };
 
  private:
-  std::vector<double> read(uint32_t kind, const std::string& what, int64_t index) const;
   fs::path path_;
   nlohmann::json header_;
   int64_t n_samples_ = 0, n_tokens_ = 0, n_pairs_ = 0;

@@ -15,7 +15,10 @@
 #include <fmt/format.h>
 
 #include "analysis/jacobian/jacobian_model.h"
-#include "analysis/power/spectra.h"
+#include "analysis/jacobian/jacobian_sums.h"
+#include "analysis/pass/accumulator.h"
+#include "analysis/power/pass.h"
+#include "analysis/topology/correlation_sums.h"
 #include "core/error.h"
 #include "core/ranks.h"
 #include "linalg/gemm.h"
@@ -23,8 +26,6 @@
 
 namespace tdyn {
 namespace {
-
-using topology::CorrelationAccumulator;
 
 // Numbers the temporary pass files of this process.
 std::atomic<int64_t> g_temporary_passes{0};
@@ -38,94 +39,6 @@ std::vector<int64_t> chunks_of_this_rank(int64_t n_samples, int64_t chunk) {
 
 // ---- One layer over this rank's samples -------------------------------------------------------------------
 
-// What the pass visits at one layer: the boundaries whose activation it makes (resid_pre and resid_mid of the
-// layer; after the last layer also the final resid_post) and the probes measured there.
-struct LayerPlan {
-  std::vector<int64_t> boundaries;  // indices into PassSpec::boundaries
-  std::vector<int64_t> probes;      // indices into PassSpec::probes
-  std::vector<int64_t> probe_slot;  // per probe of the layer: its boundary's slot in `boundaries`
-};
-
-LayerPlan plan_layer(const PassSpec& spec, int64_t layer, int64_t n_layers) {
-  LayerPlan plan;
-  for (size_t b = 0; b < spec.boundaries.size(); ++b) {
-    const ResidualBoundary& x = spec.boundaries[b];
-    if ((x.sublayer >= 0 && x.layer == layer) || (x.sublayer < 0 && layer == n_layers - 1)) plan.boundaries.push_back(b);
-  }
-  for (size_t p = 0; p < spec.probes.size(); ++p)
-    for (size_t slot = 0; slot < plan.boundaries.size(); ++slot)
-      if (spec.boundaries[plan.boundaries[slot]].hook == spec.probes[p].hook) {
-        plan.probes.push_back(p);
-        plan.probe_slot.push_back(slot);
-      }
-  return plan;
-}
-
-const Tensor& boundary_activation(const SequenceState& state, const ResidualBoundary& b, int64_t layer) {
-  if (b.sublayer < 0) return state.resid_post.at(layer);
-  return b.sublayer % 2 == 0 ? state.resid_pre.at(layer) : state.resid_mid.at(layer);
-}
-
-// The sums of one layer's boundaries (in LayerPlan order).
-struct LayerSums {
-  std::vector<CorrelationAccumulator> correlations;  // per boundary, when PassSpec::correlations
-  std::vector<linalg::Matrix> jacobian_sums;         // per boundary, [0 × 0] for the final one or without Jacobians
-  // Per probe of the layer: each sample's values by sample index. Under MPI a rank's samples are every N-th chunk, so
-  // only the index puts the ranks' values back in sample order.
-  std::vector<std::map<int64_t, std::vector<double>>> probes;
-
-  // A flat float64 buffer for the reduction across ranks (add() reads it into sums of the same shapes).
-  std::vector<double> to_buffer() const {
-    std::vector<double> out;
-    for (const auto& c : correlations) {
-      const std::vector<double> b = c.to_buffer();
-      out.push_back(static_cast<double>(b.size()));
-      out.insert(out.end(), b.begin(), b.end());
-    }
-    for (const auto& m : jacobian_sums) out.insert(out.end(), m.data(), m.data() + m.size());
-    for (const auto& p : probes) {
-      out.push_back(static_cast<double>(p.size()));
-      for (const auto& [sample, values] : p) {
-        out.push_back(static_cast<double>(sample));
-        out.push_back(static_cast<double>(values.size()));
-        out.insert(out.end(), values.begin(), values.end());
-      }
-    }
-    return out;
-  }
-  // Adds another rank's share, read from its buffer.
-  void add(const std::vector<double>& buffer) {
-    size_t at = 0;
-    auto next = [&] {
-      TDYN_CHECK(at < buffer.size());
-      return static_cast<size_t>(buffer[at++]);
-    };
-    auto count = [&] {  // of the values that follow
-      const size_t n = next();
-      TDYN_CHECK(n <= buffer.size() - at);
-      return n;
-    };
-    for (auto& c : correlations) {
-      const size_t n = count();
-      c.merge(CorrelationAccumulator::from_buffer({buffer.data() + at, n}));
-      at += n;
-    }
-    for (auto& m : jacobian_sums) {
-      TDYN_CHECK(static_cast<size_t>(m.size()) <= buffer.size() - at);
-      m += Eigen::Map<const linalg::Matrix>(buffer.data() + at, m.rows(), m.cols());
-      at += m.size();
-    }
-    for (auto& p : probes)
-      for (size_t entries = count(); entries > 0; --entries) {
-        const auto sample = static_cast<int64_t>(next());
-        const size_t n = count();
-        TDYN_CHECK(p.emplace(sample, std::vector<double>(buffer.begin() + at, buffer.begin() + at + n)).second);
-        at += n;
-      }
-    TDYN_CHECK(at == buffer.size());
-  }
-};
-
 // Where each of this rank's samples keeps its rows in the working buffers.
 struct SampleRows {
   std::vector<int64_t> samples;  // indices into the samples, this rank's, in order
@@ -134,83 +47,26 @@ struct SampleRows {
 
 class LayerRunner {
  public:
-  LayerRunner(const Transformer& t, const JacobianModel* jacobians, const std::vector<Sample>& samples, const PassSpec& spec,
-              const SampleRows& rows, float* states, float* kv, const std::map<int64_t, int64_t>& kv_slot, int64_t kv_stride)
-      : t_(t), jacobians_(jacobians), samples_(samples), spec_(spec), rows_(rows), states_(states), kv_(kv), kv_slot_(kv_slot),
-        kv_stride_(kv_stride) {}
+  LayerRunner(const Transformer& t, const std::vector<Sample>& samples, const PassSpec& spec, const SampleRows& rows, float* states,
+              float* kv, const std::map<int64_t, int64_t>& kv_slot, int64_t kv_stride)
+      : t_(t), samples_(samples), spec_(spec), rows_(rows), states_(states), kv_(kv), kv_slot_(kv_slot), kv_stride_(kv_stride) {}
 
-  LayerSums run(int64_t layer, const std::function<void(int64_t)>& progress) const {
+  // The layer over this rank's samples, each measurement's sums with their threads' parts merged.
+  std::vector<std::unique_ptr<LayerAccumulator>> run(int64_t layer, const std::vector<std::unique_ptr<PassMeasurement>>& measurements,
+                                                     const std::function<void(int64_t)>& progress) const {
     const ModelConfig& c = t_.config();
-    const LayerPlan plan = plan_layer(spec_, layer, c.n_layers);
-    const int64_t n_mine = static_cast<int64_t>(rows_.samples.size()), n_slots = static_cast<int64_t>(plan.boundaries.size());
-    struct ThreadSums {
-      std::vector<CorrelationAccumulator> correlations;
-      std::vector<StructuredMean> means;
-    };
+    const int64_t n_mine = static_cast<int64_t>(rows_.samples.size());
     const int n_threads = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(n_mine)));
-    std::vector<ThreadSums> threads(n_threads);
-    for (auto& t : threads) {
-      if (spec_.correlations) t.correlations.assign(n_slots, CorrelationAccumulator(c.d_model));
-      t.means.resize(n_slots);
-    }
-    std::vector<std::vector<std::vector<double>>> probes(n_mine, std::vector<std::vector<double>>(plan.probes.size()));
-
-    if (spec_.jacobians) jacobians_->prepare_layer(layer);
+    std::vector<std::unique_ptr<LayerAccumulator>> sums;
+    for (const auto& m : measurements) sums.push_back(m->begin_layer(layer, c.n_layers, n_threads));
     // The layer's projections widened to float32 once, not again by every sample's products.
     const Transformer layer_model(with_float32_layer(t_.shared_model(), layer));
-    // Sample i's probes, correlations and Jacobian structures (the structures' input projections from `projected`,
-    // its entries from `pair` on), into the calling thread's sums.
-    auto measure = [&](int64_t i, const SequenceState& state, const Projected& projected, int64_t pair) {
-      ThreadSums& mine = threads[omp_get_thread_num()];
-      for (size_t q = 0; q < plan.probes.size(); ++q) {
-        const TokenProbe& probe = spec_.probes[plan.probes[q]];
-        const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[plan.probe_slot[q]]], layer);
-        if (probe.covariance_layer >= 0) {
-          const linalg::Matrix tokens =
-              Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.ptr(), x.dim(0), x.dim(1))
-                  .cast<double>();
-          probes[i][q] = token_covariance_alignments(tokens, probe.basis.cols(),
-                                                     token_covariance_seed(probe.covariance_layer, rows_.samples[i]));
-          continue;
-        }
-        for (int64_t r = 0; r < x.dim(0); ++r) {
-          const linalg::Vector row = Eigen::Map<const Eigen::VectorXf>(x.row(r), x.dim(1)).cast<double>();
-          probes[i][q].push_back(probe.basis.size() == 0 ? row.norm() : alignment(row, probe.basis));
-        }
-      }
-      if (spec_.correlations)
-        for (int64_t s = 0; s < n_slots; ++s) {
-          const Tensor& x = boundary_activation(state, spec_.boundaries[plan.boundaries[s]], layer);
-          mine.correlations[s].add_rows(std::span<const float>(x.ptr(), x.data.size()));
-        }
-      if (spec_.jacobians) {
-        for (int64_t pos : spec_.positions.resolve(state.n_pos)) {
-          for (int64_t s = 0; s < n_slots; ++s) {
-            const ResidualBoundary& b = spec_.boundaries[plan.boundaries[s]];
-            if (b.sublayer < 0) continue;
-            const Sublayer which = sublayer_of(b);
-            mine.means[s].add(jacobians_->structure(state, layer, which, pos, &projected.of[static_cast<int>(which)][pair]));
-          }
-          ++pair;
-        }
-      }
-      if (progress) {
-        std::exception_ptr stop;  // nothing may leave an OpenMP critical section by an exception
-#pragma omp critical(tdyn_pass_progress)
-        try {
-          progress(1);
-        } catch (...) {
-          stop = std::current_exception();
-        }
-        if (stop) std::rethrow_exception(stop);
-      }
-    };
 
     for (const auto& group : groups()) {
       const int64_t begin = group.first, end = group.second;  // plain variables: the lambdas below capture them
       // Each sample's entry one per thread, the layer on the group's rows stacked (one product per projection over
-      // all threads, the attention mix one sample per thread), then each sample's measurements one per thread, slice
-      // by slice after the slice's Jacobian positions' input projections (again one product per projection).
+      // all threads, the attention mix one sample per thread), then the measurements one sample per thread, slice by
+      // slice after each measurement's work for the whole slice (the Jacobian positions' input projections).
       std::vector<Tensor> xs(end - begin), embeddings(end - begin);
       std::vector<KVCache> kvs(end - begin);
       std::vector<SequenceState> states(end - begin);
@@ -221,31 +77,19 @@ class LayerRunner {
         entries.push_back({samples_[rows_.samples[begin + j]].ids, &embeddings[j], &xs[j], &kvs[j], &states[j]});
       run_attention_half(layer_model, layer, entries, spec_.zeroed);
       run_mlp_half(layer_model, layer, entries, spec_.zeroed);
+      std::vector<PassSample> left;
+      for (int64_t j = 0; j < end - begin; ++j) left.push_back({rows_.samples[begin + j], layer, &states[j]});
       for (const auto& slice : slices(begin, end, states)) {
         const int64_t first = slice.first, last = slice.second;
-        const Projected projected = project(layer, plan, begin, first, last, states);
+        for (const auto& s : sums) s->before_slice(std::span<const PassSample>(left).subspan(first - begin, last - first));
         on_samples(first, last, n_threads, [&](int64_t i) {
           leave(layer, i, xs[i - begin], kvs[i - begin]);
-          measure(i, states[i - begin], projected, spec_.jacobians ? projected.first_pair[i - first] : 0);
+          for (const auto& s : sums) s->add(left[i - begin], omp_get_thread_num());
+          report(progress);
         });
       }
     }
-
-    LayerSums sums;
-    if (spec_.correlations) sums.correlations.assign(n_slots, CorrelationAccumulator(c.d_model));
-    std::vector<StructuredMean> means(n_slots);
-    for (const ThreadSums& t : threads)
-      for (int64_t s = 0; s < n_slots; ++s) {
-        if (spec_.correlations) sums.correlations[s].merge(t.correlations[s]);
-        means[s].merge(t.means[s]);
-      }
-    if (spec_.jacobians)
-      for (int64_t s = 0; s < n_slots; ++s)
-        sums.jacobian_sums.push_back(spec_.boundaries[plan.boundaries[s]].sublayer < 0 ? linalg::Matrix()
-                                     : means[s].count() > 0 ? means[s].sum() : linalg::Matrix::Zero(c.d_model, c.d_model));
-    sums.probes.resize(plan.probes.size());
-    for (int64_t i = 0; i < n_mine; ++i)
-      for (size_t q = 0; q < plan.probes.size(); ++q) sums.probes[q][rows_.samples[i]] = std::move(probes[i][q]);
+    for (const auto& s : sums) s->merge_threads();
     return sums;
   }
 
@@ -273,8 +117,6 @@ class LayerRunner {
   // float64 matrix) when every position of a sample is asked for.
   static constexpr int64_t kProjectedPairs = 256;
 
-  static Sublayer sublayer_of(const ResidualBoundary& b) { return b.sublayer % 2 == 0 ? Sublayer::Attention : Sublayer::Mlp; }
-
   // The group [begin, end) (states[j] is sample begin + j's) in slices [first, last) of consecutive samples with at
   // most kProjectedPairs Jacobian positions, unless alone.
   std::vector<std::pair<int64_t, int64_t>> slices(int64_t begin, int64_t end, const std::vector<SequenceState>& states) const {
@@ -289,29 +131,17 @@ class LayerRunner {
     return out;
   }
 
-  // The input projections of the slice's Jacobian positions, per sublayer kind the layer's boundaries ask for, in
-  // the order samples then positions; first_pair[j]: sample first + j's first entry.
-  struct Projected {
-    std::array<std::vector<StepProjections>, 2> of;  // [Sublayer]
-    std::vector<int64_t> first_pair;
-  };
-  Projected project(int64_t layer, const LayerPlan& plan, int64_t begin, int64_t first, int64_t last,
-                    const std::vector<SequenceState>& states) const {
-    Projected out;
-    if (!spec_.jacobians) return out;
-    std::vector<StatePosition> at;
-    for (int64_t i = first; i < last; ++i) {
-      out.first_pair.push_back(static_cast<int64_t>(at.size()));
-      const SequenceState& state = states[i - begin];
-      for (int64_t pos : spec_.positions.resolve(state.n_pos)) at.push_back({&state, pos});
+  // One sample of the layer done, told from whichever thread finished it.
+  static void report(const std::function<void(int64_t)>& progress) {
+    if (!progress) return;
+    std::exception_ptr stop;  // nothing may leave an OpenMP critical section by an exception
+#pragma omp critical(tdyn_pass_progress)
+    try {
+      progress(1);
+    } catch (...) {
+      stop = std::current_exception();
     }
-    for (int64_t slot : plan.boundaries) {
-      const ResidualBoundary& b = spec_.boundaries[slot];
-      if (b.sublayer < 0) continue;
-      std::vector<StepProjections>& of = out.of[static_cast<int>(sublayer_of(b))];
-      if (of.empty() && !at.empty()) of = jacobians_->project_inputs(at, layer, sublayer_of(b));
-    }
-    return out;
+    if (stop) std::rethrow_exception(stop);
   }
 
   // Runs task(i) for the samples [begin, end), one per thread with serial BLAS (sample j of the group on thread
@@ -386,7 +216,6 @@ class LayerRunner {
   }
 
   const Transformer& t_;
-  const JacobianModel* jacobians_;
   const std::vector<Sample>& samples_;
   const PassSpec& spec_;
   const SampleRows& rows_;
@@ -506,22 +335,36 @@ std::pair<std::map<int64_t, int64_t>, int64_t> kv_slots(const Transformer& t) {
   return {slot, stride};
 }
 
-// One finished layer's sums (all ranks' added) into the pass file, then its marker.
-void write_layer(PassWriter& writer, const PassSpec& spec, int64_t layer, int64_t n_layers, const LayerSums& sums) {
-  const LayerPlan plan = plan_layer(spec, layer, n_layers);
-  for (size_t s = 0; s < plan.boundaries.size(); ++s) {
-    if (spec.correlations) writer.section(kCorrelation, plan.boundaries[s], sums.correlations[s].to_buffer());
-    if (spec.jacobians && sums.jacobian_sums[s].size() > 0) {
-      const linalg::Matrix& m = sums.jacobian_sums[s];
-      writer.section(kJacobianSum, plan.boundaries[s], {m.data(), static_cast<size_t>(m.size())});
+// The pass's measurements, as its spec asks for them.
+std::vector<std::unique_ptr<PassMeasurement>> measurements_of(const PassSpec& spec, const JacobianModel* jacobians, int64_t d_model) {
+  std::vector<std::unique_ptr<PassMeasurement>> out;
+  if (spec.correlations) out.push_back(correlation_measurement(spec.boundaries, d_model));
+  if (spec.jacobians) out.push_back(jacobian_measurement(*jacobians, spec.boundaries, spec.positions));
+  if (!spec.probes.empty()) out.push_back(probe_measurement(spec.probes, spec.boundaries));
+  return out;
+}
+
+// Rank 0 adds every other rank's sums of the layer to its own, in rank order.
+void add_other_ranks(const std::vector<std::unique_ptr<LayerAccumulator>>& sums) {
+  std::vector<double> mine;
+  for (const auto& s : sums) {
+    const std::vector<double> numbers = s->serialise();
+    mine.push_back(static_cast<double>(numbers.size()));
+    mine.insert(mine.end(), numbers.begin(), numbers.end());
+  }
+  const std::vector<std::vector<double>> shares = gather_to_root(mine);
+  for (size_t r = 1; r < shares.size(); ++r) {
+    const std::vector<double>& share = shares[r];
+    size_t at = 0;
+    for (const auto& s : sums) {
+      TDYN_CHECK(at < share.size());
+      const auto n = static_cast<size_t>(share[at++]);
+      TDYN_CHECK(n <= share.size() - at);
+      s->merge(std::span<const double>(share).subspan(at, n));
+      at += n;
     }
+    TDYN_CHECK(at == share.size());
   }
-  for (size_t q = 0; q < plan.probes.size(); ++q) {
-    std::vector<double> values;  // samples in order
-    for (const auto& [sample, of_sample] : sums.probes[q]) values.insert(values.end(), of_sample.begin(), of_sample.end());
-    writer.section(kProbe, plan.probes[q], values);
-  }
-  writer.section(kLayerDone, layer, {});
 }
 
 }  // namespace
@@ -576,16 +419,16 @@ PassFile run_pass(const Transformer& transformer, const JacobianModel* jacobians
     const int64_t kv_floats = 2 * static_cast<int64_t>(kv_slot.size()) * rows.offset.back() * kv_stride;
     WorkBuffer states(stem + ".states", 2 * rows.offset.back() * c.d_model, first_layer > 0);
     WorkBuffer kv(stem + ".kv", kv_floats, first_layer > 0);
-    const LayerRunner runner(transformer, jacobians, samples, spec, rows, states.data(), kv.data(), kv_slot, kv_stride);
+    const LayerRunner runner(transformer, samples, spec, rows, states.data(), kv.data(), kv_slot, kv_stride);
 
+    const std::vector<std::unique_ptr<PassMeasurement>> measurements = measurements_of(spec, jacobians, c.d_model);
     for (int64_t layer = first_layer; layer < c.n_layers; ++layer) {
-      LayerSums sums = runner.run(layer, control.progress);
-      if (jacobians) jacobians->release_layer(layer, layer + 1 < c.n_layers);
-      if (me.size > 1) {
-        const std::vector<std::vector<double>> shares = gather_to_root(sums.to_buffer());
-        for (size_t r = 1; r < shares.size(); ++r) sums.add(shares[r]);
-      }
-      if (me.root()) write_layer(*writer, spec, layer, c.n_layers, sums);
+      const std::vector<std::unique_ptr<LayerAccumulator>> sums = runner.run(layer, measurements, control.progress);
+      for (const auto& m : measurements) m->end_layer(layer, layer + 1 < c.n_layers);
+      if (me.size > 1) add_other_ranks(sums);
+      if (!me.root()) continue;
+      for (const auto& s : sums) s->write(*writer);
+      writer->section(kLayerDone, layer, {});
     }
     states.remove();
     kv.remove();

@@ -3,11 +3,12 @@
 // boundaries are finished and written to the pass file, and only then does layer l + 1 start. So whatever the
 // depth, memory holds one layer's float64 weights (JacobianModel) and one layer's accumulators; the samples'
 // residual states between layers ([tokens, d] float32 each) sit in a file-backed buffer beside the pass file.
-// Per boundary the pass writes
-//   * the Pearson correlation sums of the d units over all tokens (topology),
-//   * Σ J of the sublayer map leaving it over the chosen positions (J̄ = Σ J / pairs: the jacobian command's
-//     means and topology's coupling), and
-//   * per-token probes, one value per token in sample order (the power analysis's token alignments).
+// Per boundary the pass writes what its spec asks for, each the sums of one measurement (pass/accumulator.h) that
+// lives with its analysis and reads its sections back:
+//   * the Pearson correlation sums of the d units over all tokens (topology/correlation_sums.h),
+//   * Σ J of the sublayer map leaving it over the chosen positions (jacobian/jacobian_sums.h; J̄ = Σ J / pairs is
+//     the jacobian command's means and topology's coupling), and
+//   * per-token probes, one value per token in sample order (power/pass.h: the token alignments).
 // Each layer's sums are added in a fixed order (a rank's threads in thread order, then the ranks in rank order),
 // so the result depends on neither timing nor interruptions:
 //   * resume: the pass file holds finished layers; a resumed run continues after the last one and ends

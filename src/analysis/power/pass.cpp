@@ -1,7 +1,10 @@
 #include "analysis/power/pass.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
+#include "analysis/power/spectra.h"
 #include "core/error.h"
 
 namespace tdyn {
@@ -16,7 +19,114 @@ double mean_of(const std::vector<double>& values) {
   for (double v : values) sum += v;
   return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
 }
+class LayerProbes : public LayerAccumulator {
+ public:
+  LayerProbes(const std::vector<TokenProbe>& probes, const std::vector<ResidualBoundary>& boundaries, int64_t layer,
+              int64_t n_layers, int threads)
+      : probes_(probes) {
+    const std::vector<int64_t> made = boundaries_of_layer(boundaries, layer, n_layers);
+    for (size_t p = 0; p < probes.size(); ++p)
+      for (int64_t b : made)
+        if (probes[p].hook == boundaries[b].hook) mine_.push_back({static_cast<int64_t>(p), &boundaries[b]});
+    threads_.assign(threads, std::vector<BySample>(mine_.size()));
+  }
+
+  void add(const PassSample& sample, int thread) override {
+    for (size_t q = 0; q < mine_.size(); ++q) {
+      const TokenProbe& probe = probes_[mine_[q].probe];
+      const Tensor& x = sample.at(*mine_[q].boundary);
+      std::vector<double>& values = threads_[thread][q][sample.index];
+      if (probe.covariance_layer >= 0) {
+        const Matrix tokens =
+            Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.ptr(), x.dim(0), x.dim(1)).cast<double>();
+        values = token_covariance_alignments(tokens, probe.basis.cols(), token_covariance_seed(probe.covariance_layer, sample.index));
+        continue;
+      }
+      for (int64_t r = 0; r < x.dim(0); ++r) {
+        const Vector row = Eigen::Map<const Eigen::VectorXf>(x.row(r), x.dim(1)).cast<double>();
+        values.push_back(probe.basis.size() == 0 ? row.norm() : alignment(row, probe.basis));
+      }
+    }
+  }
+  void merge_threads() override {
+    values_.resize(mine_.size());
+    for (auto& thread : threads_)
+      for (size_t q = 0; q < mine_.size(); ++q) values_[q].merge(thread[q]);
+    threads_.clear();
+  }
+  // Per probe: the entries, then each as (sample, count, values).
+  std::vector<double> serialise() const override {
+    std::vector<double> out;
+    for (const BySample& p : values_) {
+      out.push_back(static_cast<double>(p.size()));
+      for (const auto& [sample, values] : p) {
+        out.push_back(static_cast<double>(sample));
+        out.push_back(static_cast<double>(values.size()));
+        out.insert(out.end(), values.begin(), values.end());
+      }
+    }
+    return out;
+  }
+  void merge(std::span<const double> other) override {
+    size_t at = 0;
+    auto next = [&] {
+      TDYN_CHECK(at < other.size());
+      return static_cast<size_t>(other[at++]);
+    };
+    for (BySample& p : values_)
+      for (size_t entries = next(); entries > 0; --entries) {
+        const auto sample = static_cast<int64_t>(next());
+        const size_t n = next();
+        TDYN_CHECK(n <= other.size() - at);
+        TDYN_CHECK(p.emplace(sample, std::vector<double>(other.begin() + at, other.begin() + at + n)).second);
+        at += n;
+      }
+    TDYN_CHECK(at == other.size());
+  }
+  void write(PassWriter& writer) const override {
+    for (size_t q = 0; q < mine_.size(); ++q) {
+      std::vector<double> values;  // samples in order
+      for (const auto& [sample, of_sample] : values_[q]) values.insert(values.end(), of_sample.begin(), of_sample.end());
+      writer.section(kProbe, mine_[q].probe, values);
+    }
+  }
+
+ private:
+  // A probe's values by sample index: under MPI a rank's samples are every N-th chunk, so only the index puts the
+  // ranks' values back in sample order.
+  using BySample = std::map<int64_t, std::vector<double>>;
+  struct Mine {
+    int64_t probe;  // index into probes_
+    const ResidualBoundary* boundary;
+  };
+  const std::vector<TokenProbe>& probes_;
+  std::vector<Mine> mine_;                      // the probes at the layer's boundaries
+  std::vector<std::vector<BySample>> threads_;  // [thread][probe of mine_]
+  std::vector<BySample> values_;
+};
+
+class ProbeMeasurement : public PassMeasurement {
+ public:
+  ProbeMeasurement(const std::vector<TokenProbe>& probes, const std::vector<ResidualBoundary>& boundaries)
+      : probes_(probes), boundaries_(boundaries) {}
+  std::unique_ptr<LayerAccumulator> begin_layer(int64_t layer, int64_t n_layers, int threads) const override {
+    return std::make_unique<LayerProbes>(probes_, boundaries_, layer, n_layers, threads);
+  }
+
+ private:
+  const std::vector<TokenProbe>& probes_;
+  const std::vector<ResidualBoundary>& boundaries_;
+};
+
 }  // namespace
+
+std::unique_ptr<PassMeasurement> probe_measurement(const std::vector<TokenProbe>& probes, const std::vector<ResidualBoundary>& boundaries) {
+  return std::make_unique<ProbeMeasurement>(probes, boundaries);
+}
+
+std::vector<double> probe_values(const PassFile& pass, const std::string& name) {
+  return pass.section(kProbe, "token probe " + name, pass.probe_index(name));
+}
 
 std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& spectra) {
   const int64_t n_layers = static_cast<int64_t>(spectra.size());
@@ -50,7 +160,7 @@ TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<S
   TokenAlignments a;
   a.samples = pass.n_samples();
   for (size_t t = 0; t < spectra.size(); ++t) {
-    auto values = [&](int i) { return pass.probe(probes[kProbesPerLayer * t + i].name); };
+    auto values = [&](int i) { return probe_values(pass, probes[kProbesPerLayer * t + i].name); };
     a.before_f.push_back(values(0)), a.before_if.push_back(values(1)), a.norm_before.push_back(values(2));
     a.after_f.push_back(values(3)), a.after_if.push_back(values(4)), a.norm_after.push_back(values(5));
     a.after_covariance.push_back(values(6));
@@ -59,7 +169,7 @@ TokenDynamics token_dynamics_from_pass(const PassFile& pass, const std::vector<S
   a.cross_alignment.resize(n_layers, n_layers);
   for (int64_t t = 0; t < n_layers; ++t)
     for (int64_t s = 0; s < n_layers; ++s)
-      a.cross_alignment(t, s) = mean_of(s == t ? a.after_f[t] : pass.probe(cross_probe_name(t, s)));
+      a.cross_alignment(t, s) = mean_of(s == t ? a.after_f[t] : probe_values(pass, cross_probe_name(t, s)));
   mark_repeated_states(samples, causal, &a);
   if (!a.before_f.empty() && a.before_f[0].size() != a.repeated.size())
     fail("token dynamics from a shared pass: the pass has {} tokens, the samples {}", a.before_f[0].size(), a.repeated.size());

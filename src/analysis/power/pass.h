@@ -6,9 +6,12 @@
 // topology, so that every sample runs through the model once.
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "analysis/power/token_dynamics.h"
+#include "analysis/pass/accumulator.h"
 #include "analysis/pass/run.h"
 
 namespace tdyn {
@@ -18,6 +21,14 @@ namespace tdyn {
 // for every layer t and every other layer s, the alignment after layer t with the dominant subspace of F_s (the
 // cross-layer alignment of layers.h).
 std::vector<TokenProbe> token_dynamics_probes(const std::vector<LayerSpectrum>& spectra);
+
+// The pass's per-token probes (pass/accumulator.h): at the layer that makes each probe's boundary, one value per
+// token of every sample, one pass file section per probe with the samples in order.
+std::unique_ptr<PassMeasurement> probe_measurement(const std::vector<TokenProbe>& probes, const std::vector<ResidualBoundary>& boundaries);
+
+// A probe's values in a finished pass (one per token, samples in order); throws Error when the pass does not hold
+// it or its section is damaged.
+std::vector<double> probe_values(const PassFile& pass, const std::string& name);
 
 // TokenDynamics from the probe values of a pass that holds the probes token_dynamics_probes gives. Equals
 // token_dynamics() in the full mode with the residual; throws Error for the other modes.

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "analysis/jacobian/jacobian_sums.h"
+#include "analysis/topology/correlation_sums.h"
 #include "core/error.h"
 #include "core/phase_times.h"
 #include "core/files.h"
@@ -21,7 +23,7 @@ namespace {
 void analyse_boundaries(TopologyResult& r, const PassFile& pass, const TopologyOptions& options, ProgressSink& progress) {
   ProgressLoop loop(progress, fmt::format("topology {}: communities", r.label), static_cast<int64_t>(r.boundaries.size()), "boundaries");
   for (const ResidualBoundary& boundary : r.boundaries) {
-    topology::CorrelationMatrix correlation = pass.correlation(boundary.hook).correlation();
+    topology::CorrelationMatrix correlation = correlation_sums(pass, boundary.hook).correlation();
     r.topology.push_back(analyse_boundary(correlation, options.graph));
     if (options.keep_correlations) r.correlations.push_back(std::move(correlation));
     loop.advance();
@@ -134,7 +136,7 @@ void couple(TopologyResult& r, const PassFile& pass, const TopologyOptions& opti
   if (!options.normality_from.empty()) test.known_normality = normality_from(options.normality_from, maps);
   // One J̄ at a time from the pass (d × d each), kept only when asked.
   const auto mean_jacobian = [&](size_t i) {
-    linalg::Matrix j = pass.mean_jacobian(r.boundaries[r.coupled[i]].hook);
+    linalg::Matrix j = tdyn::mean_jacobian(pass, r.boundaries[r.coupled[i]].hook);
     if (options.keep_jacobians) r.mean_jacobians.push_back(j);
     return j;
   };
