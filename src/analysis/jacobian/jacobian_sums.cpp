@@ -105,9 +105,10 @@ class JacobianMeasurement : public PassMeasurement {
 
 }  // namespace
 
-std::unique_ptr<PassMeasurement> jacobian_measurement(const JacobianModel& model, const std::vector<ResidualBoundary>& boundaries,
-                                                      const PositionSpec& positions) {
-  return std::make_unique<JacobianMeasurement>(model, boundaries, positions);
+std::unique_ptr<PassMeasurement> jacobian_measurement(const JacobianModel& model, const Transformer& transformer, const PassSpec& spec) {
+  TDYN_CHECK(&model.transformer() == &transformer);
+  TDYN_CHECK(model.zeroed().to_json() == spec.zeroed.to_json());
+  return std::make_unique<JacobianMeasurement>(model, spec.boundaries, spec.positions);
 }
 
 linalg::Matrix jacobian_sum(const PassFile& pass, const std::string& hook) {

@@ -9,15 +9,16 @@
 
 #include "analysis/pass/accumulator.h"
 #include "analysis/pass/file.h"
+#include "analysis/pass/run.h"
 #include "linalg/dense.h"
 
 namespace tdyn {
 
 class JacobianModel;
 
-// The model's float64 copy of each layer is made when the layer begins and released when it ends.
-std::unique_ptr<PassMeasurement> jacobian_measurement(const JacobianModel& model, const std::vector<ResidualBoundary>& boundaries,
-                                                      const PositionSpec& positions);
+// Σ J at spec's boundaries and positions, of a pass of `transformer` with spec's ablations, which `model` must be
+// of. The model's float64 copy of each layer is made when the layer begins and released when it ends.
+std::unique_ptr<PassMeasurement> jacobian_measurement(const JacobianModel& model, const Transformer& transformer, const PassSpec& spec);
 
 // Σ J [d, d] and J̄ = Σ J / n_pairs at `hook` in a finished pass; each throws Error when the pass does not hold it
 // (the final boundary has no map leaving it) or its section is damaged.

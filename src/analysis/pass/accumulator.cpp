@@ -1,6 +1,6 @@
 #include "analysis/pass/accumulator.h"
 
-#include "analysis/jacobian/jacobian_model.h"
+#include "model/sequence_state.h"
 
 namespace tdyn {
 

@@ -29,7 +29,7 @@ struct SequenceState;
 struct PassSample {
   int64_t index = 0;  // in the pass's samples
   int64_t layer = 0;
-  const SequenceState* state = nullptr;  // that layer's entries filled (jacobian/jacobian_model.h)
+  const SequenceState* state = nullptr;  // that layer's entries filled (model/sequence_state.h)
 
   int64_t n_tokens() const;
   // The residual stream [tokens, d] at a boundary the layer makes: its resid_pre or resid_mid, or after the last
