@@ -22,6 +22,7 @@
 
 #include "analysis/jacobian/jacobian_sums.h"
 #include "analysis/jacobian/means.h"
+#include "analysis/pass/accumulator.h"
 #include "analysis/pass/source.h"
 #include "analysis/pass/run.h"
 #include "analysis/power/pass.h"
@@ -287,6 +288,43 @@ TEST_F(StoriesPass, ResumedPassEqualsUninterrupted) {
 }
 
 // A pass records the ablations its forward passes ran with: an unablated pass is not taken for an ablated model's.
+// Each measurement's sums at every layer are the same however the samples are split: all on one thread of one
+// process, or in interleaved chunks of 2 over two "ranks" (the first on two threads), the second rank's sums
+// serialised and merged into the first's, as rank 0 does under MPI. The probes' values keep the samples' order.
+TEST_F(StoriesPass, MeasurementsMergeAcrossRanksInSampleOrder) {
+  const int64_t n_layers = model->config.n_layers;
+  std::vector<SequenceState> states;
+  for (const Sample& s : samples) states.push_back(jacobians->run(s.ids));
+  std::vector<std::unique_ptr<PassMeasurement>> measurements;
+  measurements.push_back(correlation_measurement(spec.boundaries, model->config.d_model));
+  measurements.push_back(jacobian_measurement(*jacobians, *transformer, spec));
+  measurements.push_back(probe_measurement(spec.probes, spec.boundaries));
+  for (int64_t layer = 0; layer < n_layers; ++layer) {
+    std::vector<PassSample> all, rank[2];
+    for (size_t i = 0; i < samples.size(); ++i) {
+      all.push_back({static_cast<int64_t>(i), layer, &states[i]});
+      rank[(i / 2) % 2].push_back(all.back());
+    }
+    for (size_t m = 0; m < measurements.size(); ++m) {
+      const auto sums_of = [&](const std::vector<PassSample>& mine, int threads) {
+        std::unique_ptr<LayerAccumulator> sums = measurements[m]->begin_layer(layer, n_layers, threads);
+        sums->before_slice(mine);
+        for (size_t j = 0; j < mine.size(); ++j) sums->add(mine[j], static_cast<int>(j % threads));
+        sums->merge_threads();
+        return sums;
+      };
+      const std::vector<double> whole = sums_of(all, 1)->serialise();
+      std::unique_ptr<LayerAccumulator> first = sums_of(rank[0], 2);
+      first->merge(sums_of(rank[1], 1)->serialise());
+      const std::vector<double> split = first->serialise();
+      const std::string what = fmt::format("measurement {} at layer {}", m, layer);
+      if (m == 2) EXPECT_EQ(split, whole) << what;  // the probes: values, not sums
+      else test::expect_close(split, whole, 1e-12, 1e-12, what);
+      measurements[m]->end_layer(layer, layer + 1 < n_layers);
+    }
+  }
+}
+
 TEST_F(StoriesPass, FromPassRefusesAPassOfOtherAblations) {
   const fs::path dir = test::scratch_dir("pass_ablations");
   const nlohmann::json model_identity = {{"name", "stories260K"}};
