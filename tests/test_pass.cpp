@@ -475,12 +475,18 @@ void kill_and_resume(const std::string& name, const std::function<std::vector<st
 
 // Peak anonymous memory (RssAnon, in kB) of a CLI run, polled from /proc while it runs; -1 if it failed.
 int64_t peak_anonymous_kb(const std::vector<std::string>& args, const fs::path& log) {
+  const fs::path cli = fs::canonical(test::cli_path());
   const pid_t pid = start_cli(args, log);
   int64_t peak = 0;
   for (;;) {
-    std::ifstream status(fmt::format("/proc/{}/status", pid));
-    for (std::string line; std::getline(status, line);)
-      if (line.rfind("RssAnon:", 0) == 0) peak = std::max<int64_t>(peak, std::stoll(line.substr(8)));
+    // Until its execv the child is a copy of this test process, whose RssAnon (the models and passes of the tests
+    // that ran before) is not the CLI's: only the CLI's own image counts.
+    std::error_code not_yet;
+    if (fs::read_symlink(fmt::format("/proc/{}/exe", pid), not_yet) == cli) {
+      std::ifstream status(fmt::format("/proc/{}/status", pid));
+      for (std::string line; std::getline(status, line);)
+        if (line.rfind("RssAnon:", 0) == 0) peak = std::max<int64_t>(peak, std::stoll(line.substr(8)));
+    }
     int code = 0;
     if (waitpid(pid, &code, WNOHANG) == pid) return WIFEXITED(code) && WEXITSTATUS(code) == 0 ? peak : -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
