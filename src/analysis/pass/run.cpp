@@ -4,9 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <cmath>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -20,7 +18,7 @@
 #include "analysis/topology/correlation_sums.h"
 #include "core/error.h"
 #include "core/ranks.h"
-#include "linalg/gemm.h"
+#include "kernels/serial_blas.h"
 #include "model/hooks.h"
 #include "model/sequence_state.h"
 
