@@ -59,17 +59,17 @@ class LayerJacobians : public LayerAccumulator {
   }
   std::vector<double> serialise() const override {
     std::vector<double> out;
-    for (const linalg::Matrix& m : sums_) out.insert(out.end(), m.data(), m.data() + m.size());
+    for (const linalg::Matrix& m : sums_) append_piece(out, {m.data(), static_cast<size_t>(m.size())});
     return out;
   }
   void merge(std::span<const double> other) override {
-    size_t at = 0;
-    for (linalg::Matrix& m : sums_) {
-      TDYN_CHECK(static_cast<size_t>(m.size()) <= other.size() - at);
-      m += Eigen::Map<const linalg::Matrix>(other.data() + at, m.rows(), m.cols());
-      at += m.size();
+    const std::vector<std::span<const double>> shares = pieces(other);
+    TDYN_CHECK(shares.size() == sums_.size());
+    for (size_t s = 0; s < sums_.size(); ++s) {
+      linalg::Matrix& m = sums_[s];
+      TDYN_CHECK(static_cast<int64_t>(shares[s].size()) == m.size());
+      m += Eigen::Map<const linalg::Matrix>(shares[s].data(), m.rows(), m.cols());
     }
-    TDYN_CHECK(at == other.size());
   }
   void write(PassWriter& writer) const override {
     for (size_t s = 0; s < mine_.size(); ++s) writer.section(kJacobianSum, mine_[s], {sums_[s].data(), static_cast<size_t>(sums_[s].size())});

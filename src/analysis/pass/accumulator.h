@@ -64,6 +64,11 @@ class PassMeasurement {
   }
 };
 
+// The numbers that serialise() gives and merge() takes, as pieces each prefixed with its length: append_piece adds
+// one, pieces() splits them again (a share that does not split exactly is a bug of its writer: TDYN_CHECK).
+void append_piece(std::vector<double>& out, std::span<const double> piece);
+std::vector<std::span<const double>> pieces(std::span<const double> numbers);
+
 // The boundaries of `boundaries` that layer `layer` of `n_layers` makes (indices): its resid_pre and resid_mid,
 // and after the last layer also the final resid_post.
 std::vector<int64_t> boundaries_of_layer(const std::vector<ResidualBoundary>& boundaries, int64_t layer, int64_t n_layers);

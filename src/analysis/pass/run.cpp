@@ -346,23 +346,12 @@ std::vector<std::unique_ptr<PassMeasurement>> measurements_of(const PassSpec& sp
 // Rank 0 adds every other rank's sums of the layer to its own, in rank order.
 void add_other_ranks(const std::vector<std::unique_ptr<LayerAccumulator>>& sums) {
   std::vector<double> mine;
-  for (const auto& s : sums) {
-    const std::vector<double> numbers = s->serialise();
-    mine.push_back(static_cast<double>(numbers.size()));
-    mine.insert(mine.end(), numbers.begin(), numbers.end());
-  }
+  for (const auto& s : sums) append_piece(mine, s->serialise());
   const std::vector<std::vector<double>> shares = gather_to_root(mine);
   for (size_t r = 1; r < shares.size(); ++r) {
-    const std::vector<double>& share = shares[r];
-    size_t at = 0;
-    for (const auto& s : sums) {
-      TDYN_CHECK(at < share.size());
-      const auto n = static_cast<size_t>(share[at++]);
-      TDYN_CHECK(n <= share.size() - at);
-      s->merge(std::span<const double>(share).subspan(at, n));
-      at += n;
-    }
-    TDYN_CHECK(at == share.size());
+    const std::vector<std::span<const double>> of_rank = pieces(shares[r]);
+    TDYN_CHECK(of_rank.size() == sums.size());
+    for (size_t m = 0; m < sums.size(); ++m) sums[m]->merge(of_rank[m]);
   }
 }
 

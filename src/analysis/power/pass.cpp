@@ -54,34 +54,29 @@ class LayerProbes : public LayerAccumulator {
       for (size_t q = 0; q < mine_.size(); ++q) values_[q].merge(thread[q]);
     threads_.clear();
   }
-  // Per probe: the entries, then each as (sample, count, values).
+  // Per probe a piece, of one piece per sample: its index, then its values.
   std::vector<double> serialise() const override {
     std::vector<double> out;
     for (const BySample& p : values_) {
-      out.push_back(static_cast<double>(p.size()));
+      std::vector<double> probe;
       for (const auto& [sample, values] : p) {
-        out.push_back(static_cast<double>(sample));
-        out.push_back(static_cast<double>(values.size()));
-        out.insert(out.end(), values.begin(), values.end());
+        std::vector<double> entry = {static_cast<double>(sample)};
+        entry.insert(entry.end(), values.begin(), values.end());
+        append_piece(probe, entry);
       }
+      append_piece(out, probe);
     }
     return out;
   }
   void merge(std::span<const double> other) override {
-    size_t at = 0;
-    auto next = [&] {
-      TDYN_CHECK(at < other.size());
-      return static_cast<size_t>(other[at++]);
-    };
-    for (BySample& p : values_)
-      for (size_t entries = next(); entries > 0; --entries) {
-        const auto sample = static_cast<int64_t>(next());
-        const size_t n = next();
-        TDYN_CHECK(n <= other.size() - at);
-        TDYN_CHECK(p.emplace(sample, std::vector<double>(other.begin() + at, other.begin() + at + n)).second);
-        at += n;
+    const std::vector<std::span<const double>> probes = pieces(other);
+    TDYN_CHECK(probes.size() == values_.size());
+    for (size_t q = 0; q < values_.size(); ++q)
+      for (std::span<const double> entry : pieces(probes[q])) {
+        TDYN_CHECK(!entry.empty());
+        const auto sample = static_cast<int64_t>(entry[0]);
+        TDYN_CHECK(values_[q].emplace(sample, std::vector<double>(entry.begin() + 1, entry.end())).second);
       }
-    TDYN_CHECK(at == other.size());
   }
   void write(PassWriter& writer) const override {
     for (size_t q = 0; q < mine_.size(); ++q) {

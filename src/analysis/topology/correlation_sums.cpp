@@ -27,23 +27,13 @@ class LayerCorrelations : public LayerAccumulator {
   }
   std::vector<double> serialise() const override {
     std::vector<double> out;
-    for (const CorrelationAccumulator& c : sums_) {
-      const std::vector<double> b = c.to_buffer();
-      out.push_back(static_cast<double>(b.size()));
-      out.insert(out.end(), b.begin(), b.end());
-    }
+    for (const CorrelationAccumulator& c : sums_) append_piece(out, c.to_buffer());
     return out;
   }
   void merge(std::span<const double> other) override {
-    size_t at = 0;
-    for (CorrelationAccumulator& c : sums_) {
-      TDYN_CHECK(at < other.size());
-      const auto n = static_cast<size_t>(other[at++]);
-      TDYN_CHECK(n <= other.size() - at);
-      c.merge(CorrelationAccumulator::from_buffer(other.subspan(at, n)));
-      at += n;
-    }
-    TDYN_CHECK(at == other.size());
+    const std::vector<std::span<const double>> shares = pieces(other);
+    TDYN_CHECK(shares.size() == sums_.size());
+    for (size_t s = 0; s < sums_.size(); ++s) sums_[s].merge(CorrelationAccumulator::from_buffer(shares[s]));
   }
   void write(PassWriter& writer) const override {
     for (size_t s = 0; s < mine_.size(); ++s) writer.section(kCorrelation, mine_[s], sums_[s].to_buffer());
