@@ -24,8 +24,7 @@ namespace {
 PassFile topology_pass(PyModel& model, const std::vector<Sample>& samples, const TopologyOptions& options,
                        const std::string& label, ProgressSink& progress) {
   const Model& m = model.model();
-  PassSpec spec = topology_pass_spec(m.config.n_layers, options);
-  spec.zeroed = ZeroedParts(model.transformer(), options.ablations);
+  const PassSpec spec = topology_pass_spec(model.transformer(), options);
   return obtain_pass({}, model.transformer(), options.coupling ? &model.jacobian_model(spec.zeroed) : nullptr, samples, spec,
                      pass_model_identity(m.path.string(), m), {}, false, fmt::format("topology {}: samples", label), progress);
 }

@@ -91,8 +91,7 @@ TopologyResult analyse_checkpoint(const AnalysisInputs& in, const TopologyCompar
                                   const std::string& path, const std::string& label, ResultsDir& out, ProgressSink& progress) {
   check_sample_ids(in.samples, model->config, path);
   auto transformer = std::make_shared<const Transformer>(model);
-  PassSpec spec = topology_pass_spec(model->config.n_layers, options);
-  spec.zeroed = ZeroedParts(*transformer, options.ablations);
+  const PassSpec spec = topology_pass_spec(*transformer, options);
   std::unique_ptr<JacobianModel> jacobians;
   if (options.coupling) jacobians = std::make_unique<JacobianModel>(transformer, spec.zeroed);
   std::optional<PassFile> pass;

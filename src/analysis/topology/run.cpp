@@ -245,9 +245,10 @@ nlohmann::json coupling_json(const TopologyResult& r, const TopologyOptions& opt
 
 }  // namespace
 
-PassSpec topology_pass_spec(int64_t n_layers, const TopologyOptions& options) {
+PassSpec topology_pass_spec(const Transformer& transformer, const TopologyOptions& options) {
   PassSpec spec;
-  spec.boundaries = residual_boundaries(n_layers, options.boundaries);
+  spec.boundaries = residual_boundaries(transformer.config().n_layers, options.boundaries);
+  spec.zeroed = ZeroedParts(transformer, options.ablations);
   spec.jacobians = options.coupling;
   spec.positions = PositionSpec::parse(options.positions);
   return spec;

@@ -64,9 +64,10 @@ struct TopologyResult {
   PhaseTimes timings;
 };
 
-// The pass spec of a checkpoint with `n_layers` layers: the options' boundaries, correlations, and the Jacobian
-// sums at the options' positions when coupling. Throws Error on bad positions.
-PassSpec topology_pass_spec(int64_t n_layers, const TopologyOptions& options);
+// The pass spec of `transformer`'s checkpoint: the options' boundaries, correlations, and the Jacobian sums at the
+// options' positions when coupling, all of the model with the options' ablations. Throws Error on bad positions or
+// ablations.
+PassSpec topology_pass_spec(const Transformer& transformer, const TopologyOptions& options);
 
 // Throws Error naming `path` when a sample holds a token id outside the model's vocabulary.
 void check_sample_ids(const std::vector<Sample>& samples, const ModelConfig& config, const std::string& path);
