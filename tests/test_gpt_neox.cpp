@@ -291,6 +291,17 @@ TEST(NeoxErrors, BadConfigsAndTensorsAreNamed) {
               std::string::npos)
         << load_error(dir);
   }
+  {
+    // No parser makes a parallel block with other norms, but the block itself refuses one rather than run it wrongly.
+    const std::shared_ptr<Model> post_norm = model_variant(load_model(good));
+    post_norm->config.norm_placement = NormPlacement::PostResidual;
+    try {
+      Transformer t(post_norm);
+      ADD_FAILURE() << "a parallel block with post-norms was run";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("a parallel-residual block is only supported with pre-norms"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -101,9 +101,6 @@ void ModelConfig::validate(const std::string& origin) const {
   if (embed_dim() != d_model && !mlm_head && !tied_embeddings)
     fail("{}: a factorised embedding ({} != d_model {}) is only supported with a tied MLM head", origin, embed_dim(), d_model);
   if (d_per_layer_input > 0) positive("vocab_size_per_layer_input", d_vocab_per_layer);
-  if (parallel_residual && (norm_placement != NormPlacement::Pre || d_per_layer_input > 0 || layer_scalar))
-    fail("{}: a parallel-residual block is only supported with pre-norms and without per-layer inputs or layer "
-         "scalars", origin);
   if (!layers.empty() && static_cast<int64_t>(layers.size()) != n_layers)
     fail("{}: {} per-layer settings for {} layers", origin, layers.size(), n_layers);
   for (int64_t l = 0; l < n_layers; ++l) {

@@ -6,7 +6,8 @@
 //   parallel_residual  attention and MLP read the same stream (GPT-NeoX use_parallel_residual)
 //   learned_positions / n_token_types / embed_scale / d_embed (+ embedding LayerNorm, mapping_in)
 //   qk_norm, v_norm, attn_scale, per-layer windows / RoPE / head sizes / KV sources (`layers`)
-//   per_layer_input (Gemma 4 PLE), layer_scalar, final_logit_softcap, mlm_head
+//   per_layer_input (Gemma 4 PLE), final_logit_softcap, mlm_head
+// Features that are weights alone (Gemma 4's per-layer output scale) need no field: the block applies what is stored.
 #pragma once
 
 #include <cstdint>
@@ -123,7 +124,6 @@ struct ModelConfig {
   // plus a projection of the embeddings, mixed into every layer after its MLP through a gated branch.
   int64_t d_per_layer_input = 0;    // hidden_size_per_layer_input; 0: no per-layer inputs
   int64_t d_vocab_per_layer = 0;    // vocab_size_per_layer_input
-  bool layer_scalar = false;        // Gemma 4: every layer's output multiplied by a stored scalar
 
   // Output head.
   bool tied_embeddings = false;

@@ -73,6 +73,9 @@ std::shared_ptr<const RopeTable> Transformer::rope_table(const LayerConfig& laye
 Transformer::Transformer(std::shared_ptr<const Model> model) : model_(std::move(model)) {
   reuse_large_buffers();
   const ModelConfig& c = config();
+  // The parallel block below (mlp_reads_layer_input) places its norms as GPT-NeoX does, and nothing else.
+  if (c.parallel_residual && (c.norm_placement != NormPlacement::Pre || c.d_per_layer_input > 0))
+    fail("{}: a parallel-residual block is only supported with pre-norms and without per-layer inputs", model_->path.string());
   is_kv_source_.assign(c.n_layers, false);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     layers_.push_back(c.layer(l));
@@ -385,7 +388,10 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
 
 bool Transformer::mlp_reads_layer_input() const { return config().parallel_residual; }
 
-float Transformer::layer_output_scale(int64_t l) const { return config().layer_scalar ? model_->weights.layers[l].layer_scalar[0] : 1.0f; }
+float Transformer::layer_output_scale(int64_t l) const {
+  const float* scale = model_->weights.layers[l].layer_scalar;
+  return scale ? scale[0] : 1.0f;
+}
 
 void Transformer::layer_step(int64_t l, Tensor& x, int64_t start, KVCache* cache, const float* per_layer_input,
                              ActivationCache* hooks) const {

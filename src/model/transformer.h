@@ -5,8 +5,8 @@
 // A layer is two (Gemma 4: three) residual steps, each a named public function so that analyses can run one
 // sublayer on inputs of their choice:
 //   attention_block:  resid_pre -> resid_mid   (pre-norm, attention, post-norm, residual add, per NormPlacement)
-//   mlp_block:        resid_mid -> resid_post  (likewise; Gemma 4 adds its per-layer-input branch and layer_scalar)
-// A parallel-residual block (GPT-NeoX use_parallel_residual) runs the same two steps, but its MLP reads the
+//   mlp_block:        resid_mid -> resid_post  (likewise; Gemma 4 adds its per-layer-input branch and output scale)
+// A parallel-residual block (GPT-NeoX) runs the same two steps, but its MLP reads the
 // layer's input: resid_mid = resid_pre + attn(ln1(resid_pre)), resid_post = resid_mid + mlp(ln2(resid_pre)).
 // Its hook_resid_mid is thus the stream with only the attention output added, a point no sublayer reads, and
 // ln1 / ln2.hook_normalized are both norms of resid_pre.
@@ -31,7 +31,7 @@
 //   Gemma 4 only: blocks.{l}.hook_resid_after_mlp = resid_mid + mlp_out;
 //       blocks.{l}.hook_ple_out (the post-normed per-layer-input branch);
 //       blocks.{l}.hook_resid_after_ple = hook_resid_after_mlp + hook_ple_out;
-//       hook_resid_post = hook_resid_after_ple * layer_scalar
+//       hook_resid_post = hook_resid_after_ple * the layer's stored scalar (layer_output_scale)
 //   ln_final.hook_normalized [pos, d_model]   final norm output (families with one)
 //   mlm.hook_transform [pos, d_embed]         BERT/ALBERT MLM head transform output
 //   hook_logits_pre_softcap [pos, d_vocab]    Gemma logits before soft-capping

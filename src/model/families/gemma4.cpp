@@ -103,7 +103,6 @@ ModelConfig parse_gemma4_text(const nlohmann::json& j, const std::string& origin
   c.embed_scale = std::sqrt(static_cast<double>(c.d_model));
   c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", true, origin);
   c.final_logit_softcap = get_or<double>(j, "final_logit_softcapping", 0.0, origin);
-  c.layer_scalar = true;
   c.d_per_layer_input = get_int(j, "hidden_size_per_layer_input", 0, origin);
   if (c.d_per_layer_input > 0) c.d_vocab_per_layer = get_int(j, "vocab_size_per_layer_input", c.d_vocab, origin);
   parse_token_ids(j, c);
