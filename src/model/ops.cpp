@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/serial_blas.h"
 #include "kernels/team.h"
+#include "model/op_formulas.h"
 
 namespace tdyn {
 
@@ -19,9 +20,7 @@ void rms_norm(const float* x, int64_t rows, int64_t d, const Norm& w, double eps
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * d;
     float* o = out + r * d;
-    double ss = 0;
-    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    float inv = static_cast<float>(1.0 / std::sqrt(ss / d + eps));
+    const float inv = static_cast<float>(norm_statistics(NormKind::RMSNorm, xr, d, eps).inverse_scale);
     for (int64_t i = 0; i < d; ++i) o[i] = (w.w ? w.w[i] : 1.0f) * (xr[i] * inv);
   }
 }
@@ -30,13 +29,9 @@ void layer_norm(const float* x, int64_t rows, int64_t d, const Norm& w, double e
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * d;
     float* o = out + r * d;
-    double mean = 0, var = 0;
-    for (int64_t i = 0; i < d; ++i) mean += xr[i];
-    mean /= d;
-    for (int64_t i = 0; i < d; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    double inv = 1.0 / std::sqrt(var / d + eps);
+    const NormStatistics s = norm_statistics(NormKind::LayerNorm, xr, d, eps);
     for (int64_t i = 0; i < d; ++i) {
-      double y = (xr[i] - mean) * inv;
+      double y = (xr[i] - s.mean) * s.inverse_scale;
       o[i] = static_cast<float>(y * (w.w ? w.w[i] : 1.0f) + (w.b ? w.b[i] : 0.0f));
     }
   }
@@ -47,51 +42,8 @@ void apply_norm(NormKind kind, const float* x, int64_t rows, int64_t d, const No
   else layer_norm(x, rows, d, w, eps, out);
 }
 
-namespace {
 
-// e^x in float32 within about 1 ulp, without branches or calls so that loops over it vectorise (glibc's expf is
-// a call per element): x = n ln 2 + r with |r| ≤ ln 2 / 2, e^r from the Cephes minimax polynomial, 2^n put
-// straight into the exponent bits. Inputs are clamped to [-87, 88] so that 2^n stays a normal float: below,
-// e^x (< 1.7e-38) comes out as e^-87 instead of a subnormal; above, as e^88 (1.7e38) instead of up to 3.4e38 or
-// Inf. Neither changes a softmax (its arguments are ≤ 0) or a SiLU by more than 1e-36.
-inline float exp_vectorizable(float x) {
-  // The two clamps differ only for NaN: x keeps it (so NaN comes out), x_not_nan is -87 then (so that the
-  // integer conversion below stays defined).
-  const float x_not_nan = std::min(88.0f, std::max(-87.0f, x));
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  // n = round(x / ln 2) by the 1.5 · 2^23 trick: std::floor/nearbyint are library calls below SSE4.1.
-  constexpr float kRound = 12582912.0f;
-  const float n = (x_not_nan * 1.44269504088896341f + kRound) - kRound;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e_r = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return e_r * scale;
-}
-
-inline float silu(float x) { return x / (1.0f + exp_vectorizable(-x)); }
-
-}  // namespace
-
-float activate(Activation a, float x) {
-  switch (a) {
-    case Activation::SiLU: return silu(x);
-    case Activation::GeluErf: return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(M_SQRT1_2)));
-    case Activation::GeluTanh: {
-      const float c = 0.7978845608028654f;  // sqrt(2/pi)
-      return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
-    }
-    case Activation::ReLU: return x > 0 ? x : 0.0f;
-  }
-  return x;
-}
+float activate(Activation a, float x) { return activation(a, x); }
 
 namespace {
 
@@ -166,7 +118,6 @@ void apply_rope(const RopeTable& rope, float* x, int64_t rows, int64_t n_heads, 
   // With partial rotary embeddings the dimensions past 2 * half pass through.
   const int64_t half = rope.pairs();
   TDYN_CHECK(2 * half <= d_head);
-  const bool rotate_half = rope.style() == RopeStyle::RotateHalf;
   std::vector<float> scratch;  // the angles of positions past the table
   if (start_pos + rows > rope.tabled_positions()) scratch.resize(2 * half);
   for (int64_t r = 0; r < rows; ++r) {
@@ -174,12 +125,8 @@ void apply_rope(const RopeTable& rope, float* x, int64_t rows, int64_t n_heads, 
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + (r * n_heads + h) * d_head;
       for (int64_t i = 0; i < half; ++i) {
-        // rotate-half pairs (i, i + half); interleaved pairs (2i, 2i + 1).
-        float* a = rotate_half ? v + i : v + 2 * i;
-        float* b = rotate_half ? v + i + half : v + 2 * i + 1;
-        const float x0 = *a, x1 = *b;
-        *a = x0 * cos_t[i] - x1 * sin_t[i];
-        *b = x0 * sin_t[i] + x1 * cos_t[i];
+        const auto [a, b] = rope_pair(rope.style(), i, half);
+        rotate(v[a], v[b], cos_t[i], sin_t[i]);
       }
     }
   }

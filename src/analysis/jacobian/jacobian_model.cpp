@@ -1,6 +1,7 @@
 // Exact sublayer Jacobians (structured factors, made dense in closed form, and the batched-JVP reference) and
 // their structured mean; see jacobian_model.h for the definitions. Every op below follows model/transformer.cpp and
-// model/ops.cpp step by step, in float64.
+// model/ops.cpp step by step, in float64; the activations and RoPE's rotations are the forward pass's own formulas
+// (model/op_formulas.h) on double.
 #include "analysis/jacobian/jacobian_model.h"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/serial_blas.h"
 #include "linalg/gemm.h"
+#include "model/op_formulas.h"
 #include "model/ops.h"
 
 namespace tdyn {
@@ -118,10 +120,8 @@ Dual linear(const DenseLinear& l, const Dual& x) {
 void norm_inplace(NormKind kind, const double* w, const double* b, double eps, Dual& x, int64_t off, int64_t len,
                   NormJacobian* jac = nullptr) {
   auto v = x.v.segment(off, len);
-  const double mean = kind == NormKind::LayerNorm ? v.mean() : 0.0;
-  Vector a = v.array() - mean;
-  const double r = std::sqrt(a.squaredNorm() / len + eps);
-  a /= r;
+  const NormStatistics s = norm_statistics(kind, v.data(), len, eps);
+  const Vector a = (v.array() - s.mean) * s.inverse_scale;
   if (x.t.cols() > 0) {
     auto t = x.t.middleRows(off, len);
     const Eigen::RowVectorXd at = a.transpose() * t / static_cast<double>(len);
@@ -130,11 +130,11 @@ void norm_inplace(NormKind kind, const double* w, const double* b, double eps, D
       t.rowwise() -= column_means;
     }
     t -= a * at;
-    t /= r;
+    t *= s.inverse_scale;
     if (w) t = Eigen::Map<const Vector>(w, len).asDiagonal() * t;
   }
   if (jac) {
-    jac->scale = 1.0 / r;
+    jac->scale = s.inverse_scale;
     const double inv_sqrt_n = 1.0 / std::sqrt(static_cast<double>(len));
     jac->u.resize(len, kind == NormKind::LayerNorm ? 2 : 1);
     if (kind == NormKind::LayerNorm) jac->u.col(0).setConstant(inv_sqrt_n);
@@ -147,34 +147,6 @@ void norm_inplace(NormKind kind, const DenseNorm& n, double eps, Dual& x, NormJa
   norm_inplace(kind, n.w.size() ? n.w.data() : nullptr, n.b.size() ? n.b.data() : nullptr, eps, x, 0, x.v.size(), jac);
 }
 
-// Activation and its derivative in float64 (ops.cpp activate).
-double activate64(Activation a, double x) {
-  switch (a) {
-    case Activation::SiLU: return x / (1.0 + std::exp(-x));
-    case Activation::GeluErf: return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2));
-    case Activation::GeluTanh: return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case Activation::ReLU: return x > 0 ? x : 0.0;
-  }
-  return x;
-}
-
-double activate64_derivative(Activation a, double x) {
-  switch (a) {
-    case Activation::SiLU: {
-      const double s = 1.0 / (1.0 + std::exp(-x));
-      return s * (1.0 + x * (1.0 - s));
-    }
-    case Activation::GeluErf:
-      return 0.5 * (1.0 + std::erf(x * M_SQRT1_2)) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
-    case Activation::GeluTanh: {
-      const double c = 0.7978845608028654, th = std::tanh(c * (x + 0.044715 * x * x * x));
-      return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * c * (1.0 + 3.0 * 0.044715 * x * x);
-    }
-    case Activation::ReLU: return x > 0 ? 1.0 : 0.0;
-  }
-  return 1.0;
-}
-
 // RoPE of every head of x (values and tangent rows) at absolute position `pos` (ops.cpp apply_rope).
 void rope_inplace(RopeStyle style, const std::vector<double>& inv_freq, Dual& x, int64_t n_heads, int64_t d_head,
                   int64_t pos) {
@@ -182,16 +154,15 @@ void rope_inplace(RopeStyle style, const std::vector<double>& inv_freq, Dual& x,
   const int64_t half = static_cast<int64_t>(inv_freq.size());  // rotated pairs; partial rotary: the rest pass through
   for (int64_t i = 0; i < half; ++i) {
     const double angle = static_cast<double>(pos) * inv_freq[i], c = std::cos(angle), s = std::sin(angle);
+    const auto [first, second] = rope_pair(style, i, half);
     for (int64_t h = 0; h < n_heads; ++h) {
-      const int64_t a = h * d_head + (style == RopeStyle::RotateHalf ? i : 2 * i);
-      const int64_t b = h * d_head + (style == RopeStyle::RotateHalf ? i + half : 2 * i + 1);
-      const double x0 = x.v[a], x1 = x.v[b];
-      x.v[a] = x0 * c - x1 * s;
-      x.v[b] = x0 * s + x1 * c;
+      const int64_t a = h * d_head + first, b = h * d_head + second;
+      rotate(x.v[a], x.v[b], c, s);
       if (x.t.cols() > 0) {
-        const Eigen::RowVectorXd t0 = x.t.row(a), t1 = x.t.row(b);
-        x.t.row(a) = t0 * c - t1 * s;
-        x.t.row(b) = t0 * s + t1 * c;
+        Eigen::RowVectorXd t0 = x.t.row(a), t1 = x.t.row(b);
+        rotate(t0, t1, c, s);
+        x.t.row(a) = t0;
+        x.t.row(b) = t1;
       }
     }
   }
@@ -469,14 +440,14 @@ Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::
   Dual hidden;
   if (c.gated_mlp) {
     Dual gate = projected ? given(projected->gate, h) : linear(W.gate, h);
-    const Vector act = gate.v.unaryExpr([&](double g) { return activate64(c.activation, g); });
-    const Vector dact = gate.v.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); });
+    const Vector act = gate.v.unaryExpr([&](double g) { return activation(c.activation, g); });
+    const Vector dact = gate.v.unaryExpr([&](double g) { return activation_derivative(c.activation, g); });
     hidden.v = act.cwiseProduct(up.v);
     hidden.t = (dact.cwiseProduct(up.v)).asDiagonal() * gate.t + act.asDiagonal() * up.t;
     if (trace) trace->pre_act = gate.v, trace->up = up.v;
   } else {
-    hidden.v = up.v.unaryExpr([&](double u) { return activate64(c.activation, u); });
-    const Vector dact = up.v.unaryExpr([&](double u) { return activate64_derivative(c.activation, u); });
+    hidden.v = up.v.unaryExpr([&](double u) { return activation(c.activation, u); });
+    const Vector dact = up.v.unaryExpr([&](double u) { return activation_derivative(c.activation, u); });
     hidden.t = dact.asDiagonal() * up.t;
     if (trace) trace->pre_act = up.v;
   }
@@ -497,8 +468,8 @@ Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::
     const Vector input = Eigen::Map<const Eigen::VectorXf>(row, P).cast<double>();
     Dual gate = linear(W.ple_gate, y);
     Dual mixed;
-    mixed.v = gate.v.unaryExpr([&](double g) { return activate64(c.activation, g); }).cwiseProduct(input);
-    mixed.t = gate.v.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); }).cwiseProduct(input).asDiagonal() *
+    mixed.v = gate.v.unaryExpr([&](double g) { return activation(c.activation, g); }).cwiseProduct(input);
+    mixed.t = gate.v.unaryExpr([&](double g) { return activation_derivative(c.activation, g); }).cwiseProduct(input).asDiagonal() *
               gate.t;
     Dual branch = linear(W.ple_proj, mixed);
     if (trace) trace->ple_gate_pre = gate.v, trace->ple_input = input;
@@ -692,19 +663,19 @@ void mlp_structure(const ModelConfig& c, const LayerConfig& lc, const JacobianMo
   st.out = &W.down.w;
   if (c.gated_mlp) {
     // ∂(act(g) ⊙ u) = diag(act'(g) ⊙ u) ∂g + diag(act(g)) ∂u
-    Vector m_gate = tr.pre_act.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); }).cwiseProduct(tr.up);
-    Vector m_up = tr.pre_act.unaryExpr([&](double g) { return activate64(c.activation, g); });
+    Vector m_gate = tr.pre_act.unaryExpr([&](double g) { return activation_derivative(c.activation, g); }).cwiseProduct(tr.up);
+    Vector m_up = tr.pre_act.unaryExpr([&](double g) { return activation(c.activation, g); });
     st.branches.push_back({&W.gate_in.w, diagonal_middle(std::move(m_gate)), in_times_v(W.gate_in, tr.pre_act, st.pre)});
     st.branches.push_back({&W.up_in.w, diagonal_middle(std::move(m_up)), in_times_v(W.up_in, tr.up, st.pre)});
   } else {
-    Vector m_up = tr.pre_act.unaryExpr([&](double u) { return activate64_derivative(c.activation, u); });
+    Vector m_up = tr.pre_act.unaryExpr([&](double u) { return activation_derivative(c.activation, u); });
     st.branches.push_back({&W.up_in.w, diagonal_middle(std::move(m_up)), in_times_v(W.up_in, tr.pre_act, st.pre)});
   }
   if (zeroed.mlp_hidden || zeroed.mlp_out)  // the MLP adds a constant: no derivative through it
     for (JacobianBranch& b : st.branches) b.m.diag.setZero();
   if (c.d_per_layer_input > 0) {
     // ∂ branch/∂y = diag(w) λ'(I − U'U'ᵀ) W_proj diag(act'(W_gate y) ⊙ input) W_gate
-    const Vector e = tr.ple_gate_pre.unaryExpr([&](double g) { return activate64_derivative(c.activation, g); })
+    const Vector e = tr.ple_gate_pre.unaryExpr([&](double g) { return activation_derivative(c.activation, g); })
                          .cwiseProduct(tr.ple_input);
     Matrix left = W.ple_proj.w * e.asDiagonal();  // [d, P]
     left = ple_post.scale * (left - ple_post.u * (ple_post.u.transpose() * left));
