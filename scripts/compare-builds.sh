@@ -3,7 +3,9 @@
 # models and compares what they write, file by file: arrays, tables and checkpoints byte for byte, results.json
 # less the run's own paths, command lines, start times and timings (scripts/compare_results.py). A refactoring that
 # must not change any number passes it; the last line says how many files were compared and how many differ.
-#   scripts/compare-builds.sh BEFORE_TDYN AFTER_TDYN [WORK_DIR]
+#   scripts/compare-builds.sh BEFORE_TDYN AFTER_TDYN [WORK_DIR [--rtol R [--atol A]]]
+# With --rtol, files whose numbers agree to that tolerance are listed apart, with their worst number
+# (scripts/compare_results.py): for a change that may move results by round-off.
 # One thread each, so that BLAS sums in the same order. Needs ../shared (or $TDYN_SHARED) with stories260K,
 # the llama and albert fixtures and WikiText-2.
 set -euo pipefail
@@ -38,4 +40,4 @@ for i in "${!runs[@]}"; do
       { echo "compare-builds: '$side' failed on: tdyn ${runs[$i]} (log: $work/$side.$i.log)" >&2; exit 1; }
   done
 done
-/usr/bin/python3 scripts/compare_results.py "$work/before" "$work/after"
+/usr/bin/python3 scripts/compare_results.py "$work/before" "$work/after" "${@:4}"
