@@ -126,7 +126,7 @@ OperatorMetrics metrics_from_schur(const Eigen::Ref<const Matrix>& j, const Comp
 
   Index expanding = 0, complex_count = 0;
   for (const Complex& lambda : eigenvalues) {
-    if (std::abs(lambda) > 1) ++expanding;
+    if (std::abs(lambda) > 1 + options.complex_tolerance * m.singular_values[0]) ++expanding;
     if (std::abs(lambda.imag()) > options.complex_tolerance * m.singular_values[0]) ++complex_count;
   }
   m.expanding_fraction = spectrum ? static_cast<double>(expanding) / static_cast<double>(d) : NAN;

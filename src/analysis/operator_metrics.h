@@ -12,7 +12,8 @@
 //                          normal, and their agreement is a check on the decomposition. Normalised: dep/‖J‖_F.
 //   self-alignment         ‖U_kᵀ V_k‖_F²/k for the top-k left (U) and right (V) singular vectors: 1 when the
 //                          input and output directions coincide (symmetric PSD J), near k/d for unrelated ones.
-//   expanding fraction     #{|λ_i| > 1}/d
+//   expanding fraction     #{|λ_i| > 1 + τ σ_1}/d: a residual step's Jacobian has eigenvalues that are exactly 1
+//                          (directions its sublayer leaves alone), which round-off puts on either side of 1.
 //   complex fraction       #{|Im λ_i| > τ σ_1}/d, τ = complex_tolerance (default 1e-8 ≈ sqrt(machine ε): a
 //                          defective real double eigenvalue perturbed by round-off splits by O(sqrt(ε) ‖J‖)).
 //                          Relative to ‖J‖₂ = σ_1, not to |λ_i|: the eigenvalues of a deep C_k near 0 are
@@ -92,7 +93,7 @@ int64_t operators_in_flight(int64_t d, double matrices_each, int64_t n);
 
 struct OperatorMetricsOptions {
   std::vector<Index> alignment_ks = {1, 10, 100};  // each capped at d; the cap is recorded
-  double complex_tolerance = 1e-8;
+  double complex_tolerance = 1e-8;  // τ of the complex and expanding fractions
   // Self-alignment's singular vectors come from a partial SVD (linalg::svd_leading) when the largest k is at
   // most this fraction of d, from a full SVD with vectors otherwise. 0 forces the full SVD, 1 the partial one.
   double partial_svd_max_fraction = 0.25;

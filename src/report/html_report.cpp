@@ -77,7 +77,7 @@ constexpr Caption kCaptions[] = {
                                "layers more symmetric."},
     {"*metric_complex_fraction", "Fraction of complex eigenvalues per depth: many complex eigenvalues mean rotation-dominated "
                                  "maps (the paper's early layers)."},
-    {"*metric_expanding_fraction", "Fraction of modes with |λ| > 1 per depth: how many directions each sublayer expands."},
+    {"*metric_expanding_fraction", "Fraction of modes with |λ| > 1 + τσ₁ (beyond round-off) per depth: how many directions each sublayer expands."},
     {"*metric_condition_number", "Condition number σ₁/σ_d per depth (log scale): large values mean the sublayer squeezes "
                                  "some directions far more than others."},
     {"*metric_alignment_k*", "Self-alignment of the top-k left and right singular subspaces ‖U_kᵀV_k‖²/k: 1 for a symmetric "

@@ -100,7 +100,7 @@ void metric_figures(ResultsDir& out, const std::vector<CheckpointJacobians>& res
   std::vector<MetricPlot> plots = {
       {"henrici_normalized", "Henrici departure from normality dep/||J||_F", [](const auto& m) { return m.departure.schur_normalized; }},
       {"complex_fraction", "fraction of complex eigenvalues", [](const auto& m) { return m.complex_fraction; }},
-      {"expanding_fraction", "fraction of expanding modes |lambda| > 1", [](const auto& m) { return m.expanding_fraction; }},
+      {"expanding_fraction", "fraction of expanding modes |lambda| > 1 (beyond round-off)", [](const auto& m) { return m.expanding_fraction; }},
       {"symmetry_index", "symmetry index ||J - J^T||_F/||J||_F", [](const auto& m) { return m.symmetry_index; }},
       {"condition_number", "condition number sigma_1/sigma_d", [](const auto& m) { return m.condition_number; }, true},
   };
