@@ -11,6 +11,7 @@
 #include "random_matrix.h"
 #include "analysis/operator_metrics.h"
 #include "core/error.h"
+#include "test_util.h"
 
 namespace tdyn {
 namespace {
@@ -405,6 +406,38 @@ TEST(OperatorMetricsProducts, CumulativeProductsChainLeftToRight) {
   const std::vector<ComplexMatrix> cc = cumulative_products(complex_layers);
   EXPECT_LE((cc[1] - complex_layers[1] * complex_layers[0]).norm(), 1e-13 * cc[1].norm());
   EXPECT_TRUE(cumulative_products(std::vector<Matrix>{}).empty());
+}
+
+// from_json reads back every field to_json wrote, through results.json's text: spectra where written, +∞ and NaN
+// where written as null; a missing key is an error that names it.
+TEST(OperatorMetricsJson, ReadsBackWhatItWrote) {
+  const auto same = [](const OperatorMetrics& a, const OperatorMetrics& b) {
+    std::vector<double> x, y;
+    a.append_numbers(x), b.append_numbers(y);
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i]))) << i << ": " << x[i] << " vs " << y[i];
+  };
+  const auto through_text = [](const nlohmann::json& j) { return OperatorMetrics::from_json(nlohmann::json::parse(j.dump())); };
+  const OperatorMetrics random = operator_metrics(random_gaussian(12, 12, 41));
+  same(random, through_text(random.to_json(true)));
+  const OperatorMetrics without_spectra = through_text(random.to_json());
+  EXPECT_EQ(without_spectra.eigenvalues.size(), 0);
+  EXPECT_EQ(without_spectra.symmetry_index, random.symmetry_index);
+  EXPECT_EQ(without_spectra.effective_rank.energy_rank, random.effective_rank.energy_rank);
+  // Rank one: condition number +∞ (null); without eigenvalues: the spectral fractions NaN (null).
+  const Vector u = random_gaussian(6, 1, 3), v = random_gaussian(6, 1, 4);
+  OperatorMetricsOptions no_eigenvalues;
+  no_eigenvalues.eigenvalues = false;
+  const OperatorMetrics singular = operator_metrics(u * v.transpose(), no_eigenvalues);
+  ASSERT_TRUE(std::isinf(singular.condition_number));
+  ASSERT_TRUE(std::isnan(singular.expanding_fraction));
+  same(singular, through_text(singular.to_json(true)));
+  nlohmann::json damaged = random.to_json();
+  damaged["effective_rank"].erase("stable_rank");
+  test::expect_error_contains([&] { OperatorMetrics::from_json(damaged); }, "no 'stable_rank' in the metrics");
+  damaged = random.to_json();
+  damaged["symmetry_index"] = "0.5";
+  test::expect_error_contains([&] { OperatorMetrics::from_json(damaged); }, "'symmetry_index' is string, not a number");
 }
 
 }  // namespace

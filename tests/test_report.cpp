@@ -61,20 +61,34 @@ json power_results(double gamma = 0.4, double gamma_before = 0.2, double rho_uni
   return {{"layers", out}, {"samples", 20}};
 }
 
+// Effective ranks as the jacobian analysis writes them, Roy–Vetterli `roy_vetterli` (the one the verdicts read).
+json ranks(double roy_vetterli) {
+  EffectiveRanks e;
+  e.roy_vetterli = roy_vetterli;
+  return e.to_json();
+}
+
+// A mean Jacobian's metrics as the jacobian analysis writes them, with the numbers the verdicts read.
+json mean_metrics(double departure, double symmetry_index, double complex_fraction) {
+  OperatorMetrics m;
+  m.d = 4;
+  m.departure.schur_normalized = departure, m.symmetry_index = symmetry_index, m.complex_fraction = complex_fraction;
+  return m.to_json();
+}
+
 // Cumulative effective ranks rank[k] at depths 1..4 and a normalised departure falling by `departure_fall` per depth;
 // surgery at α = 0 and 1 with five draws of the random-N control at α = 1 around `control_at_1`.
 json jacobian_results(std::array<double, 4> rank = {60, 30, 12, 5}, double control_at_1 = 6, double departure_fall = 0.1) {
   json depths = json::array();
   for (int k = 0; k < 4; ++k)
     depths.push_back({{"depth", k + 1},
-                      {"mean", {{"henrici_departure", {{"schur_normalized", 0.4 - departure_fall * k}}}, {"symmetry_index", 0.8 - 0.2 * k},
-                                {"complex_fraction", 0.5}}},
-                      {"cumulative", {{"effective_rank", {{"roy_vetterli", rank[k]}}}}}});
+                      {"mean", mean_metrics(0.4 - departure_fall * k, 0.8 - 0.2 * k, 0.5)},
+                      {"cumulative", {{"effective_rank", ranks(rank[k])}}}});
   json draws = json::array();
-  for (double offset : {0.0, 0.1, -0.1, 0.2, -0.05}) draws.push_back({{"roy_vetterli", control_at_1 + offset}});
-  json surgery = json::array({{{"alpha", 0.0}, {"full_depth_surgery", {{"roy_vetterli", 40}}}, {"full_depth_control", {{"roy_vetterli", 6}}}},
-                              {{"alpha", 1.0}, {"full_depth_surgery", {{"roy_vetterli", rank[3]}}},
-                               {"full_depth_control", {{"roy_vetterli", control_at_1}}}, {"full_depth_control_draws", draws}}});
+  for (double offset : {0.0, 0.1, -0.1, 0.2, -0.05}) draws.push_back(ranks(control_at_1 + offset));
+  json surgery = json::array({{{"alpha", 0.0}, {"full_depth_surgery", ranks(40)}, {"full_depth_control", ranks(6)}},
+                              {{"alpha", 1.0}, {"full_depth_surgery", ranks(rank[3])},
+                               {"full_depth_control", ranks(control_at_1)}, {"full_depth_control_draws", draws}}});
   return {{"models", json::array({{{"depths", depths}, {"surgery", surgery}}})}, {"samples_used", 20}};
 }
 
@@ -292,8 +306,8 @@ TEST(Report, VerdictsAgainstTheirControls) {
     json trained = jacobian_results({60, 30, 12, 5});
     for (double last : {4.0, 4.5, 5.5, 6.0, 5.2})
       trained["models"][0]["haar_null"].push_back(
-          {{"depths", {{{"depth", 1}, {"cumulative", {{"effective_rank", {{"roy_vetterli", 60}}}}}},
-                       {{"depth", 4}, {"cumulative", {{"effective_rank", {{"roy_vetterli", last}}}}}}}}});
+          {{"depths", {{{"depth", 1}, {"cumulative", {{"effective_rank", ranks(60)}}}},
+                       {{"depth", 4}, {"cumulative", {{"effective_rank", ranks(last)}}}}}}});
     papers = summarize(trained, jacobian_control);
     const ClaimCheck& h = check(papers, "003", "bottleneck");
     EXPECT_EQ(h.verdict, Verdict::kArchitectural) << h.observed;
@@ -848,6 +862,25 @@ TEST(Report, SingleResultsDirectoryAndMissingKeys) {
   EXPECT_EQ(test::run_cli("report " + empty.string(), nullptr, &err), 1);
   EXPECT_NE(err.find("give the --out directory of an analysis"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(empty / "index.html"));
+}
+
+// The jacobian rules read the metrics back as the analysis wrote them (OperatorMetrics / EffectiveRanks::from_json):
+// a results.json that lacks one of their keys (older, or damaged) leaves the claims not computed, naming the key,
+// while the claims whose numbers are there are still judged.
+TEST(Report, JacobianPartWithoutAKeyTheRulesRead) {
+  const fs::path dir = test::scratch_dir("report_missing_key");
+  json results = jacobian_results();
+  results["models"][0]["depths"][2]["mean"].erase("symmetry_index");
+  results["models"][0]["surgery"][1]["full_depth_control_draws"][3].erase("stable_rank");
+  write_part(dir, "jacobian", results, json::object(), {});
+  const auto papers = summarize_claims(load_report_parts(dir));
+  const ClaimCheck& normality = check(papers, "003", "normality");
+  EXPECT_EQ(normality.verdict, Verdict::kNotComputed);
+  EXPECT_NE(normality.observed.find("no 'symmetry_index' in the metrics"), std::string::npos) << normality.observed;
+  const ClaimCheck& surgery = check(papers, "003", "surgery");
+  EXPECT_EQ(surgery.verdict, Verdict::kNotComputed);
+  EXPECT_NE(surgery.observed.find("no 'stable_rank' in the metrics"), std::string::npos) << surgery.observed;
+  EXPECT_NE(check(papers, "003", "bottleneck").verdict, Verdict::kNotComputed) << check(papers, "003", "bottleneck").observed;
 }
 
 // A run of an ablated model says so at the top of its part, its specs escaped; an unablated run says nothing.

@@ -19,6 +19,23 @@ namespace {
 
 nlohmann::json complex_json(Complex z) { return nlohmann::json::array({z.real(), z.imag()}); }
 
+// The number under `key` of the object j, NaN for null (how results.json writes a non-finite number).
+double number_at(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) fail("results.json: expected an object holding '{}', got {}", key, j.type_name());
+  const auto it = j.find(key);
+  if (it == j.end()) fail("results.json: no '{}' in the metrics", key);
+  if (it->is_null()) return NAN;
+  if (!it->is_number()) fail("results.json: '{}' is {}, not a number", key, it->type_name());
+  return it->get<double>();
+}
+
+Index index_at(const nlohmann::json& j, const char* key) { return static_cast<Index>(number_at(j, key)); }
+
+const nlohmann::json& object_at(const nlohmann::json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_object()) fail("results.json: no object '{}' in the metrics", key);
+  return j[key];
+}
+
 // JSON has no infinity; an infinite condition number is written as null.
 
 // Phase that makes the largest-modulus entry of v real and positive (so results do not depend on LAPACK's sign).
@@ -162,6 +179,25 @@ OperatorMetrics operator_metrics(const Eigen::Ref<const Matrix>& j, const Operat
   return metrics_from_schur(j, schur.eigenvalues(), schur.strictly_upper().norm(), options);
 }
 
+nlohmann::json EffectiveRanks::to_json() const {
+  return {{"roy_vetterli", roy_vetterli},
+          {"participation_ratio", participation_ratio},
+          {"participation_ratio_convention", "(sum sigma^2)^2 / sum sigma^4"},
+          {"stable_rank", stable_rank},
+          {"energy_rank", energy_rank},
+          {"energy_fraction", energy_fraction}};
+}
+
+EffectiveRanks EffectiveRanks::from_json(const nlohmann::json& j) {
+  EffectiveRanks e;
+  e.roy_vetterli = number_at(j, "roy_vetterli");
+  e.participation_ratio = number_at(j, "participation_ratio");
+  e.stable_rank = number_at(j, "stable_rank");
+  e.energy_rank = index_at(j, "energy_rank");
+  e.energy_fraction = number_at(j, "energy_fraction");
+  return e;
+}
+
 nlohmann::json OperatorMetrics::to_json(bool include_spectra) const {
   nlohmann::json alignment = nlohmann::json::array();
   for (const SubspaceAlignment& a : self_alignment)
@@ -183,13 +219,7 @@ nlohmann::json OperatorMetrics::to_json(bool include_spectra) const {
       {"complex_fraction", complex_fraction},
       {"complex_tolerance", complex_tolerance},
       {"symmetry_index", symmetry_index},
-      {"effective_rank",
-       {{"roy_vetterli", effective_rank.roy_vetterli},
-        {"participation_ratio", effective_rank.participation_ratio},
-        {"participation_ratio_convention", "(sum sigma^2)^2 / sum sigma^4"},
-        {"stable_rank", effective_rank.stable_rank},
-        {"energy_rank", effective_rank.energy_rank},
-        {"energy_fraction", effective_rank.energy_fraction}}},
+      {"effective_rank", effective_rank.to_json()},
   };
   if (include_spectra) {
     nlohmann::json values = nlohmann::json::array();
@@ -198,6 +228,34 @@ nlohmann::json OperatorMetrics::to_json(bool include_spectra) const {
     out["singular_values"] = std::vector<double>(singular_values.data(), singular_values.data() + singular_values.size());
   }
   return out;
+}
+
+OperatorMetrics OperatorMetrics::from_json(const nlohmann::json& j) {
+  OperatorMetrics m;
+  m.d = index_at(j, "d");
+  m.frobenius_norm = number_at(j, "frobenius_norm");
+  const double condition = number_at(j, "condition_number");
+  m.condition_number = std::isnan(condition) ? std::numeric_limits<double>::infinity() : condition;  // null: +∞
+  const nlohmann::json& dep = object_at(j, "henrici_departure");
+  m.departure = {number_at(dep, "schur"), number_at(dep, "identity"), number_at(dep, "schur_normalized"),
+                 number_at(dep, "identity_normalized")};
+  if (!j.contains("self_alignment") || !j["self_alignment"].is_array()) fail("results.json: no list 'self_alignment' in the metrics");
+  for (const nlohmann::json& a : j["self_alignment"])
+    m.self_alignment.push_back({index_at(a, "k_requested"), index_at(a, "k"), number_at(a, "value")});
+  m.expanding_fraction = number_at(j, "expanding_fraction");
+  m.complex_fraction = number_at(j, "complex_fraction");
+  m.complex_tolerance = number_at(j, "complex_tolerance");
+  m.symmetry_index = number_at(j, "symmetry_index");
+  m.effective_rank = EffectiveRanks::from_json(object_at(j, "effective_rank"));
+  if (j.contains("eigenvalues")) {
+    m.eigenvalues.resize(static_cast<Index>(j["eigenvalues"].size()));
+    for (Index i = 0; i < m.eigenvalues.size(); ++i) m.eigenvalues[i] = {j["eigenvalues"][i].at(0).get<double>(), j["eigenvalues"][i].at(1).get<double>()};
+  }
+  if (j.contains("singular_values")) {
+    const std::vector<double> sigma = j["singular_values"].get<std::vector<double>>();
+    m.singular_values = Eigen::Map<const Vector>(sigma.data(), static_cast<Index>(sigma.size()));
+  }
+  return m;
 }
 
 double NumberReader::next() {

@@ -54,6 +54,10 @@ struct EffectiveRanks {
   double stable_rank = 0;          // Σσ²/σ_1²
   Index energy_rank = 0;           // smallest k with Σ_{i≤k} σ_i² ≥ energy_fraction · Σσ²
   double energy_fraction = 0.9;
+
+  // results.json's "effective_rank", and back; from_json throws Error naming a key that is absent.
+  nlohmann::json to_json() const;
+  static EffectiveRanks from_json(const nlohmann::json& j);
 };
 
 // From singular values in any order (they are sorted here); negative values are an error. The energy
@@ -133,6 +137,9 @@ struct OperatorMetrics {
   // Scalars for results.json; the spectra (eigenvalues as [re, im] pairs, singular values) only when asked,
   // since at d = 4096 they belong in .npy files.
   nlohmann::json to_json(bool include_spectra = false) const;
+  // What to_json wrote, back (the reader of results.json: the report's verdicts). The spectra only where they were
+  // written, else empty. Throws Error naming a key that is absent or not a number (null is NaN, as written).
+  static OperatorMetrics from_json(const nlohmann::json& j);
   // Every field appended to a flat list of numbers, and read back exactly (to send the metrics between MPI ranks).
   void append_numbers(std::vector<double>& out) const;
   static OperatorMetrics read_numbers(NumberReader& in);

@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "analysis/operator_metrics.h"
 #include "analysis/power/layers.h"
 #include "analysis/stats.h"
+#include "core/error.h"
 #include "core/json_number.h"
 #include "core/npy.h"
 
@@ -313,10 +315,22 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
 
 // Judges a claim measured by `measure` on the model's part and on each initialisation's part. Its interval is the
 // claim's own (a bootstrap), else the spread of the statistic over the sample subsets' parts (random groups).
+// A rule on a results.json that lacks what the rule reads (an older or damaged one) leaves its claim not computed,
+// saying why.
+template <class Rule>
+Measured guarded(const Rule& rule, const json& part) {
+  try {
+    return rule(part);
+  } catch (const Error& e) {
+    return missing(e.what());
+  }
+}
+
 template <class Measure>
 ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vector<const ReportPart*>& inits,
-                       const std::vector<const ReportPart*>& subsets, bool init_ran, Measure measure,
+                       const std::vector<const ReportPart*>& subsets, bool init_ran, Measure read_and_measure,
                        const ReportPart* quarter = nullptr, const ReportPart* half = nullptr) {
+  const auto measure = [&](const json& part) { return guarded(read_and_measure, part); };
   Measured m = measure(model->json);
   m.samples = samples_of(model->json);
   std::vector<std::pair<const ReportPart*, Measured>> controls;
@@ -332,7 +346,7 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
   std::vector<Measured> null_draws;
   if (c.null_draws)
     for (const json& draw : array_at(model->json, c.null_draws))
-      null_draws.push_back(c.null_measure ? c.null_measure(draw) : measure(json{{"results", {{"models", json::array({draw})}}}}));
+      null_draws.push_back(c.null_measure ? guarded(c.null_measure, draw) : measure(json{{"results", {{"models", json::array({draw})}}}}));
   std::optional<Interval> interval;
   if (!m.missing && !m.shown) {
     if (c.interval) interval = c.interval(*model);
@@ -723,32 +737,48 @@ PaperSummary power_summary(const std::vector<ReportPart>& parts, const std::stri
 
 // ---- The residual-stream paper: Jacobian spectral geometry (jacobian) and activation-graph topology (topology) ----
 
-const json* depths_of(const json& jacobian) {
-  const json* depths = find(jacobian, "/results/models/0/depths");
-  return depths && depths->is_array() && !depths->empty() ? depths : nullptr;
+// The depths of the first model of a jacobian results.json, each depth's `part` ("mean", "cumulative") read back as
+// the analysis wrote it; nullopt where that part was not computed (null). Throws Error (naming the key) on a depth
+// that lacks it.
+template <class Typed>
+std::vector<std::optional<Typed>> depths_read(const json& jacobian, const char* part, Typed (*read)(const json&)) {
+  std::vector<std::optional<Typed>> out;
+  for (const json& depth : array_at(jacobian, "/results/models/0/depths")) {
+    if (!depth.is_object() || !depth.contains(part)) fail("results.json: a depth without '{}'", part);
+    out.push_back(depth[part].is_null() ? std::nullopt : std::optional<Typed>(read(depth[part])));
+  }
+  return out;
+}
+
+EffectiveRanks cumulative_ranks(const json& cumulative) {
+  if (!cumulative.is_object() || !cumulative.contains("effective_rank")) fail("results.json: a cumulative product without 'effective_rank'");
+  return EffectiveRanks::from_json(cumulative["effective_rank"]);
+}
+
+// An effective rank written by the surgery (null: not computed).
+std::optional<double> roy_vetterli(const json& ranks) {
+  if (ranks.is_null()) return std::nullopt;
+  return EffectiveRanks::from_json(ranks).roy_vetterli;
 }
 
 Measured measure_bottleneck(const json& jacobian) {
-  const json* depths = depths_of(jacobian);
-  if (!depths) return missing("no depths in results.json");
-  auto first = number(depths->front(), "/cumulative/effective_rank/roy_vetterli"),
-       last = number(depths->back(), "/cumulative/effective_rank/roy_vetterli");
-  if (!first || !last || *first <= 0) return missing("no cumulative effective ranks");
-  const double r = *last / *first;
-  return measured(fmt::format("effective rank of C_k: {} at depth 1 → {} at depth {} (r = {})", num(*first), num(*last),
-                              depths->size(), num(r)),
+  const auto ranks = depths_read(jacobian, "cumulative", cumulative_ranks);
+  if (ranks.empty()) return missing("no depths in results.json");
+  if (!ranks.front() || !ranks.back() || ranks.front()->roy_vetterli <= 0) return missing("no cumulative effective ranks");
+  const double first = ranks.front()->roy_vetterli, last = ranks.back()->roy_vetterli, r = last / first;
+  return measured(fmt::format("effective rank of C_k: {} at depth 1 → {} at depth {} (r = {})", num(first), num(last),
+                              ranks.size(), num(r)),
                   r, 1, r < 1);
 }
 
 Measured measure_normality(const json& jacobian) {
-  const json* depths = depths_of(jacobian);
-  if (!depths) return missing("no depths in results.json");
-  const size_t K = depths->size();
+  const auto metrics = depths_read(jacobian, "mean", OperatorMetrics::from_json);
+  if (metrics.empty()) return missing("no depths in results.json");
+  const size_t K = metrics.size();
   std::vector<double> dep, sym, cplx;
-  for (const json& d : *depths) {
-    auto a = number(d, "/mean/henrici_departure/schur_normalized"), b = number(d, "/mean/symmetry_index");
-    if (!a || !b) break;
-    dep.push_back(*a), sym.push_back(*b), cplx.push_back(number(d, "/mean/complex_fraction").value_or(NAN));
+  for (const auto& m : metrics) {
+    if (!m || !std::isfinite(m->departure.schur_normalized) || !std::isfinite(m->symmetry_index)) break;
+    dep.push_back(m->departure.schur_normalized), sym.push_back(m->symmetry_index), cplx.push_back(m->complex_fraction);
   }
   if (K < 2) return missing("fewer than 2 depths");
   if (dep.size() != K) return missing("departure or symmetry index missing");
@@ -770,13 +800,13 @@ Measured measure_surgery(const json& jacobian) {
   for (const json& p : array_at(jacobian, "/results/models/0/surgery")) {
     auto alpha = number(p, "/alpha");
     if (!alpha) continue;
-    if (std::abs(*alpha) < 1e-12) at0 = number(p, "/full_depth_surgery/roy_vetterli");
+    if (std::abs(*alpha) < 1e-12) at0 = roy_vetterli(p.value("full_depth_surgery", json()));
     if (std::abs(*alpha - 1) < 1e-12) {
-      at1 = number(p, "/full_depth_surgery/roy_vetterli");
+      at1 = roy_vetterli(p.value("full_depth_surgery", json()));
       for (const json& draw : array_at(p, "/full_depth_control_draws"))
-        if (auto v = number(draw, "/roy_vetterli")) controls.push_back(*v);
+        if (auto v = roy_vetterli(draw)) controls.push_back(*v);
       if (controls.empty())
-        if (auto v = number(p, "/full_depth_control/roy_vetterli")) controls.push_back(*v);
+        if (auto v = roy_vetterli(p.value("full_depth_control", json()))) controls.push_back(*v);
     }
   }
   const std::string observed = fmt::format("full-depth effective rank {} at α = 0 vs {} unmodified; with random N of the same norm: {}",

@@ -101,10 +101,7 @@ double henrici_departure(const ComplexMatrix& a, const linalg::ComplexVector& ei
 
 nlohmann::json SurgeryPoint::to_json() const {
   auto ranks = [](const std::vector<EffectiveRanks>& per_depth) {
-    if (per_depth.empty()) return nlohmann::json(nullptr);
-    const EffectiveRanks& e = per_depth.back();
-    return nlohmann::json{{"roy_vetterli", e.roy_vetterli}, {"participation_ratio", e.participation_ratio},
-                          {"stable_rank", e.stable_rank}, {"energy_rank", e.energy_rank}};
+    return per_depth.empty() ? nlohmann::json(nullptr) : per_depth.back().to_json();
   };
   double worst = 0;
   for (double ratio : departure_ratio) worst = std::max(worst, std::abs(ratio - std::abs(alpha)));

@@ -395,8 +395,7 @@ nlohmann::json checkpoint_json(const CheckpointJacobians& r) {
   for (size_t j = 0; j < r.haar_null.size(); ++j) {
     const int64_t K = static_cast<int64_t>(r.mean_metrics.size());
     auto depth = [](int64_t k, const EffectiveRanks& e) {
-      return nlohmann::json{{"depth", k}, {"cumulative", {{"effective_rank", {{"roy_vetterli", e.roy_vetterli}, {"stable_rank", e.stable_rank},
-                                                                                {"participation_ratio", e.participation_ratio}}}}}};
+      return nlohmann::json{{"depth", k}, {"cumulative", {{"effective_rank", e.to_json()}}}};
     };
     mj["haar_null"].push_back({{"draw", j}, {"depths", {depth(1, r.haar_null[j].first), depth(K, r.haar_null[j].second)}}});
   }
