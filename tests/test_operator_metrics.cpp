@@ -434,7 +434,7 @@ TEST(OperatorMetricsJson, ReadsBackWhatItWrote) {
   same(singular, through_text(singular.to_json(true)));
   nlohmann::json damaged = random.to_json();
   damaged["effective_rank"].erase("stable_rank");
-  test::expect_error_contains([&] { OperatorMetrics::from_json(damaged); }, "no 'stable_rank' in the metrics");
+  test::expect_error_contains([&] { OperatorMetrics::from_json(damaged); }, "lacks 'stable_rank'");
   damaged = random.to_json();
   damaged["symmetry_index"] = "0.5";
   test::expect_error_contains([&] { OperatorMetrics::from_json(damaged); }, "'symmetry_index' is string, not a number");

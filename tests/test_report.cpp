@@ -15,6 +15,7 @@
 
 #include "analysis/jacobian/means.h"
 #include "analysis/stats.h"
+#include "analysis/topology/run.h"
 #include "core/npy.h"
 #include "random_matrix.h"
 #include "report/compare.h"
@@ -646,9 +647,12 @@ TEST(Report, CommunitiesJudgedAgainstTheirInitialisation) {
     write_part(dir / "topology", "topology", results, json::object(), {});
     return check(summarize_claims(load_report_parts(dir)), "003", "communities_architectural");
   };
-  auto similarity = [](double nmi, double null, double p, bool independent) {
-    return json{{"mean_nmi", nmi}, {"null_mean", null}, {"p_permutation", p}, {"independent_draw", independent},
-                {"boundaries", json::array({json::object(), json::object()})}};
+  auto similarity = [](double nmi, double null, double p, bool independent) {  // as the topology analysis writes it
+    CommunityComparison c;
+    c.independent_draw = independent;
+    c.hooks = {"blocks.0.hook_resid_mid", "blocks.0.hook_resid_post"};
+    c.similarity = {{nmi, nmi}, {null, null}, {p, p}, nmi, null, p, 100};
+    return c.to_json();
   };
   ClaimCheck c = verdict(similarity(0.45, 0.05, 0.001, false));
   EXPECT_EQ(c.verdict, Verdict::kPass) << c.observed;
@@ -661,6 +665,14 @@ TEST(Report, CommunitiesJudgedAgainstTheirInitialisation) {
   EXPECT_EQ(c.verdict, Verdict::kInfo);
   EXPECT_NE(c.observed.find("independent random draw"), std::string::npos) << c.observed;
   EXPECT_EQ(verdict(nullptr).verdict, Verdict::kNotComputed);
+  // What the analysis wrote reads back whole; without a key the rule reads, the claim is not computed and says which.
+  const CommunityComparison read = CommunityComparison::from_json(json::parse(similarity(0.45, 0.05, 0.001, true).dump()));
+  EXPECT_EQ(read.to_json(), similarity(0.45, 0.05, 0.001, true));
+  json damaged = similarity(0.45, 0.05, 0.001, false);
+  damaged.erase("p_permutation");
+  c = verdict(damaged);
+  EXPECT_EQ(c.verdict, Verdict::kNotComputed);
+  EXPECT_NE(c.observed.find("lacks 'p_permutation'"), std::string::npos) << c.observed;
 }
 
 // results.json's "verdicts": one object per check with a stable id, NaN as null, and the control named.
@@ -876,10 +888,10 @@ TEST(Report, JacobianPartWithoutAKeyTheRulesRead) {
   const auto papers = summarize_claims(load_report_parts(dir));
   const ClaimCheck& normality = check(papers, "003", "normality");
   EXPECT_EQ(normality.verdict, Verdict::kNotComputed);
-  EXPECT_NE(normality.observed.find("no 'symmetry_index' in the metrics"), std::string::npos) << normality.observed;
+  EXPECT_NE(normality.observed.find("lacks 'symmetry_index'"), std::string::npos) << normality.observed;
   const ClaimCheck& surgery = check(papers, "003", "surgery");
   EXPECT_EQ(surgery.verdict, Verdict::kNotComputed);
-  EXPECT_NE(surgery.observed.find("no 'stable_rank' in the metrics"), std::string::npos) << surgery.observed;
+  EXPECT_NE(surgery.observed.find("lacks 'stable_rank'"), std::string::npos) << surgery.observed;
   EXPECT_NE(check(papers, "003", "bottleneck").verdict, Verdict::kNotComputed) << check(papers, "003", "bottleneck").observed;
 }
 

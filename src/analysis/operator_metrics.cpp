@@ -19,23 +19,6 @@ namespace {
 
 nlohmann::json complex_json(Complex z) { return nlohmann::json::array({z.real(), z.imag()}); }
 
-// The number under `key` of the object j, NaN for null (how results.json writes a non-finite number).
-double number_at(const nlohmann::json& j, const char* key) {
-  if (!j.is_object()) fail("results.json: expected an object holding '{}', got {}", key, j.type_name());
-  const auto it = j.find(key);
-  if (it == j.end()) fail("results.json: no '{}' in the metrics", key);
-  if (it->is_null()) return NAN;
-  if (!it->is_number()) fail("results.json: '{}' is {}, not a number", key, it->type_name());
-  return it->get<double>();
-}
-
-Index index_at(const nlohmann::json& j, const char* key) { return static_cast<Index>(number_at(j, key)); }
-
-const nlohmann::json& object_at(const nlohmann::json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_object()) fail("results.json: no object '{}' in the metrics", key);
-  return j[key];
-}
-
 // JSON has no infinity; an infinite condition number is written as null.
 
 // Phase that makes the largest-modulus entry of v real and positive (so results do not depend on LAPACK's sign).
@@ -193,7 +176,7 @@ EffectiveRanks EffectiveRanks::from_json(const nlohmann::json& j) {
   e.roy_vetterli = number_at(j, "roy_vetterli");
   e.participation_ratio = number_at(j, "participation_ratio");
   e.stable_rank = number_at(j, "stable_rank");
-  e.energy_rank = index_at(j, "energy_rank");
+  e.energy_rank = integer_at(j, "energy_rank");
   e.energy_fraction = number_at(j, "energy_fraction");
   return e;
 }
@@ -232,16 +215,15 @@ nlohmann::json OperatorMetrics::to_json(bool include_spectra) const {
 
 OperatorMetrics OperatorMetrics::from_json(const nlohmann::json& j) {
   OperatorMetrics m;
-  m.d = index_at(j, "d");
+  m.d = integer_at(j, "d");
   m.frobenius_norm = number_at(j, "frobenius_norm");
   const double condition = number_at(j, "condition_number");
   m.condition_number = std::isnan(condition) ? std::numeric_limits<double>::infinity() : condition;  // null: +∞
   const nlohmann::json& dep = object_at(j, "henrici_departure");
   m.departure = {number_at(dep, "schur"), number_at(dep, "identity"), number_at(dep, "schur_normalized"),
                  number_at(dep, "identity_normalized")};
-  if (!j.contains("self_alignment") || !j["self_alignment"].is_array()) fail("results.json: no list 'self_alignment' in the metrics");
-  for (const nlohmann::json& a : j["self_alignment"])
-    m.self_alignment.push_back({index_at(a, "k_requested"), index_at(a, "k"), number_at(a, "value")});
+  for (const nlohmann::json& a : list_at(j, "self_alignment"))
+    m.self_alignment.push_back({integer_at(a, "k_requested"), integer_at(a, "k"), number_at(a, "value")});
   m.expanding_fraction = number_at(j, "expanding_fraction");
   m.complex_fraction = number_at(j, "complex_fraction");
   m.complex_tolerance = number_at(j, "complex_tolerance");

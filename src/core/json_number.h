@@ -1,11 +1,15 @@
 // JSON has no NaN or infinity: results.json writes a non-finite number as null, which readers (the report, numpy
-// users) take as "not computed".
+// users) take as "not computed". And the readers of what a writer wrote (each result's from_json), which name the
+// key that is absent or of the wrong type.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "core/error.h"
 
 namespace tdyn {
 
@@ -15,6 +19,37 @@ inline nlohmann::json finite_or_null(const std::vector<double>& xs) {
   nlohmann::json out = nlohmann::json::array();
   for (double x : xs) out.push_back(finite_or_null(x));
   return out;
+}
+
+// The value under `key` of the object j; throws Error naming the key when j is no object or lacks it.
+inline const nlohmann::json& value_at(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) fail("results.json: expected an object holding '{}', got {}", key, j.type_name());
+  const auto it = j.find(key);
+  if (it == j.end()) fail("results.json lacks '{}'", key);
+  return *it;
+}
+
+// The number under `key`, NaN for null (a non-finite number as written).
+inline double number_at(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = value_at(j, key);
+  if (v.is_null()) return NAN;
+  if (!v.is_number()) fail("results.json: '{}' is {}, not a number", key, v.type_name());
+  return v.get<double>();
+}
+
+inline int64_t integer_at(const nlohmann::json& j, const char* key) { return static_cast<int64_t>(number_at(j, key)); }
+
+// The object or list under `key`.
+inline const nlohmann::json& object_at(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = value_at(j, key);
+  if (!v.is_object()) fail("results.json: '{}' is {}, not an object", key, v.type_name());
+  return v;
+}
+
+inline const nlohmann::json& list_at(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = value_at(j, key);
+  if (!v.is_array()) fail("results.json: '{}' is {}, not a list", key, v.type_name());
+  return v;
 }
 
 }  // namespace tdyn

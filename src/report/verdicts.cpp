@@ -12,6 +12,7 @@
 
 #include "analysis/operator_metrics.h"
 #include "analysis/power/layers.h"
+#include "analysis/topology/run.h"
 #include "analysis/stats.h"
 #include "core/error.h"
 #include "core/json_number.h"
@@ -744,16 +745,13 @@ template <class Typed>
 std::vector<std::optional<Typed>> depths_read(const json& jacobian, const char* part, Typed (*read)(const json&)) {
   std::vector<std::optional<Typed>> out;
   for (const json& depth : array_at(jacobian, "/results/models/0/depths")) {
-    if (!depth.is_object() || !depth.contains(part)) fail("results.json: a depth without '{}'", part);
-    out.push_back(depth[part].is_null() ? std::nullopt : std::optional<Typed>(read(depth[part])));
+    const json& value = value_at(depth, part);
+    out.push_back(value.is_null() ? std::nullopt : std::optional<Typed>(read(value)));
   }
   return out;
 }
 
-EffectiveRanks cumulative_ranks(const json& cumulative) {
-  if (!cumulative.is_object() || !cumulative.contains("effective_rank")) fail("results.json: a cumulative product without 'effective_rank'");
-  return EffectiveRanks::from_json(cumulative["effective_rank"]);
-}
+EffectiveRanks cumulative_ranks(const json& cumulative) { return EffectiveRanks::from_json(object_at(cumulative, "effective_rank")); }
 
 // An effective rank written by the surgery (null: not computed).
 std::optional<double> roy_vetterli(const json& ranks) {
@@ -884,19 +882,20 @@ Measured measure_communities(const json& topology) {
 }
 
 Measured measure_communities_architectural(const json& topology) {
-  auto nmi = number(topology, "/results/community_similarity/mean_nmi"), null = number(topology, "/results/community_similarity/null_mean"),
-       p = number(topology, "/results/community_similarity/p_permutation");
-  if (!nmi || !null || !p)
+  const json* written = find(topology, "/results/community_similarity");
+  if (!written || written->is_null())
     return missing("no community_similarity in results.json; analyze compares with its init part, topology with --communities-control");
+  const CommunityComparison comparison = CommunityComparison::from_json(*written);
+  const topology::CommunitySimilarity& c = comparison.similarity;
+  const double nmi = c.mean_nmi, null = c.mean_null, p = c.p_value_mean;
+  if (!std::isfinite(nmi) || !std::isfinite(null) || !std::isfinite(p)) return missing("no mean NMI, null or p-value in community_similarity");
   const std::string observed = fmt::format("mean NMI with the control's communities {} vs {} with its units shuffled (p = {}, {} boundaries)",
-                                           num(*nmi), num(*null), num(*p),
-                                           array_at(topology, "/results/community_similarity/boundaries").size());
-  const json* independent = find(topology, "/results/community_similarity/independent_draw");
-  if (independent && independent->is_boolean() && independent->get<bool>())
+                                           num(nmi), num(null), num(p), comparison.hooks.size());
+  if (comparison.independent_draw)
     return shown(observed + "; the control is an independent random draw, whose units are not this model's: only the same "
                             "run's step-0 checkpoint (topology --communities-control) can test the claim",
-                 *nmi, *null);
-  return measured(observed, *nmi, *null, *nmi > *null && *p < kClaimLevel, *p);
+                 nmi, null);
+  return measured(observed, nmi, null, nmi > null && p < kClaimLevel, p);
 }
 
 PaperSummary residual_summary(const std::vector<ReportPart>& parts) {

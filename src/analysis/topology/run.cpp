@@ -174,26 +174,64 @@ void check_control_boundaries(const TopologyResult& r, const fs::path& control_d
 
 // NMI of this run's communities with those of another topology results directory over the same units and
 // boundaries, against the null of the control's units shuffled (topology::community_similarity).
-nlohmann::json compare_communities(const TopologyResult& r, const TopologyOptions& options) {
+CommunityComparison compare_communities(const TopologyResult& r, const TopologyOptions& options) {
   const fs::path control_dir = options.communities_control;
   const nlohmann::json control = nlohmann::json::parse(read_file(control_dir / "results.json"));
   check_control_boundaries(r, control_dir, control);
   const int64_t n = static_cast<int64_t>(r.boundaries.size());
   std::vector<std::vector<int64_t>> own;
   for (const auto& t : r.topology) own.push_back(t.partition.membership);
-  const topology::CommunitySimilarity c = topology::community_similarity(own, memberships(control_dir / "membership.npy", n),
-                                                                         options.communities_permutations, options.coupling_test.seed);
+  CommunityComparison out;
+  out.control_dir = control_dir.string();
+  out.control_model = control.contains("model") ? control["model"].value("path", "") : "";
+  out.independent_draw = options.communities_control_independent;
+  out.permutation_seed = options.coupling_test.seed;
+  for (const ResidualBoundary& b : r.boundaries) out.hooks.push_back(b.hook);
+  out.similarity = topology::community_similarity(own, memberships(control_dir / "membership.npy", n), options.communities_permutations,
+                                                  options.coupling_test.seed);
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json CommunityComparison::to_json() const {
+  const topology::CommunitySimilarity& c = similarity;
   nlohmann::json per_boundary = nlohmann::json::array();
-  for (int64_t b = 0; b < n; ++b)
-    per_boundary.push_back({{"hook", r.boundaries[b].hook}, {"nmi", c.nmi[b]}, {"null_mean", c.null_mean[b]}, {"p_permutation", c.p_value[b]}});
-  return {{"control_dir", control_dir.string()},
-          {"control_model", control.contains("model") ? control["model"].value("path", "") : ""},
-          {"independent_draw", options.communities_control_independent},
+  for (size_t b = 0; b < hooks.size(); ++b)
+    per_boundary.push_back({{"hook", hooks[b]}, {"nmi", c.nmi[b]}, {"null_mean", c.null_mean[b]}, {"p_permutation", c.p_value[b]}});
+  return {{"control_dir", control_dir},
+          {"control_model", control_model},
+          {"independent_draw", independent_draw},
           {"statistic", "NMI of the communities of the same unit at the same boundary"},
           {"null", "the control's units shuffled at every boundary (community sizes kept)"},
-          {"permutations", c.permutations}, {"permutation_seed", options.coupling_test.seed},
+          {"permutations", c.permutations}, {"permutation_seed", permutation_seed},
           {"mean_nmi", c.mean_nmi}, {"null_mean", c.mean_null}, {"p_permutation", c.p_value_mean}, {"boundaries", per_boundary}};
 }
+
+CommunityComparison CommunityComparison::from_json(const nlohmann::json& j) {
+  CommunityComparison out;
+  const auto text = [&](const char* key) {
+    const nlohmann::json& v = value_at(j, key);
+    if (!v.is_string()) fail("results.json: '{}' is {}, not text", key, v.type_name());
+    return v.get<std::string>();
+  };
+  out.control_dir = text("control_dir"), out.control_model = text("control_model");
+  const nlohmann::json& independent = value_at(j, "independent_draw");
+  if (!independent.is_boolean()) fail("results.json: 'independent_draw' is {}, not true or false", independent.type_name());
+  out.independent_draw = independent.get<bool>();
+  out.permutation_seed = static_cast<uint64_t>(number_at(j, "permutation_seed"));
+  topology::CommunitySimilarity& c = out.similarity;
+  c.permutations = integer_at(j, "permutations");
+  c.mean_nmi = number_at(j, "mean_nmi"), c.mean_null = number_at(j, "null_mean"), c.p_value_mean = number_at(j, "p_permutation");
+  for (const nlohmann::json& b : list_at(j, "boundaries")) {
+    const nlohmann::json& hook = value_at(b, "hook");
+    out.hooks.push_back(hook.is_string() ? hook.get<std::string>() : "");
+    c.nmi.push_back(number_at(b, "nmi")), c.null_mean.push_back(number_at(b, "null_mean")), c.p_value.push_back(number_at(b, "p_permutation"));
+  }
+  return out;
+}
+
+namespace {
 
 nlohmann::json test_json(const GainTest& g) {
   return {{"rho", finite_or_null(g.test.rho)}, {"sign", g.sign()}, {"p_parametric", finite_or_null(g.test.p_parametric)},
@@ -370,7 +408,7 @@ nlohmann::json results_json(const TopologyResult& r, const TopologyOptions& opti
   nlohmann::json results = {{"samples", r.n_samples}, {"tokens", r.n_tokens}, {"boundaries", per_boundary},
                             {"coupling", r.has_coupling ? coupling_json(r, options) : nlohmann::json(nullptr)},
                             {"drawn_boundary", r.boundaries[r.drawn_boundary].hook}};
-  if (!r.community_similarity.is_null()) results["community_similarity"] = r.community_similarity;
+  if (r.community_similarity) results["community_similarity"] = r.community_similarity->to_json();
   return results;
 }
 

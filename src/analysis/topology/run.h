@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,20 @@ struct TopologyOptions {
   bool ranks_share_coupling = false;
 };
 
+// This run's communities against those of a control run over the same units and boundaries (communities_control):
+// results.json's "community_similarity", which to_json writes and from_json reads back (the report's verdicts).
+struct CommunityComparison {
+  std::string control_dir, control_model;
+  bool independent_draw = false;  // the control is an independent random draw, whose units are not this model's
+  uint64_t permutation_seed = 0;
+  std::vector<std::string> hooks;  // the boundaries, in the similarity's order
+  topology::CommunitySimilarity similarity;
+
+  nlohmann::json to_json() const;
+  // Throws Error naming a key that is absent or of the wrong type.
+  static CommunityComparison from_json(const nlohmann::json& j);
+};
+
 struct TopologyResult {
   std::string label, path;  // the checkpoint's short name and where it was loaded from
   nlohmann::json model;     // results.json's "model"
@@ -60,7 +75,7 @@ struct TopologyResult {
   std::vector<linalg::Matrix> mean_jacobians;  // per coupling layer, with keep_jacobians
   int64_t drawn_boundary = 0;
   std::vector<std::pair<double, double>> layout;  // node positions of the drawn boundary's graph
-  nlohmann::json community_similarity;            // null without a communities_control
+  std::optional<CommunityComparison> community_similarity;  // with a communities_control
   PhaseTimes timings;
 };
 
