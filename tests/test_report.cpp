@@ -20,6 +20,7 @@
 #include "random_matrix.h"
 #include "report/compare.h"
 #include "report/html_report.h"
+#include "report/topology_output.h"
 #include "test_util.h"
 
 namespace tdyn {
@@ -794,10 +795,12 @@ TEST(Report, EmergenceOverACheckpointSeries) {
   // One checkpoint per list of coupled flags over 8 maps.
   auto emergence = [&](const std::vector<std::vector<int>>& series) {
     json checkpoints = json::array();
-    for (const auto& flags : series) {
-      json coupled = json::array();
-      for (int f : flags) coupled.push_back(f != 0);
-      checkpoints.push_back({{"label", "step"}, {"coupling", {{"coupled_layers", std::count(flags.begin(), flags.end(), 1)}, {"coupled", coupled}}}});
+    for (const auto& flags : series) {  // as the topology analysis writes them
+      TopologyCheckpoint c;
+      c.label = "step", c.path = "step.bin", c.results_dir = "compare/step";
+      c.has_coupling = true;
+      for (int f : flags) c.coupling_rho.push_back(f ? 0.6 : 0.1), c.coupling_significant.push_back(f != 0), c.coupling_coupled.push_back(f != 0);
+      checkpoints.push_back(c.to_json());
     }
     fs::remove_all(dir);
     write_part(dir, "topology", {{"checkpoints", checkpoints}}, json::object(), {});
@@ -814,6 +817,22 @@ TEST(Report, EmergenceOverACheckpointSeries) {
   const ClaimCheck few = emergence({none, {1, 1, 0, 0, 0, 0, 0, 0}});
   EXPECT_EQ(few.verdict, Verdict::kInconclusive) << few.observed;
   EXPECT_EQ(emergence({half}).verdict, Verdict::kNotComputed);
+  // An entry reads back as it was written (NaN ρ as null), and one that lacks its flags leaves the claim not computed,
+  // naming them.
+  TopologyCheckpoint c;
+  c.label = "step", c.path = "step.bin", c.results_dir = "compare/step", c.n_communities = {3, 4};
+  c.has_coupling = true, c.coupling_rho = {0.5, NAN}, c.coupling_significant = {true, false}, c.coupling_coupled = {true, false};
+  c.significant_row_gain = 1;
+  const TopologyCheckpoint read = TopologyCheckpoint::from_json(json::parse(c.to_json().dump()));
+  EXPECT_EQ(read.to_json(), c.to_json());
+  EXPECT_TRUE(std::isnan(read.coupling_rho[1]));
+  fs::remove_all(dir);
+  json entry = c.to_json();
+  entry["coupling"].erase("coupled");
+  write_part(dir, "topology", {{"checkpoints", {c.to_json(), entry}}}, json::object(), {});
+  const ClaimCheck damaged = check(summarize_claims(load_report_parts(dir)), "003", "emergence");
+  EXPECT_EQ(damaged.verdict, Verdict::kNotComputed);
+  EXPECT_NE(damaged.observed.find("lacks 'coupled'"), std::string::npos) << damaged.observed;
 }
 
 // The statistics behind the verdicts, against values computed independently (Student's t survival function by

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
+#include "core/json_number.h"
 #include "report/figure.h"
 
 namespace tdyn {
@@ -103,7 +105,7 @@ void comparison(ResultsDir& out, const std::vector<TopologyCheckpoint>& summarie
   std::vector<std::vector<double>> rows;
   for (size_t i = 0; i < summaries.size(); ++i) {
     const auto& s = summaries[i];
-    list.push_back(s.json);
+    list.push_back(s.to_json());
     const int64_t significant = std::count(s.coupling_significant.begin(), s.coupling_significant.end(), true),
                   coupled = std::count(s.coupling_coupled.begin(), s.coupling_coupled.end(), true);
     double mean_communities = 0;
@@ -248,7 +250,9 @@ void write_topology(ResultsDir& out, const TopologyResult& r, const TopologyOpti
 
 TopologyCheckpoint checkpoint_summary(const TopologyResult& r, const fs::path& results_dir) {
   TopologyCheckpoint s;
-  s.label = r.label;
+  s.label = r.label, s.path = r.path, s.results_dir = results_dir.string();
+  s.has_coupling = r.has_coupling;
+  s.significant_row_gain = r.coupling.n_significant_row;
   for (size_t b = 0; b < r.boundaries.size(); ++b) {
     s.depth.push_back(depth_of(r.boundaries[b]));
     s.n_communities.push_back(r.topology[b].partition.n_communities);
@@ -259,11 +263,47 @@ TopologyCheckpoint checkpoint_summary(const TopologyResult& r, const fs::path& r
     s.coupling_significant.push_back(l.column.significant);
     s.coupling_coupled.push_back(l.column.coupled);
   }
-  const nlohmann::json coupling = !r.has_coupling ? nlohmann::json(nullptr) : nlohmann::json{
-      {"significant_layers", r.coupling.n_significant_column}, {"significant_layers_row_gain", r.coupling.n_significant_row},
-      {"coupled_layers", r.coupling.n_coupled_column}, {"rho", s.coupling_rho}, {"coupled", s.coupling_coupled}};
-  s.json = {{"label", r.label}, {"path", r.path}, {"results_dir", results_dir.string()}, {"communities", s.n_communities},
-            {"coupling", coupling}};
+  return s;
+}
+
+nlohmann::json TopologyCheckpoint::to_json() const {
+  const auto count = [](const std::vector<bool>& flags) { return std::count(flags.begin(), flags.end(), true); };
+  const nlohmann::json coupling = !has_coupling ? nlohmann::json(nullptr) : nlohmann::json{
+      {"significant_layers", count(coupling_significant)}, {"significant_layers_row_gain", significant_row_gain},
+      {"coupled_layers", count(coupling_coupled)}, {"rho", finite_or_null(coupling_rho)}, {"significant", coupling_significant},
+      {"coupled", coupling_coupled}};
+  return {{"label", label}, {"path", path}, {"results_dir", results_dir}, {"communities", n_communities}, {"coupling", coupling}};
+}
+
+TopologyCheckpoint TopologyCheckpoint::from_json(const nlohmann::json& j) {
+  const auto text = [](const nlohmann::json& in, const char* key) {
+    const nlohmann::json& v = value_at(in, key);
+    if (!v.is_string()) fail("results.json: '{}' is {}, not text", key, v.type_name());
+    return v.get<std::string>();
+  };
+  const auto flags = [](const nlohmann::json& in, const char* key) {
+    std::vector<bool> out;
+    for (const nlohmann::json& f : list_at(in, key)) {
+      if (!f.is_boolean()) fail("results.json: an entry of '{}' is {}, not true or false", key, f.type_name());
+      out.push_back(f.get<bool>());
+    }
+    return out;
+  };
+  TopologyCheckpoint s;
+  s.label = text(j, "label"), s.path = text(j, "path"), s.results_dir = text(j, "results_dir");
+  for (const nlohmann::json& n : list_at(j, "communities")) {
+    if (!n.is_number_integer()) fail("results.json: an entry of 'communities' is {}, not a count", n.type_name());
+    s.n_communities.push_back(n.get<int64_t>());
+  }
+  const nlohmann::json& coupling = value_at(j, "coupling");
+  s.has_coupling = !coupling.is_null();
+  if (!s.has_coupling) return s;
+  for (const nlohmann::json& rho : list_at(coupling, "rho")) s.coupling_rho.push_back(rho.is_number() ? rho.get<double>() : NAN);
+  s.coupling_significant = flags(coupling, "significant"), s.coupling_coupled = flags(coupling, "coupled");
+  s.significant_row_gain = integer_at(coupling, "significant_layers_row_gain");
+  if (s.coupling_significant.size() != s.coupling_rho.size() || s.coupling_coupled.size() != s.coupling_rho.size())
+    fail("results.json: a checkpoint's coupling lists have {} ρ, {} significant and {} coupled flags", s.coupling_rho.size(),
+         s.coupling_significant.size(), s.coupling_coupled.size());
   return s;
 }
 

@@ -18,14 +18,20 @@ namespace tdyn {
 // the figures, and results.json with its options (merged into any the caller set), model, results and timings.
 void write_topology(ResultsDir& out, const TopologyResult& result, const TopologyOptions& options);
 
-// What one checkpoint's analysis leaves for the comparison of checkpoints.
+// What one checkpoint's analysis leaves for the comparison of checkpoints: results.json's entry in "checkpoints"
+// (to_json), read back by from_json (the report's verdicts; it throws Error naming a key that is absent or of the
+// wrong type). The depths, which only the figures draw, are not written and come back empty.
 struct TopologyCheckpoint {
-  std::string label;
-  std::vector<double> depth;
-  std::vector<int64_t> n_communities;
-  std::vector<double> coupling_depth, coupling_rho;
+  std::string label, path, results_dir;
+  std::vector<double> depth;           // per boundary
+  std::vector<int64_t> n_communities;  // per boundary
+  bool has_coupling = false;
+  std::vector<double> coupling_depth, coupling_rho;  // per coupling layer: its column coupling's Spearman ρ
   std::vector<bool> coupling_significant, coupling_coupled;
-  nlohmann::json json;  // results.json's entry in "checkpoints"
+  int64_t significant_row_gain = 0;    // layers whose row-gain coupling is BH-significant
+
+  nlohmann::json to_json() const;
+  static TopologyCheckpoint from_json(const nlohmann::json& j);
 };
 TopologyCheckpoint checkpoint_summary(const TopologyResult& result, const fs::path& results_dir);
 

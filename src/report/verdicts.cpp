@@ -12,11 +12,12 @@
 
 #include "analysis/operator_metrics.h"
 #include "analysis/power/layers.h"
-#include "analysis/topology/run.h"
 #include "analysis/stats.h"
+#include "analysis/topology/run.h"
 #include "core/error.h"
 #include "core/json_number.h"
 #include "core/npy.h"
+#include "report/topology_output.h"
 
 namespace tdyn {
 namespace {
@@ -314,8 +315,6 @@ ClaimCheck judge(const Claim& c, const Measured& model, const std::optional<Inte
   return out;
 }
 
-// Judges a claim measured by `measure` on the model's part and on each initialisation's part. Its interval is the
-// claim's own (a bootstrap), else the spread of the statistic over the sample subsets' parts (random groups).
 // A rule on a results.json that lacks what the rule reads (an older or damaged one) leaves its claim not computed,
 // saying why.
 template <class Rule>
@@ -327,6 +326,8 @@ Measured guarded(const Rule& rule, const json& part) {
   }
 }
 
+// Judges a claim measured by `measure` on the model's part and on each initialisation's part. Its interval is the
+// claim's own (a bootstrap), else the spread of the statistic over the sample subsets' parts (random groups).
 template <class Measure>
 ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vector<const ReportPart*>& inits,
                        const std::vector<const ReportPart*>& subsets, bool init_ran, Measure read_and_measure,
@@ -846,22 +847,19 @@ Measured measure_coupling_sign(const json& topology) {
 // the maps coupled at the last checkpoint and not at the first against the reverse, a sign test with the maps as
 // units, and the trend of the count over the series (Kendall's τ with the checkpoint order).
 Measured measure_emergence(const json& topology) {
-  const json& checkpoints = array_at(topology, "/results/checkpoints");
-  if (checkpoints.size() < 2)
+  std::vector<TopologyCheckpoint> series;
+  for (const json& c : array_at(topology, "/results/checkpoints")) series.push_back(TopologyCheckpoint::from_json(c));
+  if (series.size() < 2)
     return missing("one checkpoint: run topology with --compare and the training run's checkpoints in order (CACHE@step...)");
   std::vector<double> counts;
-  for (const json& c : checkpoints) {
-    auto n = number(c, "/coupling/coupled_layers");
-    if (!n) return missing("a checkpoint without coupling (topology --no-coupling?)");
-    counts.push_back(*n);
+  for (const TopologyCheckpoint& c : series) {
+    if (!c.has_coupling) return missing("a checkpoint without coupling (topology --no-coupling?)");
+    counts.push_back(static_cast<double>(std::count(c.coupling_coupled.begin(), c.coupling_coupled.end(), true)));
   }
-  const json &first = array_at(checkpoints.front(), "/coupling/coupled"), &last = array_at(checkpoints.back(), "/coupling/coupled");
-  if (first.empty() || first.size() != last.size()) return missing("no per-map coupling flags in results.checkpoints (rerun topology)");
+  const std::vector<bool>&first = series.front().coupling_coupled, &last = series.back().coupling_coupled;
+  if (first.empty() || first.size() != last.size()) return missing("the first and last checkpoints do not couple the same maps");
   long gained = 0, lost = 0;
-  for (size_t k = 0; k < first.size(); ++k) {
-    const bool a = first[k].is_boolean() && first[k].get<bool>(), b = last[k].is_boolean() && last[k].get<bool>();
-    gained += b && !a, lost += a && !b;
-  }
+  for (size_t k = 0; k < first.size(); ++k) gained += last[k] && !first[k], lost += first[k] && !last[k];
   const double tau = order_tau(counts);
   std::vector<std::string> texts;
   for (double n : counts) texts.push_back(num(n));
