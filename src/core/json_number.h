@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,18 @@ inline double number_at(const nlohmann::json& j, const char* key) {
 }
 
 inline int64_t integer_at(const nlohmann::json& j, const char* key) { return static_cast<int64_t>(number_at(j, key)); }
+
+inline std::string string_at(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = value_at(j, key);
+  if (!v.is_string()) fail("results.json: '{}' is {}, not text", key, v.type_name());
+  return v.get<std::string>();
+}
+
+inline bool boolean_at(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = value_at(j, key);
+  if (!v.is_boolean()) fail("results.json: '{}' is {}, not true or false", key, v.type_name());
+  return v.get<bool>();
+}
 
 // The object or list under `key`.
 inline const nlohmann::json& object_at(const nlohmann::json& j, const char* key) {

@@ -276,11 +276,6 @@ nlohmann::json TopologyCheckpoint::to_json() const {
 }
 
 TopologyCheckpoint TopologyCheckpoint::from_json(const nlohmann::json& j) {
-  const auto text = [](const nlohmann::json& in, const char* key) {
-    const nlohmann::json& v = value_at(in, key);
-    if (!v.is_string()) fail("results.json: '{}' is {}, not text", key, v.type_name());
-    return v.get<std::string>();
-  };
   const auto flags = [](const nlohmann::json& in, const char* key) {
     std::vector<bool> out;
     for (const nlohmann::json& f : list_at(in, key)) {
@@ -290,7 +285,7 @@ TopologyCheckpoint TopologyCheckpoint::from_json(const nlohmann::json& j) {
     return out;
   };
   TopologyCheckpoint s;
-  s.label = text(j, "label"), s.path = text(j, "path"), s.results_dir = text(j, "results_dir");
+  s.label = string_at(j, "label"), s.path = string_at(j, "path"), s.results_dir = string_at(j, "results_dir");
   for (const nlohmann::json& n : list_at(j, "communities")) {
     if (!n.is_number_integer()) fail("results.json: an entry of 'communities' is {}, not a count", n.type_name());
     s.n_communities.push_back(n.get<int64_t>());
@@ -298,7 +293,10 @@ TopologyCheckpoint TopologyCheckpoint::from_json(const nlohmann::json& j) {
   const nlohmann::json& coupling = value_at(j, "coupling");
   s.has_coupling = !coupling.is_null();
   if (!s.has_coupling) return s;
-  for (const nlohmann::json& rho : list_at(coupling, "rho")) s.coupling_rho.push_back(rho.is_number() ? rho.get<double>() : NAN);
+  for (const nlohmann::json& rho : list_at(coupling, "rho")) {
+    if (!rho.is_number() && !rho.is_null()) fail("results.json: an entry of 'rho' is {}, not a number", rho.type_name());
+    s.coupling_rho.push_back(rho.is_null() ? NAN : rho.get<double>());  // null: NaN, as written
+  }
   s.coupling_significant = flags(coupling, "significant"), s.coupling_coupled = flags(coupling, "coupled");
   s.significant_row_gain = integer_at(coupling, "significant_layers_row_gain");
   if (s.coupling_significant.size() != s.coupling_rho.size() || s.coupling_coupled.size() != s.coupling_rho.size())

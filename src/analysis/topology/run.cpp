@@ -210,22 +210,14 @@ nlohmann::json CommunityComparison::to_json() const {
 
 CommunityComparison CommunityComparison::from_json(const nlohmann::json& j) {
   CommunityComparison out;
-  const auto text = [&](const char* key) {
-    const nlohmann::json& v = value_at(j, key);
-    if (!v.is_string()) fail("results.json: '{}' is {}, not text", key, v.type_name());
-    return v.get<std::string>();
-  };
-  out.control_dir = text("control_dir"), out.control_model = text("control_model");
-  const nlohmann::json& independent = value_at(j, "independent_draw");
-  if (!independent.is_boolean()) fail("results.json: 'independent_draw' is {}, not true or false", independent.type_name());
-  out.independent_draw = independent.get<bool>();
+  out.control_dir = string_at(j, "control_dir"), out.control_model = string_at(j, "control_model");
+  out.independent_draw = boolean_at(j, "independent_draw");
   out.permutation_seed = static_cast<uint64_t>(number_at(j, "permutation_seed"));
   topology::CommunitySimilarity& c = out.similarity;
   c.permutations = integer_at(j, "permutations");
   c.mean_nmi = number_at(j, "mean_nmi"), c.mean_null = number_at(j, "null_mean"), c.p_value_mean = number_at(j, "p_permutation");
   for (const nlohmann::json& b : list_at(j, "boundaries")) {
-    const nlohmann::json& hook = value_at(b, "hook");
-    out.hooks.push_back(hook.is_string() ? hook.get<std::string>() : "");
+    out.hooks.push_back(string_at(b, "hook"));
     c.nmi.push_back(number_at(b, "nmi")), c.null_mean.push_back(number_at(b, "null_mean")), c.p_value.push_back(number_at(b, "p_permutation"));
   }
   return out;
