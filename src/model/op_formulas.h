@@ -1,6 +1,6 @@
 // The formulas of the forward pass's elementwise steps, over the number type: the forward pass (model/ops.cpp)
 // runs them on float, and the Jacobians' float64 reference (analysis/jacobian/jacobian_model.cpp) on double, so
-// that an activation or a rotation is written once for both. Each derivative sits beside its value.
+// that an activation, a norm or a rotation is written once for both. Each derivative sits beside its value.
 #pragma once
 
 #include <algorithm>

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -41,7 +40,6 @@ void apply_norm(NormKind kind, const float* x, int64_t rows, int64_t d, const No
   if (kind == NormKind::RMSNorm) rms_norm(x, rows, d, w, eps, out);
   else layer_norm(x, rows, d, w, eps, out);
 }
-
 
 float activate(Activation a, float x) { return activation(a, x); }
 

@@ -1,7 +1,7 @@
 // Exact sublayer Jacobians (structured factors, made dense in closed form, and the batched-JVP reference) and
 // their structured mean; see jacobian_model.h for the definitions. Every op below follows model/transformer.cpp and
-// model/ops.cpp step by step, in float64; the activations and RoPE's rotations are the forward pass's own formulas
-// (model/op_formulas.h) on double.
+// model/ops.cpp step by step, in float64; the activations, the norms' statistics and RoPE's rotations are the forward
+// pass's own formulas (model/op_formulas.h) on double.
 #include "analysis/jacobian/jacobian_model.h"
 
 #include <cmath>
