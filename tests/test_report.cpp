@@ -716,17 +716,67 @@ TEST(Report, VerdictsJson) {
   }
 }
 
+// A coupling test over six maps (two layers' attention and MLP each, and two more): the first `significant` are
+// significant, the first `coupled` of those coupled; the sign rule's correlation ρ with permutation p.
+TopologyCoupling synthetic_coupling(int significant, int coupled, double sign_rho, double sign_p) {
+  TopologyCoupling c;
+  c.jacobian_pairs = 40;
+  CouplingResult& t = c.test;
+  t.decision_p = "permutation", t.fdr_q = 0.05, t.min_effect = 0.1;
+  for (int i = 0; i < 6; ++i) {
+    c.maps.push_back({2 * i, fmt::format("blocks.{}.hook_resid_{}", i / 2, i % 2 ? "mid" : "pre"),
+                      fmt::format("blocks.{}.jac_{}", i / 2, i % 2 ? "mlp" : "attn")});
+    LayerCoupling& l = t.layers.emplace_back();
+    l.n_nodes = 64;
+    l.column.test = {64, i < coupled ? 0.4 : 0.05, 1e-3 * (i + 1), 2e-3 * (i + 1)};
+    l.row.test = {64, -0.1, 0.2, 0.25};
+    l.column.p_adjusted = 0.01 * (i + 1), l.row.p_adjusted = 0.5;
+    l.column.significant = i < significant, l.column.coupled = i < coupled;
+    l.normalized_departure = 0.1 * (i + 1), l.symmetry_index = 0.5, l.complex_fraction = i == 5 ? NAN : 0.25;
+  }
+  t.n_significant_column = significant, t.n_coupled_column = coupled, t.n_significant_row = 0;
+  t.sign_rule = {6, sign_rho, sign_p / 2, sign_p};
+  t.rho_vs_departure = sign_rho, t.rho_vs_symmetry = NAN;
+  return c;
+}
+
+// The coupling as results.json holds it reads back whole; without a key the rules read, its claims are not computed
+// and name the key.
+TEST(Report, CouplingReadsBackWhatItWrote) {
+  const TopologyCoupling written = synthetic_coupling(3, 2, -0.6, 0.01);
+  const json j = json::parse(written.to_json().dump());
+  const TopologyCoupling read = TopologyCoupling::from_json(j);
+  EXPECT_EQ(read.to_json().dump(), written.to_json().dump());
+  ASSERT_EQ(read.maps.size(), 6u);
+  EXPECT_EQ(read.maps[3].hook, "blocks.1.hook_resid_mid");
+  EXPECT_EQ(read.maps[3].name, "blocks.1.jac_mlp");
+  EXPECT_EQ(read.test.layers[1].column.test.n, 64);
+  EXPECT_TRUE(read.test.layers[1].column.coupled);
+  EXPECT_TRUE(std::isnan(read.test.layers[5].complex_fraction));
+  EXPECT_TRUE(std::isnan(read.test.rho_vs_symmetry));
+  EXPECT_EQ(j["coupled_hooks"], json({"blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid"}));
+
+  const fs::path dir = test::scratch_dir("report_coupling_key");
+  fs::remove_all(dir);
+  json without = j;
+  without["sign_rule"].erase("p_permutation");
+  write_part(dir / "topology", "topology", json{{"samples", 20}, {"coupling", without}}, json::object(), {});
+  write_analyze_top(dir, {"topology"});
+  const auto papers = summarize_claims(load_report_parts(dir));
+  for (const char* claim : {"coupling", "coupling_sign"}) {
+    const ClaimCheck c = check(papers, "003", claim);
+    EXPECT_EQ(c.verdict, Verdict::kNotComputed) << claim;
+    EXPECT_NE(c.observed.find("'p_permutation'"), std::string::npos) << claim << ": " << c.observed;
+  }
+}
+
 // Coupling: judged against the initialisations' topology, and the sign rule by its own rank test and then against
 // the initialisations' correlations.
 TEST(Report, CouplingJudgedAgainstTheInitialisation) {
   auto coupling = [](int coupled, double sign_rho, double sign_p) {
-    json layers = json::array();
-    for (int i = 0; i < 6; ++i) layers.push_back({{"boundary", i}});
     return json{{"boundaries", json::array({{{"communities", 3}}})},
                 {"samples", 20},
-                {"coupling", {{"significant_layers", coupled + 1}, {"coupled_layers", coupled}, {"fdr_q", 0.05}, {"min_effect", 0.1},
-                              {"layers", layers},
-                              {"sign_rule", {{"rho", sign_rho}, {"layers", 6}, {"p_permutation", sign_p}}}}}};
+                {"coupling", synthetic_coupling(coupled + 1, coupled, sign_rho, sign_p).to_json()}};
   };
   // init: the coupled maps of every initialisation (its sign rule at chance, ρ from −0.2 to 0.2).
   auto verdicts = [&](int trained, int init, double sign_rho, double sign_p, bool with_init) {
@@ -770,11 +820,7 @@ TEST(Report, CouplingJudgedAgainstTheInitialisation) {
 TEST(Report, TopologyIntervalsFromTheSampleSubsets) {
   const fs::path dir = test::scratch_dir("report_topology_subsets");
   auto coupling = [](int coupled, double sign_rho) {
-    json layers = json::array();
-    for (int i = 0; i < 6; ++i) layers.push_back({{"boundary", i}});
-    return json{{"samples", 20},
-                {"coupling", {{"significant_layers", coupled}, {"coupled_layers", coupled}, {"fdr_q", 0.05}, {"min_effect", 0.1},
-                              {"layers", layers}, {"sign_rule", {{"rho", sign_rho}, {"layers", 6}, {"p_permutation", 0.001}}}}}};
+    return json{{"samples", 20}, {"coupling", synthetic_coupling(coupled, coupled, sign_rho, 0.001).to_json()}};
   };
   write_part(dir / "topology", "topology", coupling(4, -0.7), json::object(), {});
   for (int g = 0; g < 5; ++g)

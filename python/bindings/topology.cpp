@@ -78,7 +78,7 @@ py::dict topology_run(const py::object& model_or_path, const PySamples& sample_a
 py::dict topology_dict(const TopologyResult& r, const TopologyOptions& options) {
   const int64_t d = r.model.at("d_model").get<int64_t>();
   py::dict result;
-  result["results"] = to_python(results_json(r, options));
+  result["results"] = to_python(results_json(r));
   result["options"] = to_python(options_json(r, options));
   result["model"] = to_python(r.model);
   result["membership"] = stacked<int64_t>(r.topology, d, [](const BoundaryTopology& t) -> const auto& { return t.partition.membership; });

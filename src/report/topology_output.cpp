@@ -49,7 +49,7 @@ void depth_figures(ResultsDir& out, const std::vector<ResidualBoundary>& boundar
 void coupling_figure(ResultsDir& out, const std::vector<double>& depth, const CouplingResult& c, const std::string& label,
                      nlohmann::json* notes) {
   Figure fig{"coupling_vs_depth",
-             fmt::format("{}: Spearman(participation, gain) per layer; filled = BH-significant at q = {}", label, c.column_fdr.q),
+             fmt::format("{}: Spearman(participation, gain) per layer; filled = BH-significant at q = {}", label, c.fdr_q),
              "depth (boundary the sublayer map leaves)", "Spearman rho", {"set yrange [-1:1]", "set key below", "set offsets 0.25, 0.25, 0, 0"}, {}, 760, 480};
   Series column{"rho vs log|J e_i| (column gain)", {{}, {}}, "linespoints pt 6 lc rgb '#1f77b4'"},
       row{"rho vs log|e_i^T J| (row gain)", {{}, {}}, "linespoints pt 4 dt 2 lc rgb '#ff7f0e'"},
@@ -239,7 +239,7 @@ void write_topology(ResultsDir& out, const TopologyResult& r, const TopologyOpti
     write_graphs(out, r);
     write_boundary_arrays(out, r);
     write_coupling_arrays(out, r);
-    out.results() = results_json(r, options);
+    out.results() = results_json(r);
     depth_figures(out, r.boundaries, r.topology, r.label, &notes);
     if (!r.coupling.layers.empty()) coupling_figure(out, coupling_depths(r), r.coupling, r.label, &notes);
     if (!r.layout.empty()) graph_figure(out, r.boundaries[r.drawn_boundary], r.topology[r.drawn_boundary], r.layout, r.label, &notes);

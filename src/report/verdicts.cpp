@@ -824,23 +824,31 @@ Measured measure_surgery(const json& jacobian) {
   return m;
 }
 
+// results.coupling, none when the topology ran without it (--no-coupling).
+std::optional<TopologyCoupling> coupling_of(const json& topology) {
+  const json* written = find(topology, "/results/coupling");
+  if (!written || written->is_null()) return std::nullopt;
+  return TopologyCoupling::from_json(*written);
+}
+
 Measured measure_coupling(const json& topology) {
-  const auto coupled = number(topology, "/results/coupling/coupled_layers");
-  if (!coupled) return missing("no coupled_layers in results.json (topology --no-coupling?)");
-  return measured(fmt::format("{} of {} maps coupled ({} significant at q = {}, |ρ| ≥ {})", *coupled,
-                              array_at(topology, "/results/coupling/layers").size(),
-                              text_at(topology, "/results/coupling/significant_layers"), text_at(topology, "/results/coupling/fdr_q"),
-                              text_at(topology, "/results/coupling/min_effect")),
-                  *coupled, 1, *coupled >= 1);
+  const std::optional<TopologyCoupling> coupling = coupling_of(topology);
+  if (!coupling) return missing("no coupling in results.json (topology --no-coupling?)");
+  const CouplingResult& c = coupling->test;
+  const auto coupled = static_cast<double>(c.n_coupled_column);
+  return measured(fmt::format("{} of {} maps coupled ({} significant at q = {}, |ρ| ≥ {})", c.n_coupled_column, c.layers.size(),
+                              c.n_significant_column, num(c.fdr_q), num(c.min_effect)),
+                  coupled, 1, coupled >= 1);
 }
 
 Measured measure_coupling_sign(const json& topology) {
-  if (!number(topology, "/results/coupling/coupled_layers")) return missing("no coupling in results.json");
-  const auto rho = number(topology, "/results/coupling/sign_rule/rho"), p = number(topology, "/results/coupling/sign_rule/p_permutation");
-  if (!rho || !p) return missing("no sign_rule with a permutation p in results.json (fewer than 3 maps, or --permutations 0)");
-  return measured(fmt::format("Spearman(ρ, departure) over {} maps = {} (permutation p = {})",
-                              text_at(topology, "/results/coupling/sign_rule/layers"), num(*rho), num(*p)),
-                  *rho, 0, *rho < 0 && *p < kClaimLevel, *p);
+  const std::optional<TopologyCoupling> coupling = coupling_of(topology);
+  if (!coupling) return missing("no coupling in results.json (topology --no-coupling?)");
+  const topology::SpearmanTest& sign = coupling->test.sign_rule;
+  if (!std::isfinite(sign.rho) || !std::isfinite(sign.p_permutation))
+    return missing("no sign_rule with a permutation p in results.json (fewer than 3 maps, or --permutations 0)");
+  return measured(fmt::format("Spearman(ρ, departure) over {} maps = {} (permutation p = {})", sign.n, num(sign.rho), num(sign.p_permutation)),
+                  sign.rho, 0, sign.rho < 0 && sign.p_permutation < kClaimLevel, sign.p_permutation);
 }
 
 // The coupling over a series of checkpoints (topology --compare, in the order given: the steps of a training run):

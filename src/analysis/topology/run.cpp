@@ -230,6 +230,66 @@ nlohmann::json test_json(const GainTest& g) {
           {"p_permutation", finite_or_null(g.test.p_permutation)}, {"p_adjusted", g.p_adjusted}, {"significant", g.significant}, {"coupled", g.coupled}};
 }
 
+// `sign` is the rho's, not read back.
+GainTest gain_test_from_json(const nlohmann::json& j, int64_t n_nodes) {
+  GainTest g;
+  g.test.n = n_nodes, g.test.rho = number_at(j, "rho"), g.test.p_parametric = number_at(j, "p_parametric");
+  g.test.p_permutation = number_at(j, "p_permutation"), g.p_adjusted = number_at(j, "p_adjusted");
+  g.significant = boolean_at(j, "significant"), g.coupled = boolean_at(j, "coupled");
+  return g;
+}
+
+}  // namespace
+
+nlohmann::json TopologyCoupling::to_json() const {
+  nlohmann::json layers = nlohmann::json::array(), significant = nlohmann::json::array(), coupled_hooks = nlohmann::json::array();
+  for (size_t i = 0; i < maps.size(); ++i) {
+    const LayerCoupling& l = test.layers[i];
+    layers.push_back({{"boundary", maps[i].boundary}, {"hook", maps[i].hook}, {"map", maps[i].name}, {"nodes", l.n_nodes},
+                      {"column_gain", test_json(l.column)}, {"row_gain", test_json(l.row)},
+                      {"operator", {{"normalized_departure", l.normalized_departure}, {"symmetry_index", l.symmetry_index},
+                                    {"complex_fraction", l.complex_fraction}}}});
+    if (l.column.significant) significant.push_back(maps[i].hook);
+    if (l.column.coupled) coupled_hooks.push_back(maps[i].hook);
+  }
+  const topology::SpearmanTest& sign = test.sign_rule;
+  return {{"jacobian_pairs", jacobian_pairs}, {"decision_p", test.decision_p}, {"fdr_q", test.fdr_q},
+          {"significant_layers", test.n_significant_column}, {"significant_hooks", significant},
+          {"significant_layers_row_gain", test.n_significant_row},
+          {"coupled_layers", test.n_coupled_column}, {"coupled_hooks", coupled_hooks}, {"min_effect", test.min_effect},
+          {"sign_rule", {{"rho", finite_or_null(sign.rho)}, {"layers", sign.n}, {"p_parametric", finite_or_null(sign.p_parametric)},
+                         {"p_permutation", finite_or_null(sign.p_permutation)}, {"predicted", "negative"}}},
+          {"rho_vs_normalized_departure", finite_or_null(test.rho_vs_departure)},
+          {"rho_vs_symmetry_index", finite_or_null(test.rho_vs_symmetry)}, {"layers", layers}};
+}
+
+TopologyCoupling TopologyCoupling::from_json(const nlohmann::json& j) {
+  TopologyCoupling out;
+  out.jacobian_pairs = integer_at(j, "jacobian_pairs");
+  CouplingResult& c = out.test;
+  c.decision_p = string_at(j, "decision_p"), c.fdr_q = number_at(j, "fdr_q"), c.min_effect = number_at(j, "min_effect");
+  c.n_significant_column = integer_at(j, "significant_layers"), c.n_significant_row = integer_at(j, "significant_layers_row_gain");
+  c.n_coupled_column = integer_at(j, "coupled_layers");
+  const nlohmann::json& sign = object_at(j, "sign_rule");
+  c.sign_rule.n = integer_at(sign, "layers"), c.sign_rule.rho = number_at(sign, "rho");
+  c.sign_rule.p_parametric = number_at(sign, "p_parametric"), c.sign_rule.p_permutation = number_at(sign, "p_permutation");
+  c.rho_vs_departure = number_at(j, "rho_vs_normalized_departure"), c.rho_vs_symmetry = number_at(j, "rho_vs_symmetry_index");
+  for (const nlohmann::json& l : list_at(j, "layers")) {
+    out.maps.push_back({integer_at(l, "boundary"), string_at(l, "hook"), string_at(l, "map")});
+    LayerCoupling& layer = c.layers.emplace_back();
+    layer.n_nodes = integer_at(l, "nodes");
+    layer.column = gain_test_from_json(object_at(l, "column_gain"), layer.n_nodes);
+    layer.row = gain_test_from_json(object_at(l, "row_gain"), layer.n_nodes);
+    const nlohmann::json& op = object_at(l, "operator");
+    layer.normalized_departure = number_at(op, "normalized_departure"), layer.symmetry_index = number_at(op, "symmetry_index");
+    layer.complex_fraction = number_at(op, "complex_fraction");
+  }
+  return out;
+}
+
+namespace {
+
+
 nlohmann::json boundary_json(const TopologyResult& r, size_t b) {
   const auto& t = r.topology[b];
   const auto& p = t.scores.participation;
@@ -249,28 +309,11 @@ nlohmann::json boundary_json(const TopologyResult& r, size_t b) {
           {"gamma_scan", scan}};
 }
 
-nlohmann::json coupling_json(const TopologyResult& r, const TopologyOptions& options) {
-  const CouplingResult& coupling = r.coupling;
-  nlohmann::json layers = nlohmann::json::array(), significant = nlohmann::json::array(), coupled_hooks = nlohmann::json::array();
-  for (size_t i = 0; i < coupling.layers.size(); ++i) {
-    const auto& l = coupling.layers[i];
-    const auto& bnd = r.boundaries[r.coupled[i]];
-    layers.push_back({{"boundary", r.coupled[i]}, {"hook", bnd.hook}, {"map", sublayer_name(bnd.sublayer)}, {"nodes", l.n_nodes},
-                      {"column_gain", test_json(l.column)}, {"row_gain", test_json(l.row)},
-                      {"operator", {{"normalized_departure", l.normalized_departure}, {"symmetry_index", l.symmetry_index},
-                                    {"complex_fraction", l.complex_fraction}}}});
-    if (l.column.significant) significant.push_back(bnd.hook);
-    if (l.column.coupled) coupled_hooks.push_back(bnd.hook);
-  }
-  return {{"jacobian_pairs", r.n_pairs}, {"decision_p", coupling.decision_p}, {"fdr_q", options.coupling_test.fdr_q},
-          {"significant_layers", coupling.n_significant_column}, {"significant_hooks", significant},
-          {"significant_layers_row_gain", coupling.n_significant_row},
-          {"coupled_layers", coupling.n_coupled_column}, {"coupled_hooks", coupled_hooks}, {"min_effect", options.coupling_test.min_effect},
-          {"sign_rule", {{"rho", finite_or_null(coupling.sign_rule.rho)}, {"layers", coupling.sign_rule.n},
-                         {"p_parametric", finite_or_null(coupling.sign_rule.p_parametric)},
-                         {"p_permutation", finite_or_null(coupling.sign_rule.p_permutation)}, {"predicted", "negative"}}},
-          {"rho_vs_normalized_departure", finite_or_null(coupling.rho_vs_departure)},
-          {"rho_vs_symmetry_index", finite_or_null(coupling.rho_vs_symmetry)}, {"layers", layers}};
+TopologyCoupling named_coupling(const TopologyResult& r) {
+  TopologyCoupling out;
+  for (int64_t b : r.coupled) out.maps.push_back({b, r.boundaries[b].hook, sublayer_name(r.boundaries[b].sublayer)});
+  out.jacobian_pairs = r.n_pairs, out.test = r.coupling;
+  return out;
 }
 
 }  // namespace
@@ -394,11 +437,11 @@ nlohmann::json options_json(const TopologyResult& r, const TopologyOptions& o) {
   };
 }
 
-nlohmann::json results_json(const TopologyResult& r, const TopologyOptions& options) {
+nlohmann::json results_json(const TopologyResult& r) {
   nlohmann::json per_boundary = nlohmann::json::array();
   for (size_t b = 0; b < r.boundaries.size(); ++b) per_boundary.push_back(boundary_json(r, b));
   nlohmann::json results = {{"samples", r.n_samples}, {"tokens", r.n_tokens}, {"boundaries", per_boundary},
-                            {"coupling", r.has_coupling ? coupling_json(r, options) : nlohmann::json(nullptr)},
+                            {"coupling", r.has_coupling ? named_coupling(r).to_json() : nlohmann::json(nullptr)},
                             {"drawn_boundary", r.boundaries[r.drawn_boundary].hook}};
   if (r.community_similarity) results["community_similarity"] = r.community_similarity->to_json();
   return results;

@@ -61,6 +61,22 @@ struct CommunityComparison {
   static CommunityComparison from_json(const nlohmann::json& j);
 };
 
+// results.json's "coupling": the coupling test across the sublayer maps under the maps' names, which to_json writes and
+// from_json reads back (the report's verdicts). The layers' log gains are not in it (log_column_gain.npy, log_row_gain.npy).
+struct TopologyCoupling {
+  struct Map {
+    int64_t boundary = 0;    // index in results.boundaries of the boundary the map leaves
+    std::string hook, name;  // that boundary's hook and the map's own (blocks.l.jac_attn, blocks.l.jac_mlp)
+  };
+  std::vector<Map> maps;       // one per layer of `test`
+  int64_t jacobian_pairs = 0;  // of the pass
+  CouplingResult test;
+
+  nlohmann::json to_json() const;
+  // Throws Error naming a key that is absent or of the wrong type.
+  static TopologyCoupling from_json(const nlohmann::json& j);
+};
+
 struct TopologyResult {
   std::string label, path;  // the checkpoint's short name and where it was loaded from
   nlohmann::json model;     // results.json's "model"
@@ -112,6 +128,6 @@ double quantile(std::vector<double> values, double q);
 nlohmann::json options_json(const TopologyResult& result, const TopologyOptions& options);
 
 // results.json's "results": samples, tokens, the boundaries, the coupling and the community similarity.
-nlohmann::json results_json(const TopologyResult& result, const TopologyOptions& options);
+nlohmann::json results_json(const TopologyResult& result);
 
 }  // namespace tdyn

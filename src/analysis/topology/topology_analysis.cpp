@@ -194,6 +194,7 @@ CouplingResult decide_coupling(std::vector<LayerCoupling> layers, const Coupling
   const bool permutation = options.permutations > 0;
   CouplingResult result;
   result.decision_p = permutation ? "permutation" : "parametric";
+  result.fdr_q = options.fdr_q, result.min_effect = options.min_effect;
   result.layers = std::move(layers);
   std::vector<double> p_column, p_row;
   for (const LayerCoupling& c : result.layers) {
@@ -201,15 +202,15 @@ CouplingResult decide_coupling(std::vector<LayerCoupling> layers, const Coupling
     p_row.push_back(decision_p_value(c.row.test, permutation));
   }
   if (result.layers.empty()) return result;
-  result.column_fdr = topology::benjamini_hochberg(p_column, options.fdr_q);
-  result.row_fdr = topology::benjamini_hochberg(p_row, options.fdr_q);
+  const topology::FdrResult column_fdr = topology::benjamini_hochberg(p_column, options.fdr_q),
+                            row_fdr = topology::benjamini_hochberg(p_row, options.fdr_q);
   std::vector<double> rho, departure, symmetry;
   for (size_t layer = 0; layer < result.layers.size(); ++layer) {
     LayerCoupling& c = result.layers[layer];
-    c.column.p_adjusted = result.column_fdr.adjusted_p_values[layer];
-    c.column.significant = result.column_fdr.rejected[layer];
-    c.row.p_adjusted = result.row_fdr.adjusted_p_values[layer];
-    c.row.significant = result.row_fdr.rejected[layer];
+    c.column.p_adjusted = column_fdr.adjusted_p_values[layer];
+    c.column.significant = column_fdr.rejected[layer];
+    c.row.p_adjusted = row_fdr.adjusted_p_values[layer];
+    c.row.significant = row_fdr.rejected[layer];
     c.column.coupled = c.column.significant && std::abs(c.column.test.rho) >= options.min_effect;
     c.row.coupled = c.row.significant && std::abs(c.row.test.rho) >= options.min_effect;
     result.n_coupled_column += c.column.coupled;
@@ -217,8 +218,8 @@ CouplingResult decide_coupling(std::vector<LayerCoupling> layers, const Coupling
     departure.push_back(c.normalized_departure);
     symmetry.push_back(c.symmetry_index);
   }
-  result.n_significant_column = result.column_fdr.n_rejected;
-  result.n_significant_row = result.row_fdr.n_rejected;
+  result.n_significant_column = column_fdr.n_rejected;
+  result.n_significant_row = row_fdr.n_rejected;
   result.sign_rule = sign_rule_test(rho, departure, options);
   result.rho_vs_departure = result.sign_rule.rho;  // the same rank correlation, without its test
   result.rho_vs_symmetry = rank_correlation_or_nan(rho, symmetry);

@@ -110,7 +110,7 @@ struct LayerCoupling {
 struct CouplingResult {
   std::vector<LayerCoupling> layers;
   std::string decision_p;            // "permutation" (permutations > 0) or "parametric"
-  topology::FdrResult column_fdr, row_fdr;
+  double fdr_q = 0, min_effect = 0;  // the decision's levels (CouplingOptions)
   int64_t n_significant_column = 0, n_significant_row = 0;
   int64_t n_coupled_column = 0;  // layers whose column coupling is significant with |ρ| ≥ min_effect
   // Across layers: Spearman of the column coupling ρ with each operator-type measure (NaN with < 3 layers).
