@@ -14,6 +14,7 @@
 #include <Eigen/Dense>
 
 #include "analysis/jacobian/means.h"
+#include "analysis/power/token_dynamics.h"
 #include "analysis/stats.h"
 #include "analysis/topology/run.h"
 #include "core/npy.h"
@@ -54,12 +55,17 @@ void write_part(const fs::path& dir, const std::string& command, json results, j
 json power_results(double gamma = 0.4, double gamma_before = 0.2, double rho_unique = 0.7, double p_samples = 0.001,
                    double gamma_covariance = 0.3, int layers = 10) {
   json out = json::array();
-  for (int t = 0; t < layers; ++t)
-    out.push_back({{"layer", t},
-                   {"F", {{"complex_pair", t == 1}, {"modulus_ratio", 0.5}}},
-                   {"dynamics_F", {{"gamma", gamma}, {"gamma_before", gamma_before}, {"gamma_covariance", gamma_covariance},
-                                   {"baseline", 0.1}, {"rho", 0.7},
-                                   {"p_value", 1e-9}, {"rho_unique", rho_unique}, {"p_value_samples", p_samples}}}});
+  for (int t = 0; t < layers; ++t) {
+    DominantSpectrum f;
+    f.lambda1 = t == 1 ? Complex(0.6, 0.8) : Complex(1, 0), f.complex_pair = t == 1, f.lambda2 = Complex(0.5, 0);
+    f.modulus_ratio = 0.5, f.gap = 0.5;
+    AlignmentStats a;
+    a.tokens = 200, a.gamma = gamma, a.gamma_before = gamma_before, a.gamma_covariance = gamma_covariance, a.baseline = 0.1;
+    a.rho = 0.7, a.increases = 140, a.p_value = 1e-9, a.rho_unique = rho_unique, a.p_value_samples = p_samples;
+    a.unique_tokens = 200, a.samples_above = 14, a.samples_below = 6;
+    a.quantiles.assign(kQuantileLevels.size(), gamma), a.histogram.assign(kHistogramBins, 10);
+    out.push_back({{"layer", t}, {"F", f.to_json()}, {"dynamics_F", a.to_json()}});
+  }
   return {{"layers", out}, {"samples", 20}};
 }
 
@@ -456,6 +462,36 @@ TEST(Report, SteeringVerdictAgainstRandomDirections) {
   EXPECT_EQ(check(summarize_claims(load_report_parts(dir)), "000", "steering").verdict, Verdict::kNotComputed);
 }
 
+// The power part's records the verdicts read come back whole from their text, a non-finite number included; a key
+// missing or of the wrong type is named.
+TEST(Report, PowerRecordsReadBackWhatTheyWrote) {
+  const json layer = json::parse(power_results(0.4, 0.2, 0.7, 0.001, NAN, 2)["layers"][1].dump());
+  const AlignmentStats a = AlignmentStats::from_json(layer["dynamics_F"]);
+  EXPECT_EQ(a.to_json().dump(), layer["dynamics_F"].dump());
+  EXPECT_TRUE(std::isnan(a.gamma_covariance));
+  EXPECT_EQ(a.histogram.size(), static_cast<size_t>(kHistogramBins));
+  const DominantSpectrum f = DominantSpectrum::from_json(layer["F"]);
+  EXPECT_EQ(f.to_json().dump(), layer["F"].dump());
+  EXPECT_TRUE(f.complex_pair);
+  EXPECT_EQ(f.lambda1, Complex(0.6, 0.8));
+
+  linalg::Matrix mean(3, 3);
+  mean << 0.9, 0.1, 0.2, 0.1, 0.8, 0.3, NAN, 0.2, 0.7;
+  CrossLayerAlignment c = cross_layer_alignment(mean, 7);
+  const CrossLayerAlignment read = CrossLayerAlignment::from_json(json::parse(c.to_json().dump()));
+  EXPECT_EQ(read.to_json().dump(), c.to_json().dump());
+  EXPECT_TRUE(std::isnan(read.mean(2, 0)));
+  const GammaGapTest g{7, 0.25, NAN};
+  EXPECT_EQ(GammaGapTest::from_json(json::parse(g.to_json().dump())).to_json().dump(), g.to_json().dump());
+
+  json broken = layer["dynamics_F"];
+  broken.erase("rho_unique");
+  test::expect_error_contains([&] { AlignmentStats::from_json(broken); }, "lacks 'rho_unique'");
+  broken = layer["F"];
+  broken["lambda1"] = json::array({1});
+  test::expect_error_contains([&] { DominantSpectrum::from_json(broken); }, "'lambda1'");
+}
+
 // γ_t against the same tokens before the layer and against directions drawn from them, ρ_t over new states tested
 // over samples, each then against the initialisations.
 TEST(Report, PowerVerdictsAgainstTheirControls) {
@@ -588,18 +624,19 @@ TEST(Report, CrossLayerVerdictsOfPower) {
   EXPECT_EQ(verdict("alignment_local", cross(8, 0.2, 0.4, 0.01), nullptr).verdict, Verdict::kDiffers);
   // Significant, but no more local than the initialisations: architectural.
   EXPECT_EQ(verdict("alignment_local", cross(8, 0.23, 0.2, 0.001), nullptr).verdict, Verdict::kArchitectural);
-  // Three layers, or one shared F: shown, not judged. Without the key: not computed.
+  // Three layers, or one shared F: shown, not judged. Without the key: not computed. (The shared flag is the
+  // alignment's, which the gap reads too.)
   EXPECT_EQ(verdict("alignment_local", cross(3, 0.4, 0.2, nullptr), nullptr).verdict, Verdict::kInfo);
   EXPECT_EQ(verdict("alignment_local", cross(5, 0.4, 0.4, 1.0, true), nullptr).verdict, Verdict::kInfo);
   EXPECT_EQ(verdict("alignment_local", nullptr, nullptr).verdict, Verdict::kNotComputed);
 
-  c = verdict("gamma_gap", nullptr, gap(8, 0.9, 1.0 / 40320));
+  c = verdict("gamma_gap", cross(8, 0.4, 0.2, 0.5), gap(8, 0.9, 1.0 / 40320));
   EXPECT_EQ(c.verdict, Verdict::kPass) << c.observed;
   EXPECT_NEAR(c.value, 0.9, 1e-15);
-  EXPECT_EQ(verdict("gamma_gap", nullptr, gap(8, -0.9, 1.0)).verdict, Verdict::kDiffers);
-  EXPECT_EQ(verdict("gamma_gap", nullptr, gap(8, 0.5, 0.2)).verdict, Verdict::kDiffers);
-  EXPECT_EQ(verdict("gamma_gap", nullptr, gap(8, 0.15, 0.001)).verdict, Verdict::kArchitectural);
-  EXPECT_EQ(verdict("gamma_gap", nullptr, gap(3, 1.0, nullptr)).verdict, Verdict::kInfo);
+  EXPECT_EQ(verdict("gamma_gap", cross(8, 0.4, 0.2, 0.5), gap(8, -0.9, 1.0)).verdict, Verdict::kDiffers);
+  EXPECT_EQ(verdict("gamma_gap", cross(8, 0.4, 0.2, 0.5), gap(8, 0.5, 0.2)).verdict, Verdict::kDiffers);
+  EXPECT_EQ(verdict("gamma_gap", cross(8, 0.4, 0.2, 0.5), gap(8, 0.15, 0.001)).verdict, Verdict::kArchitectural);
+  EXPECT_EQ(verdict("gamma_gap", cross(8, 0.4, 0.2, 0.5), gap(3, 1.0, nullptr)).verdict, Verdict::kInfo);
   EXPECT_EQ(verdict("gamma_gap", nullptr, nullptr).verdict, Verdict::kNotComputed);
 }
 

@@ -19,7 +19,11 @@ namespace {
 
 nlohmann::json complex_json(Complex z) { return nlohmann::json::array({z.real(), z.imag()}); }
 
-// JSON has no infinity; an infinite condition number is written as null.
+Complex complex_at(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& z = list_at(j, key);
+  if (z.size() != 2 || !z[0].is_number() || !z[1].is_number()) fail("results.json: '{}' is {}, not [real, imaginary]", key, z.dump());
+  return {z[0].get<double>(), z[1].get<double>()};
+}
 
 // Phase that makes the largest-modulus entry of v real and positive (so results do not depend on LAPACK's sign).
 Complex normalising_phase(const ComplexVector& v) {
@@ -342,6 +346,14 @@ nlohmann::json DominantSpectrum::to_json() const {
       {"modulus_ratio", modulus_ratio},
       {"gap", gap},
   };
+}
+
+DominantSpectrum DominantSpectrum::from_json(const nlohmann::json& j) {
+  DominantSpectrum s;
+  s.lambda1 = complex_at(j, "lambda1"), s.complex_pair = boolean_at(j, "complex_pair");
+  if (!value_at(j, "lambda2").is_null()) s.lambda2 = complex_at(j, "lambda2");
+  s.modulus_ratio = number_at(j, "modulus_ratio"), s.gap = number_at(j, "gap");
+  return s;
 }
 
 int64_t operators_in_flight(int64_t d, double matrices_each, int64_t n) {

@@ -170,6 +170,8 @@ struct DominantSpectrum {
   Vector eigenvector_imag;
 
   nlohmann::json to_json() const;  // λ1, λ2, flags, ratio, gap (not the vectors)
+  // Reads that back (the vectors empty); throws Error naming a key that is absent or of the wrong type.
+  static DominantSpectrum from_json(const nlohmann::json& j);
 };
 
 DominantSpectrum dominant_spectrum(const Eigen::Ref<const Matrix>& f);  // dgeev with right vectors

@@ -12,6 +12,7 @@
 
 #include "analysis/operator_metrics.h"
 #include "analysis/power/layers.h"
+#include "analysis/power/token_dynamics.h"
 #include "analysis/stats.h"
 #include "analysis/topology/run.h"
 #include "core/error.h"
@@ -381,30 +382,36 @@ ClaimCheck judge_parts(const Claim& c, const ReportPart* model, const std::vecto
 
 // Why a test over the layers was not judged: too few layers, or one shared F for all of them.
 std::string untestable_layers(const json& power, size_t layers) {
-  const json* shared = find(power, "/results/cross_layer_alignment/shared_weights");
-  if (shared && shared->is_boolean() && shared->get<bool>()) return "shared weights: every layer has the same F and v₁";
+  if (boolean_at(object_at(object_at(power, "results"), "cross_layer_alignment"), "shared_weights"))
+    return "shared weights: every layer has the same F and v₁";
   if (layers < static_cast<size_t>(kMinTestedLayers)) return fmt::format("{} layers, fewer than {} to test", layers, kMinTestedLayers);
   return "";
 }
 
 // ---- The power-method paper (Li & Altafini): layers act like steps of the power method on F_t = O_t V_t ----------
 
+// Each layer's tokens against v₁ of F_t (results.layers[t].dynamics_F).
+std::vector<AlignmentStats> layer_dynamics(const json& power) {
+  std::vector<AlignmentStats> out;
+  for (const json& l : list_at(object_at(power, "results"), "layers")) out.push_back(AlignmentStats::from_json(object_at(l, "dynamics_F")));
+  return out;
+}
+
 Measured measure_gamma(const json& power) {
   std::vector<double> gamma, before, covariance, baseline, margin;
   long above = 0, counted = 0;
-  for (const json& l : array_at(power, "/results/layers")) {
-    auto g = number(l, "/dynamics_F/gamma"), g0 = number(l, "/dynamics_F/gamma_before"), b = number(l, "/dynamics_F/baseline");
-    // gamma_covariance is null where no sample's tokens span F's dominant dimension (one-token samples).
-    auto gc = number(l, "/dynamics_F/gamma_covariance");
-    if (!g || !g0 || !b) continue;
+  for (const AlignmentStats& a : layer_dynamics(power)) {
+    if (!std::isfinite(a.gamma) || !std::isfinite(a.gamma_before) || !std::isfinite(a.baseline)) continue;
     ++counted;
-    gamma.push_back(*g), before.push_back(*g0), baseline.push_back(*b);
-    if (gc) covariance.push_back(*gc);
-    const double strongest = std::max({*g0, *b, gc.value_or(*b)});
-    margin.push_back(*g - strongest);
-    above += *g > strongest;
+    gamma.push_back(a.gamma), before.push_back(a.gamma_before), baseline.push_back(a.baseline);
+    // gamma_covariance is NaN where no sample's tokens span F's dominant dimension (one-token samples).
+    const bool has_covariance = std::isfinite(a.gamma_covariance);
+    if (has_covariance) covariance.push_back(a.gamma_covariance);
+    const double strongest = std::max({a.gamma_before, a.baseline, has_covariance ? a.gamma_covariance : a.baseline});
+    margin.push_back(a.gamma - strongest);
+    above += a.gamma > strongest;
   }
-  if (counted == 0) return missing("no per-layer dynamics with gamma_before in results.json");
+  if (counted == 0) return missing("no layer with γ_t, its value before the layer and its baseline in results.json");
   const double p = sign_test_p_value(above, counted);
   return measured(fmt::format("γ_t above every control in {} of {} layers (sign test over the layers p = {}; median γ_t = {}; "
                               "before the layer {}; directions from the tokens {}; isotropic baseline ≈ {}; median margin {})",
@@ -417,15 +424,14 @@ Measured measure_gamma(const json& power) {
 Measured measure_rho(const json& power) {
   std::vector<double> rho, p_values;
   long significant = 0;
-  for (const json& l : array_at(power, "/results/layers")) {
-    auto r = number(l, "/dynamics_F/rho_unique"), p = number(l, "/dynamics_F/p_value_samples");
-    if (!r || !p) continue;
-    rho.push_back(*r);
-    p_values.push_back(*r > 0.5 ? *p : 1.0);
-    significant += *r > 0.5 && *p < kClaimLevel;
+  for (const AlignmentStats& a : layer_dynamics(power)) {
+    if (!std::isfinite(a.rho_unique) || !std::isfinite(a.p_value_samples)) continue;
+    rho.push_back(a.rho_unique);
+    p_values.push_back(a.rho_unique > 0.5 ? a.p_value_samples : 1.0);
+    significant += a.rho_unique > 0.5 && a.p_value_samples < kClaimLevel;
   }
   const long tested = static_cast<long>(rho.size());
-  if (tested == 0) return missing("no sample-level test in results.json (power from before rho_unique)");
+  if (tested == 0) return missing("no layer with a sample-level test of ρ_t in results.json");
   // "More than half of the layers significant" holds at level α exactly when the m-th smallest p-value, m the
   // least majority, is below α: that p-value is the claim's.
   std::sort(p_values.begin(), p_values.end());
@@ -437,38 +443,36 @@ Measured measure_rho(const json& power) {
 }
 
 Measured measure_alignment_local(const json& power) {
-  const size_t layers = array_at(power, "/results/cross_layer_alignment/mean").size();
-  auto own = number(power, "/results/cross_layer_alignment/diagonal_mean"),
-       other = number(power, "/results/cross_layer_alignment/off_diagonal_mean");
-  if (!own || !other) return missing("no cross_layer_alignment in results.json (power from before it was measured)");
-  const std::string observed = fmt::format("mean alignment with the own layer's v₁ {} vs the other layers' {}", num(*own), num(*other));
-  const std::string why = untestable_layers(power, layers);
-  if (!why.empty()) return shown(observed + " (" + why + ")", *own - *other, 0);
-  auto p = number(power, "/results/cross_layer_alignment/p_permutation");
-  if (!p) return missing("no permutation p-value in results.json");
-  return measured(fmt::format("{}, over {} layers (permutation p = {})", observed, layers, num(*p)), *own - *other, 0,
-                  *own > *other && *p < kClaimLevel, *p);
+  const CrossLayerAlignment a = CrossLayerAlignment::from_json(object_at(object_at(power, "results"), "cross_layer_alignment"));
+  if (!std::isfinite(a.diagonal) || !std::isfinite(a.off_diagonal)) return missing("one layer: no other layer's v₁ to align with");
+  const std::string observed = fmt::format("mean alignment with the own layer's v₁ {} vs the other layers' {}", num(a.diagonal),
+                                           num(a.off_diagonal));
+  const std::string why = untestable_layers(power, static_cast<size_t>(a.mean.rows()));
+  if (!why.empty()) return shown(observed + " (" + why + ")", a.diagonal - a.off_diagonal, 0);
+  if (!std::isfinite(a.p_value)) return missing("no permutation p-value in results.json");
+  return measured(fmt::format("{}, over {} layers (permutation p = {})", observed, a.mean.rows(), num(a.p_value)), a.diagonal - a.off_diagonal, 0,
+                  a.diagonal > a.off_diagonal && a.p_value < kClaimLevel, a.p_value);
 }
 
 Measured measure_gamma_gap(const json& power) {
-  const auto layers = number(power, "/results/gamma_vs_gap/layers");
-  if (!layers) return missing("no gamma_vs_gap in results.json (power from before it was measured)");
-  auto rho = number(power, "/results/gamma_vs_gap/rho"), p = number(power, "/results/gamma_vs_gap/p_permutation");
-  const std::string observed = fmt::format("Spearman(γ_t, 1 − |λ₂|/|λ₁|) over {} layers = {}", *layers, num_or_missing(rho));
-  const std::string why = untestable_layers(power, static_cast<size_t>(*layers));
-  if (!why.empty() || !rho)
-    return shown(observed + " (" + (why.empty() ? "γ_t or the gap constant over the layers" : why) + ")", rho.value_or(NAN), 0);
-  if (!p) return missing("no permutation p-value in results.json");
-  return measured(fmt::format("{} (one-sided permutation p = {})", observed, num(*p)), *rho, 0, *rho > 0 && *p < kClaimLevel, *p);
+  const GammaGapTest g = GammaGapTest::from_json(object_at(object_at(power, "results"), "gamma_vs_gap"));
+  const std::string observed = fmt::format("Spearman(γ_t, 1 − |λ₂|/|λ₁|) over {} layers = {}", g.layers,
+                                           std::isfinite(g.rho) ? num(g.rho) : std::string(kNotComputed));
+  const std::string why = untestable_layers(power, static_cast<size_t>(g.layers));
+  if (!why.empty() || !std::isfinite(g.rho))
+    return shown(observed + " (" + (why.empty() ? "γ_t or the gap constant over the layers" : why) + ")", g.rho, 0);
+  if (!std::isfinite(g.p_value)) return missing("no permutation p-value in results.json");
+  return measured(fmt::format("{} (one-sided permutation p = {})", observed, num(g.p_value)), g.rho, 0, g.rho > 0 && g.p_value < kClaimLevel,
+                  g.p_value);
 }
 
 Measured measure_dominant(const json& power) {
   int64_t real = 0, spectra = 0;
   std::vector<double> ratio;
-  for (const json& l : array_at(power, "/results/layers")) {
-    const json* pair = find(l, "/F/complex_pair");
-    if (pair && pair->is_boolean()) ++spectra, real += !pair->get<bool>();
-    if (auto q = number(l, "/F/modulus_ratio")) ratio.push_back(*q);
+  for (const json& l : list_at(object_at(power, "results"), "layers")) {
+    const DominantSpectrum f = DominantSpectrum::from_json(object_at(l, "F"));
+    ++spectra, real += !f.complex_pair;
+    if (std::isfinite(f.modulus_ratio)) ratio.push_back(f.modulus_ratio);
   }
   if (spectra == 0) return missing("");
   return shown(fmt::format("λ₁ real in {} of {} layers, a complex pair in {}; median |λ₂|/|λ₁| = {}", real, spectra, spectra - real,
@@ -625,10 +629,10 @@ double weighted_ratio(const std::vector<double>& sums, size_t offset, const std:
 // γ's statistic, the median over layers of γ_t minus its strongest control, on resampled samples.
 std::optional<Interval> gamma_interval(const ReportPart& part) {
   const auto p = power_samples(part);
-  const json& layers = array_at(part.json, "/results/layers");
+  const std::vector<AlignmentStats> layers = layer_dynamics(part.json);
   if (!p || static_cast<int64_t>(layers.size()) != p->layers || p->samples < 2) return std::nullopt;
   std::vector<double> baseline;
-  for (const json& l : layers) baseline.push_back(number(l, "/dynamics_F/baseline").value_or(NAN));
+  for (const AlignmentStats& a : layers) baseline.push_back(a.baseline);
   const size_t S = static_cast<size_t>(p->samples);
   return bootstrap(p->samples, [&](const std::vector<double>& w) {
     std::vector<double> margins;

@@ -85,6 +85,22 @@ GammaGapTest gamma_gap_test(const std::vector<double>& gamma, const std::vector<
   return g;
 }
 
+CrossLayerAlignment CrossLayerAlignment::from_json(const nlohmann::json& j) {
+  CrossLayerAlignment a;
+  const nlohmann::json& rows = list_at(j, "mean");
+  a.mean.resize(static_cast<Eigen::Index>(rows.size()), static_cast<Eigen::Index>(rows.size()));
+  for (size_t t = 0; t < rows.size(); ++t) {
+    if (!rows[t].is_array() || rows[t].size() != rows.size()) fail("results.json: 'mean' is not a square table of numbers");
+    for (size_t s = 0; s < rows.size(); ++s) {
+      const nlohmann::json& v = rows[t][s];
+      if (!v.is_number() && !v.is_null()) fail("results.json: 'mean' holds {}, not a number", v.dump());
+      a.mean(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(s)) = v.is_null() ? NAN : v.get<double>();
+    }
+  }
+  a.diagonal = number_at(j, "diagonal_mean"), a.off_diagonal = number_at(j, "off_diagonal_mean"), a.p_value = number_at(j, "p_permutation");
+  return a;
+}
+
 nlohmann::json GammaGapTest::to_json() const {
   return {{"layers", layers},
           {"rho", finite_or_null(rho)},
@@ -92,6 +108,10 @@ nlohmann::json GammaGapTest::to_json() const {
           {"alternative", "rho > 0"},
           {"gap", "1 - |lambda2|/|lambda1| of F_t (F.modulus_ratio): the power method's convergence factor per step, free of "
                   "F_t's scale"}};
+}
+
+GammaGapTest GammaGapTest::from_json(const nlohmann::json& j) {
+  return {integer_at(j, "layers"), number_at(j, "rho"), number_at(j, "p_permutation")};
 }
 
 }  // namespace tdyn

@@ -41,6 +41,8 @@ struct CrossLayerAlignment {
   // kMinTestedLayers layers.
   double p_value = std::numeric_limits<double>::quiet_NaN();
   nlohmann::json to_json() const;
+  // Throws Error naming a key that is absent or of the wrong type.
+  static CrossLayerAlignment from_json(const nlohmann::json& j);
 };
 CrossLayerAlignment cross_layer_alignment(const linalg::Matrix& mean, uint64_t seed = 0);
 
@@ -52,6 +54,7 @@ struct GammaGapTest {
   double rho = std::numeric_limits<double>::quiet_NaN();
   double p_value = std::numeric_limits<double>::quiet_NaN();
   nlohmann::json to_json() const;
+  static GammaGapTest from_json(const nlohmann::json& j);  // throws Error naming a key absent or of the wrong type
 };
 GammaGapTest gamma_gap_test(const std::vector<double>& gamma, const std::vector<double>& relative_gap, uint64_t seed = 0);
 

@@ -90,6 +90,23 @@ nlohmann::json AlignmentStats::to_json() const {
           {"samples_below", samples_below}, {"p_value_samples", p_value_samples}};
 }
 
+AlignmentStats AlignmentStats::from_json(const nlohmann::json& j) {
+  AlignmentStats a;
+  a.tokens = integer_at(j, "tokens"), a.gamma = number_at(j, "gamma"), a.gamma_before = number_at(j, "gamma_before");
+  a.baseline = number_at(j, "baseline"), a.gamma_covariance = number_at(j, "gamma_covariance");
+  a.rho = number_at(j, "rho"), a.increases = integer_at(j, "increases"), a.p_value = number_at(j, "p_value");
+  const nlohmann::json& q = object_at(j, "quantiles");
+  for (double level : kQuantileLevels) a.quantiles.push_back(number_at(q, fmt::format("{:g}", level).c_str()));
+  for (const nlohmann::json& count : list_at(j, "histogram")) {
+    if (!count.is_number_integer()) fail("results.json: 'histogram' holds {}, not a count", count.dump());
+    a.histogram.push_back(count.get<int64_t>());
+  }
+  a.unique_tokens = integer_at(j, "unique_tokens"), a.rho_unique = number_at(j, "rho_unique");
+  a.samples_above = integer_at(j, "samples_above"), a.samples_below = integer_at(j, "samples_below");
+  a.p_value_samples = number_at(j, "p_value_samples");
+  return a;
+}
+
 TokenDynamics token_dynamics(const Transformer& model, const std::vector<Sample>& samples,
                              const std::vector<LayerSpectrum>& spectra, const DynamicsOptions& options,
                              ProgressSink& progress) {

@@ -35,6 +35,8 @@ struct AlignmentStats {
   std::vector<double> quantiles;   // of a(x^{t+1}; v1) at kQuantileLevels
   std::vector<int64_t> histogram;  // kHistogramBins equal bins over [0, 1]
   nlohmann::json to_json() const;
+  // Throws Error naming a key that is absent or of the wrong type.
+  static AlignmentStats from_json(const nlohmann::json& j);
 };
 
 inline const std::vector<double> kQuantileLevels = {0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0};
