@@ -14,6 +14,8 @@
 #include <Eigen/Dense>
 
 #include "analysis/jacobian/means.h"
+#include "analysis/power/iteration.h"
+#include "analysis/power/steering.h"
 #include "analysis/power/token_dynamics.h"
 #include "analysis/stats.h"
 #include "analysis/topology/run.h"
@@ -438,10 +440,13 @@ TEST(Report, NestedSampleSetsFlagAnUnstableBottleneck) {
 TEST(Report, SteeringVerdictAgainstRandomDirections) {
   const fs::path dir = test::scratch_dir("report_steering");
   auto verdict = [&](double aligned, std::vector<double> controls) {
+    SteeringResult steering;
+    steering.points.resize(2);
+    steering.points[1].scale = 1e5, steering.points[0].mean_alignment = 0.2;
+    steering.points[1].mean_alignment = aligned, steering.points[1].min_alignment = 0.6;
+    for (double v : controls) steering.controls.push_back({.mean_alignment_with_u = v});
     json results = power_results();
-    results["steering"]["points"] = json::array({{{"scale", 0}, {"final_layer_mean_alignment", 0.2}},
-                                                 {{"scale", 1e5}, {"final_layer_mean_alignment", aligned}, {"final_layer_min_alignment", 0.6}}});
-    for (double v : controls) results["steering"]["controls"].push_back({{"final_layer_mean_alignment", v}});
+    results["steering"] = steering.to_json();
     fs::remove_all(dir);
     write_part(dir / "power", "power", results, json::object(), {});
     write_analyze_top(dir, {"power"});
@@ -484,7 +489,22 @@ TEST(Report, PowerRecordsReadBackWhatTheyWrote) {
   const GammaGapTest g{7, 0.25, NAN};
   EXPECT_EQ(GammaGapTest::from_json(json::parse(g.to_json().dump())).to_json().dump(), g.to_json().dump());
 
-  json broken = layer["dynamics_F"];
+  BipartiteTest b;
+  b.ran = true, b.eigenvector = 2, b.perturbation = 1e-3, b.sign_flips_perturbed = 4, b.left_perturbed = true;
+  b.perturbed.regime = Regime::Consensus, b.perturbed.positive = 7, b.perturbed.description = "consensus on v_1";
+  b.unperturbed.regime = Regime::Bipartite, b.unperturbed.eigenvector = 2, b.unperturbed.min_alignment = 0.995;
+  EXPECT_EQ(BipartiteTest::from_json(json::parse(b.to_json().dump())).to_json(), b.to_json());
+  EXPECT_FALSE(BipartiteTest::from_json(BipartiteTest{}.to_json()).ran);
+  SteeringPoint point;
+  point.scale = 10, point.c = 3.5, point.spectrum = f, point.mean_alignment = 0.97, point.max_kl = 0.4, point.top_tokens = {{17, 0.25}};
+  EXPECT_EQ(SteeringPoint::from_json(json::parse(point.to_json().dump())).to_json().dump(), point.to_json().dump());
+  const SteeringControl control{.seed = 5, .c = 2, .mean_alignment_with_u = 0.1, .mean_alignment_with_own = 0.9};
+  EXPECT_EQ(SteeringControl::from_json(json::parse(control.to_json().dump())).to_json(), control.to_json());
+
+  json broken = b.to_json();
+  broken["perturbed"]["regime"] = "spiral";
+  test::expect_error_contains([&] { BipartiteTest::from_json(broken); }, "'spiral'");
+  broken = layer["dynamics_F"];
   broken.erase("rho_unique");
   test::expect_error_contains([&] { AlignmentStats::from_json(broken); }, "lacks 'rho_unique'");
   broken = layer["F"];
@@ -645,12 +665,17 @@ TEST(Report, CrossLayerVerdictsOfPower) {
 TEST(Report, IterationVerdictsOfPower) {
   const fs::path dir = test::scratch_dir("report_power_iteration");
   auto verdicts = [&](bool complex_pair, double measured, bool left_unperturbed, bool left_perturbed) {
+    IterationResult it;
+    it.step.lambda1 = std::polar(1.0, complex_pair ? 0.2 : 0.0), it.step.complex_pair = complex_pair;
+    it.measured_angle_per_step = measured, it.expected_angle_per_step = std::arg(it.step.lambda1);
+    for (auto* curve : {&it.curves.mean_alignment, &it.curves.min_alignment, &it.curves.span12_energy, &it.curves.positive_fraction})
+      curve->assign(3, 0.9);
+    it.regime.description = "synthetic";
+    BipartiteTest& b = it.bipartite;
+    b.ran = true, b.eigenvector = 3, b.perturbation = 0.001, b.sign_flips_perturbed = 5;
+    b.left_unperturbed = left_unperturbed, b.left_perturbed = left_perturbed;
     json results = power_results();
-    results["iteration"] = {{"step_matrix_spectrum", {{"complex_pair", complex_pair}}},
-                            {"measured_angle_per_step", measured},
-                            {"expected_angle_per_step", 0.2},
-                            {"bipartite_test", {{"ran", true}, {"eigenvector", 3}, {"perturbation", 0.001}, {"sign_flips_perturbed", 5},
-                                                {"left_unperturbed", left_unperturbed}, {"left_perturbed", left_perturbed}}}};
+    results["iteration"] = it.to_json();
     fs::remove_all(dir);
     write_part(dir / "power", "power", results, json::object(), {});
     const auto papers = summarize_claims(load_report_parts(dir));

@@ -11,7 +11,9 @@
 #include <fmt/ranges.h>
 
 #include "analysis/operator_metrics.h"
+#include "analysis/power/iteration.h"
 #include "analysis/power/layers.h"
+#include "analysis/power/steering.h"
 #include "analysis/power/token_dynamics.h"
 #include "analysis/stats.h"
 #include "analysis/topology/run.h"
@@ -480,64 +482,66 @@ Measured measure_dominant(const json& power) {
                ratio.empty() ? NAN : median(ratio));
 }
 
-Measured measure_regime(const json& power) {
-  const std::string regime = text_at(power, "/results/iteration/regime/description");
-  if (regime.empty()) return missing("no shared-weight layer iterated; see power --iterate-layer");
-  return shown(regime);
+// The shared-weight iteration (ALBERT or --iterate-layer): results.iteration, null when none ran.
+const json* iteration_of(const json& power) {
+  const json& results = object_at(power, "results");
+  const auto it = results.find("iteration");
+  return it == results.end() || it->is_null() ? nullptr : &*it;
 }
 
-// The shared-weight iteration (results.iteration, ALBERT or --iterate-layer): with a complex pair λ₁, λ̄₁ dominating
-// the step matrix, the tokens turn in the pair's plane by arg λ₁ per step.
+constexpr const char* kNoIteration = "no shared-weight layer iterated; see power --iterate-layer";
+
+Measured measure_regime(const json& power) {
+  const json* it = iteration_of(power);
+  if (!it) return missing(kNoIteration);
+  return shown(RegimeEvidence::from_json(object_at(*it, "regime")).description);
+}
+
+// With a complex pair λ₁, λ̄₁ dominating the step matrix, the tokens turn in the pair's plane by arg λ₁ per step.
 Measured measure_rotation(const json& power) {
-  const json* it = find(power, "/results/iteration");
-  if (!it || it->is_null()) return missing("no shared-weight layer iterated; see power --iterate-layer");
-  const json* pair = find(*it, "/step_matrix_spectrum/complex_pair");
-  auto measured_angle = number(*it, "/measured_angle_per_step"), expected = number(*it, "/expected_angle_per_step");
-  if (!pair || !pair->is_boolean() || !measured_angle || !expected) return missing("no rotation angle in results.json");
-  if (!pair->get<bool>()) return shown(fmt::format("λ₁ of the step matrix is real: no rotation is predicted (measured {} rad per step)",
-                                                   num(*measured_angle)),
-                                       *measured_angle, *expected);
-  Measured m = measured(fmt::format("the tokens turn {} rad per step against arg λ₁ = {} of the step matrix", num(*measured_angle),
-                                    num(*expected)),
-                        *measured_angle, *expected, std::abs(*measured_angle - *expected) <= kRotationTolerance * std::abs(*expected));
+  const json* it = iteration_of(power);
+  if (!it) return missing(kNoIteration);
+  const DominantSpectrum step = DominantSpectrum::from_json(object_at(*it, "step_matrix_spectrum"));
+  const double expected = number_at(*it, "expected_angle_per_step");
+  if (!step.complex_pair) return shown("λ₁ of the step matrix is real: no rotation is predicted", NAN, expected);
+  const double angle = number_at(*it, "measured_angle_per_step");
+  Measured m = measured(fmt::format("the tokens turn {} rad per step against arg λ₁ = {} of the step matrix", num(angle), num(expected)),
+                        angle, expected, std::abs(angle - expected) <= kRotationTolerance * std::abs(expected));
   m.exact = true;
   return m;
 }
 
 // Rank-1 steering of the last layer at the sweep's largest scale: the final tokens' mean alignment with u.
 Measured measure_steering(const json& power) {
-  const json& points = array_at(power, "/results/steering/points");
-  if (points.empty()) return missing("no steering sweep (power --no-steer)");
-  auto a = number(points.back(), "/final_layer_mean_alignment"), low = number(points.back(), "/final_layer_min_alignment");
-  if (!a) return missing("no final-layer alignment in the steering sweep");
+  const json& results = object_at(power, "results");
+  if (!results.contains("steering") || list_at(results["steering"], "points").empty()) return missing("no steering sweep (power --no-steer)");
+  const json& steering = results["steering"];
+  const json& points = list_at(steering, "points");
+  const SteeringPoint last = SteeringPoint::from_json(points.back());
   std::vector<double> controls;
-  for (const json& k : array_at(power, "/results/steering/controls"))
-    if (auto v = number(k, "/final_layer_mean_alignment")) controls.push_back(*v);
+  for (const json& k : list_at(steering, "controls")) controls.push_back(SteeringControl::from_json(k).mean_alignment_with_u);
   return measured(fmt::format("at c = {}·|λ₁| the final tokens' mean alignment with u is {} (least {}); along random directions ⊥ u "
                               "with a perturbation as large: {}",
-                              text_at(points.back(), "/scale"), num(*a), num_or_missing(low), controls.empty() ? kNotComputed : list(controls)),
-                  *a, kSteeredAlignment, *a >= kSteeredAlignment);
+                              num(last.scale), num(last.mean_alignment), num(last.min_alignment), controls.empty() ? kNotComputed : list(controls)),
+                  last.mean_alignment, kSteeredAlignment, last.mean_alignment >= kSteeredAlignment);
 }
 
 Measured measure_steering_control(const json& draw) {
-  auto a = number(draw, "/final_layer_mean_alignment");
-  if (!a) return missing("");
-  return measured("", *a, kSteeredAlignment, *a >= kSteeredAlignment);
+  const double a = SteeringControl::from_json(draw).mean_alignment_with_u;
+  return measured("", a, kSteeredAlignment, a >= kSteeredAlignment);
 }
 
 // The bipartite instability test of the iteration: a state split in two along v_k, run as it is and slightly perturbed.
 Measured measure_bipartite(const json& power) {
-  const json* test = find(power, "/results/iteration/bipartite_test");
-  if (!test || !test->is_object()) return missing("no shared-weight layer iterated; see power --iterate-layer");
-  const json* ran = find(*test, "/ran");
-  if (!ran || !ran->is_boolean() || !ran->get<bool>()) return missing("the bipartite test did not run (no v_k to build it on)");
-  const bool stays = !test->value("left_unperturbed", true), leaves = test->value("left_perturbed", false);
+  const json* it = iteration_of(power);
+  if (!it) return missing(kNoIteration);
+  const BipartiteTest test = BipartiteTest::from_json(object_at(*it, "bipartite_test"));
+  if (!test.ran) return missing("the bipartite test did not run (no v_k to build it on)");
   const std::string observed = fmt::format("a bipartite split along v_{} {} unperturbed and {} when perturbed by {} ({} tokens changed sign)",
-                                           text_at(*test, "/eigenvector"), stays ? "stays" : "does not stay",
-                                           leaves ? "leaves" : "stays", text_at(*test, "/perturbation"),
-                                           text_at(*test, "/sign_flips_perturbed"));
-  if (!stays) return shown(observed + ": it is no fixed point of this layer, so there is no stability to test");
-  Measured m = measured(observed, number(*test, "/sign_flips_perturbed").value_or(NAN), 0, leaves);
+                                           test.eigenvector, test.left_unperturbed ? "does not stay" : "stays",
+                                           test.left_perturbed ? "leaves" : "stays", num(test.perturbation), test.sign_flips_perturbed);
+  if (test.left_unperturbed) return shown(observed + ": it is no fixed point of this layer, so there is no stability to test");
+  Measured m = measured(observed, static_cast<double>(test.sign_flips_perturbed), 0, test.left_perturbed);
   m.exact = true;
   return m;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -10,6 +11,7 @@
 #include <Eigen/LU>
 
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace tdyn {
 namespace {
@@ -54,6 +56,19 @@ nlohmann::json RegimeEvidence::to_json() const {
   return {{"regime", to_string(regime)}, {"eigenvector", eigenvector}, {"min_alignment", min_alignment},
           {"min_cosine_to_mean", min_cosine_to_mean}, {"positive", positive}, {"negative", negative},
           {"description", description}};
+}
+
+RegimeEvidence RegimeEvidence::from_json(const nlohmann::json& j) {
+  RegimeEvidence e;
+  const std::string name = string_at(j, "regime");
+  const Regime regimes[] = {Regime::Consensus, Regime::Bipartite, Regime::Rotation, Regime::SlowConvergence, Regime::NotConverged};
+  const auto* found = std::find_if(std::begin(regimes), std::end(regimes), [&](Regime r) { return name == to_string(r); });
+  if (found == std::end(regimes)) fail("results.json: 'regime' is '{}', no regime tdyn knows", name);
+  e.regime = *found;
+  e.eigenvector = integer_at(j, "eigenvector"), e.min_alignment = number_at(j, "min_alignment");
+  e.min_cosine_to_mean = number_at(j, "min_cosine_to_mean");
+  e.positive = integer_at(j, "positive"), e.negative = integer_at(j, "negative"), e.description = string_at(j, "description");
+  return e;
 }
 
 RegimeEvidence classify_regime(const Tensor& x, const ComplexVector& eigenvalues, const ComplexMatrix& eigenvectors,
@@ -139,6 +154,17 @@ nlohmann::json BipartiteTest::to_json() const {
           {"sign_flips_perturbed", sign_flips_perturbed},
           {"left_unperturbed", left_unperturbed},
           {"left_perturbed", left_perturbed}};
+}
+
+BipartiteTest BipartiteTest::from_json(const nlohmann::json& j) {
+  BipartiteTest t;
+  t.ran = boolean_at(j, "ran");
+  if (!t.ran) return t;
+  t.eigenvector = integer_at(j, "eigenvector"), t.perturbation = number_at(j, "perturbation");
+  t.unperturbed = RegimeEvidence::from_json(object_at(j, "unperturbed")), t.perturbed = RegimeEvidence::from_json(object_at(j, "perturbed"));
+  t.sign_flips_perturbed = integer_at(j, "sign_flips_perturbed");
+  t.left_unperturbed = boolean_at(j, "left_unperturbed"), t.left_perturbed = boolean_at(j, "left_perturbed");
+  return t;
 }
 
 nlohmann::json IterationResult::to_json() const {

@@ -56,6 +56,7 @@ struct RegimeEvidence {
   int64_t positive = 0, negative = 0;  // sign pattern on v_k (Consensus / Bipartite)
   std::string description;
   nlohmann::json to_json() const;
+  static RegimeEvidence from_json(const nlohmann::json& j);  // throws Error naming a key absent or of the wrong type
 };
 
 struct BipartiteTest {
@@ -66,6 +67,7 @@ struct BipartiteTest {
   int64_t sign_flips_perturbed = 0;       // tokens whose sign on v_k changed
   bool left_unperturbed = false, left_perturbed = false;  // the state is no longer the same bipartite split
   nlohmann::json to_json() const;
+  static BipartiteTest from_json(const nlohmann::json& j);  // throws Error naming a key absent or of the wrong type
 };
 
 struct IterationResult {

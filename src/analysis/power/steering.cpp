@@ -12,6 +12,7 @@
 
 #include "analysis/layer_matrix.h"
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace tdyn {
 
@@ -106,6 +107,27 @@ nlohmann::json SteeringControl::to_json() const {
           {"final_layer_mean_alignment", mean_alignment_with_u},
           {"final_layer_mean_alignment_with_own_direction", mean_alignment_with_own},
           {"mean_probability_of_token_closest_to_u", probability_of_argmax_u}};
+}
+
+SteeringPoint SteeringPoint::from_json(const nlohmann::json& j) {
+  SteeringPoint p;
+  p.scale = number_at(j, "scale"), p.c = number_at(j, "c"), p.spectrum = DominantSpectrum::from_json(object_at(j, "spectrum"));
+  p.eigenvector_alignment = number_at(j, "eigenvector_alignment_with_u");
+  p.mean_alignment = number_at(j, "final_layer_mean_alignment"), p.min_alignment = number_at(j, "final_layer_min_alignment");
+  p.mean_kl = number_at(j, "mean_kl_unsteered_to_steered"), p.max_kl = number_at(j, "max_kl_unsteered_to_steered");
+  p.probability_of_argmax_u = number_at(j, "mean_probability_of_token_closest_to_u");
+  for (const nlohmann::json& t : list_at(j, "top_tokens"))
+    p.top_tokens.push_back({static_cast<int32_t>(integer_at(t, "token")), number_at(t, "probability")});
+  return p;
+}
+
+SteeringControl SteeringControl::from_json(const nlohmann::json& j) {
+  SteeringControl k;
+  k.seed = static_cast<uint64_t>(number_at(j, "seed")), k.c = number_at(j, "c");
+  k.mean_alignment_with_u = number_at(j, "final_layer_mean_alignment");
+  k.mean_alignment_with_own = number_at(j, "final_layer_mean_alignment_with_own_direction");
+  k.probability_of_argmax_u = number_at(j, "mean_probability_of_token_closest_to_u");
+  return k;
 }
 
 nlohmann::json SteeringResult::to_json() const {

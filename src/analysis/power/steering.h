@@ -65,6 +65,7 @@ struct SteeringPoint {
   std::vector<TokenProbability> top_tokens;      // top-k of the output distribution averaged over positions
   double probability_of_argmax_u = 0;            // mean probability of the token whose unembedding best matches u
   nlohmann::json to_json() const;
+  static SteeringPoint from_json(const nlohmann::json& j);  // throws Error naming a key absent or of the wrong type
 };
 
 // One control draw: the last layer steered along a random direction u' ⊥ u with the perturbation's norm.
@@ -75,6 +76,7 @@ struct SteeringControl {
   double mean_alignment_with_own = 0;  // a(x_i^L; u'): the control's own steering
   double probability_of_argmax_u = 0;
   nlohmann::json to_json() const;
+  static SteeringControl from_json(const nlohmann::json& j);  // throws Error naming a key absent or of the wrong type
 };
 
 struct SteeringResult {
