@@ -14,6 +14,7 @@
 #include <Eigen/Dense>
 
 #include "analysis/jacobian/means.h"
+#include "analysis/particles/diagnostics.h"
 #include "analysis/power/iteration.h"
 #include "analysis/power/steering.h"
 #include "analysis/power/token_dynamics.h"
@@ -1038,9 +1039,10 @@ TEST(Report, AblatedRunSaysSo) {
 TEST(Report, ParticlesVerdictsAreShownAsWritten) {
   const fs::path dir = test::scratch_dir("report_particles_verdicts");
   auto verdict = [](const char* claim, const char* outcome, double value) {
-    return json{{"paper", "004"}, {"claim", claim}, {"theorem", "hyperplanes"}, {"statement", std::string("statement of ") + claim},
-                {"measure", "levels"}, {"value", value}, {"control", 20}, {"rule", std::string("rule of ") + claim},
-                {"verdict", outcome}, {"note", ""}};
+    const particles::ClaimVerdict v{claim, "hyperplanes", std::string("statement of ") + claim, "levels", value, 20,
+                                    std::string("rule of ") + claim, outcome, ""};
+    EXPECT_EQ(particles::ClaimVerdict::from_json(json::parse(v.to_json().dump())).to_json(), v.to_json());
+    return v.to_json();
   };
   json results = {{"final", {{"time", 5}}},
                   {"verdicts", {verdict("clusters", "pass", 2), verdict("boolean", "differs", 0.4), verdict("leaders", "shown", 0)}}};
@@ -1059,9 +1061,18 @@ TEST(Report, ParticlesVerdictsAreShownAsWritten) {
   EXPECT_EQ(checks[4].id, "locations");
   EXPECT_EQ(checks[4].verdict, Verdict::kNotComputed);
 
+  // Without verdicts (an older results.json), or with one that lacks a key: not computed, naming the key.
   write_part(dir, "particles", json{{"final", {{"time", 5}, {"clusters", {{"count", 3}}}}}}, json{{"n", 20}}, {});
   papers = summarize_claims(load_report_parts(dir));
-  for (const auto& c : papers[0].checks) EXPECT_EQ(c.verdict, Verdict::kNotComputed) << c.claim;
+  for (const auto& c : papers[0].checks) {
+    EXPECT_EQ(c.verdict, Verdict::kNotComputed) << c.claim;
+    EXPECT_NE(c.observed.find("lacks 'verdicts'"), std::string::npos) << c.observed;
+  }
+  results["verdicts"][0].erase("rule");
+  write_part(dir, "particles", results, json{{"n", 20}}, {});
+  papers = summarize_claims(load_report_parts(dir));
+  EXPECT_EQ(papers[0].checks[0].verdict, Verdict::kNotComputed);
+  EXPECT_NE(papers[0].checks[0].observed.find("lacks 'rule'"), std::string::npos) << papers[0].checks[0].observed;
 }
 
 // ---- tdyn compare: runs of models of other depths, widths and families side by side. Every value of compare.csv is

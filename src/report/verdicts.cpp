@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "analysis/operator_metrics.h"
+#include "analysis/particles/diagnostics.h"
 #include "analysis/power/iteration.h"
 #include "analysis/power/layers.h"
 #include "analysis/power/steering.h"
@@ -1020,28 +1021,30 @@ PaperSummary particles_summary(const ReportPart* part) {
   const json& j = part->json;
   const std::string source = text_at(j, "/model/source");
   const std::string where = source.empty() || source == "synthetic" ? "" : " (" + source + ")";
+  std::vector<particles::ClaimVerdict> written;
+  std::optional<std::string> unreadable;
+  try {
+    for (const json& v : list_at(object_at(j, "results"), "verdicts")) written.push_back(particles::ClaimVerdict::from_json(v));
+  } catch (const Error& e) {
+    unreadable = e.what();
+  }
+  const double end_time = number(j, "/results/final/time").value_or(NAN);
   for (const Claim& claim : claims) {
-    const json* found = nullptr;
-    for (const json& v : array_at(j, "/results/verdicts"))
-      if (text_at(v, "/claim") == claim.id) found = &v;
-    if (!found) {
-      s.checks.push_back(claim.missing("results.json has no verdicts: written before they were added; rerun particles"));
+    const auto v = std::find_if(written.begin(), written.end(), [&](const particles::ClaimVerdict& w) { return w.claim == claim.id; });
+    if (v == written.end()) {
+      s.checks.push_back(claim.missing(unreadable ? *unreadable + "; rerun particles" : "particles wrote no verdict on it"));
       continue;
     }
-    const json& v = *found;
-    const std::string verdict = text_at(v, "/verdict");
-    const Verdict outcome = verdict == "pass"      ? Verdict::kPass
-                            : verdict == "differs" ? Verdict::kDiffers
-                            : verdict == "shown"   ? Verdict::kInfo
-                                                   : Verdict::kNotComputed;
-    const std::string note = text_at(v, "/note"), value = text_at(v, "/value");  // value null: not measurable here
-    const std::string observed =
-        value.empty() ? "not measured for this run"
-                      : fmt::format("{} = {} at T = {}, {} at t = 0 (the control)", text_at(v, "/measure"), value,
-                                    text_at(j, "/results/final/time"), text_at(v, "/control"));
-    s.checks.push_back({text_at(v, "/statement"), observed + (note.empty() ? "" : "; " + note) + where, outcome,
-                        text_at(v, "/rule"), claim.id, number(v, "/value").value_or(NAN), number(v, "/control").value_or(NAN),
-                        control});
+    const Verdict outcome = v->verdict == "pass"      ? Verdict::kPass
+                            : v->verdict == "differs" ? Verdict::kDiffers
+                            : v->verdict == "shown"   ? Verdict::kInfo
+                                                      : Verdict::kNotComputed;
+    const auto text = [](double x) { return std::isfinite(x) ? fmt::format("{:.4g}", x) : std::string(kNotComputed); };
+    const std::string observed = std::isnan(v->value) ? "not measured for this run"  // value null: not measurable here
+                                                      : fmt::format("{} = {} at T = {}, {} at t = 0 (the control)", v->measure,
+                                                                    text(v->value), text(end_time), text(v->control));
+    s.checks.push_back({v->statement, observed + (v->note.empty() ? "" : "; " + v->note) + where, outcome, v->rule, claim.id, v->value,
+                        v->control, control});
   }
   return s;
 }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_number.h"
 
 namespace tdyn::particles {
 namespace {
@@ -654,6 +655,19 @@ ParticleDiagnostics diagnose(const ParticleSystem& system, const Trajectory& tra
   return out;
 }
 
+nlohmann::json ClaimVerdict::to_json() const {
+  return {{"paper", "004"}, {"claim", claim}, {"theorem", theorem}, {"statement", statement}, {"measure", measure}, {"value", value},
+          {"control", control}, {"rule", rule}, {"verdict", verdict}, {"note", note}};
+}
+
+ClaimVerdict ClaimVerdict::from_json(const nlohmann::json& j) {
+  ClaimVerdict v;
+  v.claim = string_at(j, "claim"), v.theorem = string_at(j, "theorem"), v.statement = string_at(j, "statement");
+  v.measure = string_at(j, "measure"), v.value = number_at(j, "value"), v.control = number_at(j, "control");
+  v.rule = string_at(j, "rule"), v.verdict = string_at(j, "verdict"), v.note = string_at(j, "note");
+  return v;
+}
+
 nlohmann::json to_json(const ParticleDiagnostics& diag) {
   using nlohmann::json;
   const auto& f = diag.final;
@@ -715,10 +729,7 @@ nlohmann::json to_json(const ParticleDiagnostics& diag) {
   out["final"] = final_json;
   // The report reads these as they are (docs/report.md): the rule is decided here, beside the numbers.
   json verdicts = json::array();
-  for (const auto& v : diag.verdicts)
-    verdicts.push_back({{"paper", "004"},     {"claim", v.claim}, {"theorem", v.theorem}, {"statement", v.statement},
-                        {"measure", v.measure}, {"value", v.value}, {"control", v.control}, {"rule", v.rule},
-                        {"verdict", v.verdict}, {"note", v.note}});
+  for (const auto& v : diag.verdicts) verdicts.push_back(v.to_json());
   out["verdicts"] = verdicts;
   const auto& s = diag.series;
   out["series"] = {{"time", s.time},

@@ -160,6 +160,10 @@ struct ClaimVerdict {
   std::string rule;       // how the verdict follows from value (and control)
   std::string verdict;    // "pass", "differs" or "shown"
   std::string note;       // why "shown", or what else was measured
+
+  // results.json's entry (under paper "004"), which the report shows as written.
+  nlohmann::json to_json() const;
+  static ClaimVerdict from_json(const nlohmann::json& j);  // throws Error naming a key absent or of the wrong type
 };
 
 struct ParticleDiagnostics {
