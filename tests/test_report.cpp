@@ -72,6 +72,21 @@ json power_results(double gamma = 0.4, double gamma_before = 0.2, double rho_uni
   return {{"layers", out}, {"samples", 20}};
 }
 
+// results.boundaries as the topology analysis writes them, one boundary per community count.
+json boundaries(const std::vector<int64_t>& communities) {
+  json out = json::array();
+  for (size_t b = 0; b < communities.size(); ++b) {
+    BoundarySummary s;
+    s.index = static_cast<int64_t>(b), s.hook = fmt::format("blocks.{}.hook_resid_pre", b), s.depth = static_cast<double>(b);
+    s.leaving_map = fmt::format("blocks.{}.jac_attn", b), s.edges = 120, s.positive_edges = 100, s.negative_edges = 20;
+    s.communities = communities[b], s.community_sizes.assign(static_cast<size_t>(communities[b]), 4), s.cpm_quality = 0.3;
+    s.leiden_passes = 2, s.bridge_nodes = 1, s.participation = {0, 0.1, 0.2, 0.3, 0.4, 0.6};
+    s.gamma_scan = {{0.05, communities[b] + 1, 0.2, 0.8}};
+    out.push_back(s.to_json());
+  }
+  return out;
+}
+
 // Effective ranks as the jacobian analysis writes them, Roy–Vetterli `roy_vetterli` (the one the verdicts read).
 json ranks(double roy_vetterli) {
   EffectiveRanks e;
@@ -143,7 +158,7 @@ fs::path synthetic_analyze_dir(const std::string& name) {
   write_controls(dir, "jacobian", jacobian_control);
   write_part(dir / "init" / "seed-0" / "jacobian", "jacobian", jacobian_control("seed", 0), {{"surgery", false}},
              {"cumulative_effective_rank"});
-  write_part(dir / "topology", "topology", {{"boundaries", json::array({{{"communities", 3}}, {{"communities", 5}}})}}, json::object(),
+  write_part(dir / "topology", "topology", {{"boundaries", boundaries({3, 5})}}, json::object(),
              {"communities_vs_depth"});
   write_analyze_top(dir, {"power", "jacobian", "init", "topology", "particles"});
   json top = json::parse(read_file(dir / "results.json"));
@@ -705,7 +720,7 @@ TEST(Report, IterationVerdictsOfPower) {
 TEST(Report, CommunitiesJudgedAgainstTheirInitialisation) {
   const fs::path dir = test::scratch_dir("report_communities");
   auto verdict = [&](json similarity) {
-    json results = {{"boundaries", json::array({{{"communities", 3}}})}};
+    json results = {{"boundaries", boundaries({3})}};
     if (!similarity.is_null()) results["community_similarity"] = similarity;
     fs::remove_all(dir);
     write_part(dir / "topology", "topology", results, json::object(), {});
@@ -803,8 +818,8 @@ TopologyCoupling synthetic_coupling(int significant, int coupled, double sign_rh
   return c;
 }
 
-// The coupling as results.json holds it reads back whole; without a key the rules read, its claims are not computed
-// and name the key.
+// The coupling and a boundary's communities as results.json holds them read back whole; without a key the rules
+// read, their claims are not computed and name the key.
 TEST(Report, CouplingReadsBackWhatItWrote) {
   const TopologyCoupling written = synthetic_coupling(3, 2, -0.6, 0.01);
   const json j = json::parse(written.to_json().dump());
@@ -818,6 +833,12 @@ TEST(Report, CouplingReadsBackWhatItWrote) {
   EXPECT_TRUE(std::isnan(read.test.layers[5].complex_fraction));
   EXPECT_TRUE(std::isnan(read.test.rho_vs_symmetry));
   EXPECT_EQ(j["coupled_hooks"], json({"blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid"}));
+
+  const json boundary = boundaries({4})[0];
+  EXPECT_EQ(BoundarySummary::from_json(json::parse(boundary.dump())).to_json(), boundary);
+  json without_quantile = boundary;
+  without_quantile["participation"].erase("q90");
+  test::expect_error_contains([&] { BoundarySummary::from_json(without_quantile); }, "lacks 'q90'");
 
   const fs::path dir = test::scratch_dir("report_coupling_key");
   fs::remove_all(dir);
@@ -837,7 +858,7 @@ TEST(Report, CouplingReadsBackWhatItWrote) {
 // the initialisations' correlations.
 TEST(Report, CouplingJudgedAgainstTheInitialisation) {
   auto coupling = [](int coupled, double sign_rho, double sign_p) {
-    return json{{"boundaries", json::array({{{"communities", 3}}})},
+    return json{{"boundaries", boundaries({3})},
                 {"samples", 20},
                 {"coupling", synthetic_coupling(coupled + 1, coupled, sign_rho, sign_p).to_json()}};
   };

@@ -888,8 +888,8 @@ Measured measure_emergence(const json& topology) {
 
 Measured measure_communities(const json& topology) {
   std::vector<double> communities;
-  for (const json& b : array_at(topology, "/results/boundaries"))
-    if (auto n = number(b, "/communities")) communities.push_back(*n);
+  for (const json& b : list_at(object_at(topology, "results"), "boundaries"))
+    communities.push_back(static_cast<double>(BoundarySummary::from_json(b).communities));
   if (communities.empty()) return missing("");
   return shown(fmt::format("{} to {} communities over {} boundaries (median {})", *std::min_element(communities.begin(), communities.end()),
                            *std::max_element(communities.begin(), communities.end()), communities.size(), num(median(communities))),

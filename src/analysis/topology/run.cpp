@@ -263,6 +263,35 @@ nlohmann::json TopologyCoupling::to_json() const {
           {"rho_vs_symmetry_index", finite_or_null(test.rho_vs_symmetry)}, {"layers", layers}};
 }
 
+nlohmann::json BoundarySummary::to_json() const {
+  nlohmann::json scan = nlohmann::json::array(), quantiles = nlohmann::json::object();
+  for (const GammaScanEntry& e : gamma_scan)
+    scan.push_back({{"gamma", e.resolution}, {"communities", e.n_communities}, {"cpm_quality", e.quality}, {"nmi_with_main", e.nmi_with_main}});
+  for (size_t i = 0; i < participation.size(); ++i) quantiles[kParticipationQuantiles[i].first] = participation[i];
+  return {{"index", index}, {"hook", hook}, {"depth", depth}, {"leaving_map", leaving_map}, {"constant_units", constant_units},
+          {"edges", edges}, {"positive_edges", positive_edges}, {"negative_edges", negative_edges}, {"communities", communities},
+          {"community_sizes", community_sizes}, {"cpm_quality", cpm_quality}, {"leiden_passes", leiden_passes},
+          {"bridge_nodes", bridge_nodes}, {"participation", quantiles}, {"gamma_scan", scan}};
+}
+
+BoundarySummary BoundarySummary::from_json(const nlohmann::json& j) {
+  BoundarySummary s;
+  s.index = integer_at(j, "index"), s.hook = string_at(j, "hook"), s.depth = number_at(j, "depth");
+  s.leaving_map = string_at(j, "leaving_map"), s.constant_units = integer_at(j, "constant_units");
+  s.edges = integer_at(j, "edges"), s.positive_edges = integer_at(j, "positive_edges"), s.negative_edges = integer_at(j, "negative_edges");
+  s.communities = integer_at(j, "communities");
+  for (const nlohmann::json& size : list_at(j, "community_sizes")) {
+    if (!size.is_number_integer()) fail("results.json: 'community_sizes' holds {}, not a count", size.dump());
+    s.community_sizes.push_back(size.get<int64_t>());
+  }
+  s.cpm_quality = number_at(j, "cpm_quality"), s.leiden_passes = integer_at(j, "leiden_passes"), s.bridge_nodes = integer_at(j, "bridge_nodes");
+  const nlohmann::json& quantiles = object_at(j, "participation");
+  for (size_t i = 0; i < s.participation.size(); ++i) s.participation[i] = number_at(quantiles, kParticipationQuantiles[i].first);
+  for (const nlohmann::json& e : list_at(j, "gamma_scan"))
+    s.gamma_scan.push_back({number_at(e, "gamma"), integer_at(e, "communities"), number_at(e, "cpm_quality"), number_at(e, "nmi_with_main")});
+  return s;
+}
+
 TopologyCoupling TopologyCoupling::from_json(const nlohmann::json& j) {
   TopologyCoupling out;
   out.jacobian_pairs = integer_at(j, "jacobian_pairs");
@@ -290,23 +319,20 @@ TopologyCoupling TopologyCoupling::from_json(const nlohmann::json& j) {
 namespace {
 
 
-nlohmann::json boundary_json(const TopologyResult& r, size_t b) {
-  const auto& t = r.topology[b];
-  const auto& p = t.scores.participation;
+BoundarySummary summarize_boundary(const TopologyResult& r, size_t b) {
+  const BoundaryTopology& t = r.topology[b];
   const ResidualBoundary& boundary = r.boundaries[b];
-  nlohmann::json scan = nlohmann::json::array();
-  for (const auto& s : t.scan)
-    scan.push_back({{"gamma", s.resolution}, {"communities", s.n_communities}, {"cpm_quality", s.quality}, {"nmi_with_main", s.nmi_with_main}});
-  return {{"index", b}, {"hook", boundary.hook}, {"depth", depth_of(boundary)},
-          {"leaving_map", boundary.sublayer >= 0 ? sublayer_name(boundary.sublayer) : "none"},
-          {"constant_units", std::count(t.constant_unit.begin(), t.constant_unit.end(), true)},
-          {"edges", t.graph.edges.size()}, {"positive_edges", t.n_positive_edges}, {"negative_edges", t.n_negative_edges},
-          {"communities", t.partition.n_communities}, {"community_sizes", t.community_sizes},
-          {"cpm_quality", t.partition.quality}, {"leiden_passes", t.partition.passes},
-          {"bridge_nodes", t.n_bridge_nodes},
-          {"participation", {{"min", quantile(p, 0)}, {"q25", quantile(p, 0.25)}, {"median", quantile(p, 0.5)},
-                             {"q75", quantile(p, 0.75)}, {"q90", quantile(p, 0.9)}, {"max", quantile(p, 1)}}},
-          {"gamma_scan", scan}};
+  BoundarySummary s;
+  s.index = static_cast<int64_t>(b), s.hook = boundary.hook, s.depth = depth_of(boundary);
+  s.leaving_map = boundary.sublayer >= 0 ? sublayer_name(boundary.sublayer) : "none";
+  s.constant_units = std::count(t.constant_unit.begin(), t.constant_unit.end(), true);
+  s.edges = static_cast<int64_t>(t.graph.edges.size()), s.positive_edges = t.n_positive_edges, s.negative_edges = t.n_negative_edges;
+  s.communities = t.partition.n_communities, s.community_sizes = t.community_sizes, s.cpm_quality = t.partition.quality;
+  s.leiden_passes = t.partition.passes, s.bridge_nodes = t.n_bridge_nodes;
+  for (size_t i = 0; i < s.participation.size(); ++i)
+    s.participation[i] = quantile(t.scores.participation, BoundarySummary::kParticipationQuantiles[i].second);
+  s.gamma_scan = t.scan;
+  return s;
 }
 
 TopologyCoupling named_coupling(const TopologyResult& r) {
@@ -439,7 +465,7 @@ nlohmann::json options_json(const TopologyResult& r, const TopologyOptions& o) {
 
 nlohmann::json results_json(const TopologyResult& r) {
   nlohmann::json per_boundary = nlohmann::json::array();
-  for (size_t b = 0; b < r.boundaries.size(); ++b) per_boundary.push_back(boundary_json(r, b));
+  for (size_t b = 0; b < r.boundaries.size(); ++b) per_boundary.push_back(summarize_boundary(r, b).to_json());
   nlohmann::json results = {{"samples", r.n_samples}, {"tokens", r.n_tokens}, {"boundaries", per_boundary},
                             {"coupling", r.has_coupling ? named_coupling(r).to_json() : nlohmann::json(nullptr)},
                             {"drawn_boundary", r.boundaries[r.drawn_boundary].hook}};

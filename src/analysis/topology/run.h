@@ -6,6 +6,7 @@
 // results.json, .npy, .csv and figures.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -59,6 +60,29 @@ struct CommunityComparison {
   nlohmann::json to_json() const;
   // Throws Error naming a key that is absent or of the wrong type.
   static CommunityComparison from_json(const nlohmann::json& j);
+};
+
+// One entry of results.json's "boundaries": a residual boundary's graph and communities in numbers, which to_json
+// writes and from_json reads back (the report's verdicts). The memberships and scores themselves go to .npy.
+struct BoundarySummary {
+  int64_t index = 0;
+  std::string hook;
+  double depth = 0;                 // depth_of the boundary
+  std::string leaving_map;          // the sublayer map leaving it; "none" after the last layer
+  int64_t constant_units = 0;       // units without correlation, left out of the graph's edges
+  int64_t edges = 0, positive_edges = 0, negative_edges = 0;
+  int64_t communities = 0;
+  std::vector<int64_t> community_sizes;
+  double cpm_quality = 0;
+  int64_t leiden_passes = 0, bridge_nodes = 0;
+  std::array<double, 6> participation{};  // quantiles of the participation coefficient (kParticipationQuantiles)
+  std::vector<GammaScanEntry> gamma_scan;
+
+  static constexpr std::array<std::pair<const char*, double>, 6> kParticipationQuantiles = {
+      {{"min", 0}, {"q25", 0.25}, {"median", 0.5}, {"q75", 0.75}, {"q90", 0.9}, {"max", 1}}};
+  nlohmann::json to_json() const;
+  // Throws Error naming a key that is absent or of the wrong type.
+  static BoundarySummary from_json(const nlohmann::json& j);
 };
 
 // results.json's "coupling": the coupling test across the sublayer maps under the maps' names, which to_json writes and
