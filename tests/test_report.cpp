@@ -521,6 +521,9 @@ TEST(Report, PowerRecordsReadBackWhatTheyWrote) {
   broken["perturbed"]["regime"] = "spiral";
   test::expect_error_contains([&] { BipartiteTest::from_json(broken); }, "'spiral'");
   broken = layer["dynamics_F"];
+  broken["histogram"][3] = "ten";
+  test::expect_error_contains([&] { AlignmentStats::from_json(broken); }, "'histogram' holds \"ten\", not a count");
+  broken = layer["dynamics_F"];
   broken.erase("rho_unique");
   test::expect_error_contains([&] { AlignmentStats::from_json(broken); }, "lacks 'rho_unique'");
   broken = layer["F"];

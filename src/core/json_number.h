@@ -65,4 +65,32 @@ inline const nlohmann::json& list_at(const nlohmann::json& j, const char* key) {
   return v;
 }
 
+// The list under `key` whose every entry `accepts` (else an Error naming the key and `what` the entry should be),
+// each read by `value`.
+template <class T, class Accepts, class Value>
+std::vector<T> entries_at(const nlohmann::json& j, const char* key, const char* what, Accepts accepts, Value value) {
+  std::vector<T> out;
+  for (const nlohmann::json& v : list_at(j, key)) {
+    if (!accepts(v)) fail("results.json: '{}' holds {}, not {}", key, v.dump(), what);
+    out.push_back(value(v));
+  }
+  return out;
+}
+
+// Lists of counts, of numbers (null: NaN, as written) and of flags.
+inline std::vector<int64_t> integers_at(const nlohmann::json& j, const char* key) {
+  return entries_at<int64_t>(j, key, "a count", [](const nlohmann::json& v) { return v.is_number_integer(); },
+                             [](const nlohmann::json& v) { return v.get<int64_t>(); });
+}
+
+inline std::vector<double> numbers_at(const nlohmann::json& j, const char* key) {
+  return entries_at<double>(j, key, "a number", [](const nlohmann::json& v) { return v.is_number() || v.is_null(); },
+                            [](const nlohmann::json& v) { return v.is_null() ? NAN : v.get<double>(); });
+}
+
+inline std::vector<bool> booleans_at(const nlohmann::json& j, const char* key) {
+  return entries_at<bool>(j, key, "true or false", [](const nlohmann::json& v) { return v.is_boolean(); },
+                          [](const nlohmann::json& v) { return v.get<bool>(); });
+}
+
 }  // namespace tdyn

@@ -276,28 +276,14 @@ nlohmann::json TopologyCheckpoint::to_json() const {
 }
 
 TopologyCheckpoint TopologyCheckpoint::from_json(const nlohmann::json& j) {
-  const auto flags = [](const nlohmann::json& in, const char* key) {
-    std::vector<bool> out;
-    for (const nlohmann::json& f : list_at(in, key)) {
-      if (!f.is_boolean()) fail("results.json: an entry of '{}' is {}, not true or false", key, f.type_name());
-      out.push_back(f.get<bool>());
-    }
-    return out;
-  };
   TopologyCheckpoint s;
   s.label = string_at(j, "label"), s.path = string_at(j, "path"), s.results_dir = string_at(j, "results_dir");
-  for (const nlohmann::json& n : list_at(j, "communities")) {
-    if (!n.is_number_integer()) fail("results.json: an entry of 'communities' is {}, not a count", n.type_name());
-    s.n_communities.push_back(n.get<int64_t>());
-  }
+  s.n_communities = integers_at(j, "communities");
   const nlohmann::json& coupling = value_at(j, "coupling");
   s.has_coupling = !coupling.is_null();
   if (!s.has_coupling) return s;
-  for (const nlohmann::json& rho : list_at(coupling, "rho")) {
-    if (!rho.is_number() && !rho.is_null()) fail("results.json: an entry of 'rho' is {}, not a number", rho.type_name());
-    s.coupling_rho.push_back(rho.is_null() ? NAN : rho.get<double>());  // null: NaN, as written
-  }
-  s.coupling_significant = flags(coupling, "significant"), s.coupling_coupled = flags(coupling, "coupled");
+  s.coupling_rho = numbers_at(coupling, "rho");
+  s.coupling_significant = booleans_at(coupling, "significant"), s.coupling_coupled = booleans_at(coupling, "coupled");
   s.significant_row_gain = integer_at(coupling, "significant_layers_row_gain");
   if (s.coupling_significant.size() != s.coupling_rho.size() || s.coupling_coupled.size() != s.coupling_rho.size())
     fail("results.json: a checkpoint's coupling lists have {} ρ, {} significant and {} coupled flags", s.coupling_rho.size(),

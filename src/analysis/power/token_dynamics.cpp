@@ -97,10 +97,7 @@ AlignmentStats AlignmentStats::from_json(const nlohmann::json& j) {
   a.rho = number_at(j, "rho"), a.increases = integer_at(j, "increases"), a.p_value = number_at(j, "p_value");
   const nlohmann::json& q = object_at(j, "quantiles");
   for (double level : kQuantileLevels) a.quantiles.push_back(number_at(q, fmt::format("{:g}", level).c_str()));
-  for (const nlohmann::json& count : list_at(j, "histogram")) {
-    if (!count.is_number_integer()) fail("results.json: 'histogram' holds {}, not a count", count.dump());
-    a.histogram.push_back(count.get<int64_t>());
-  }
+  a.histogram = integers_at(j, "histogram");
   a.unique_tokens = integer_at(j, "unique_tokens"), a.rho_unique = number_at(j, "rho_unique");
   a.samples_above = integer_at(j, "samples_above"), a.samples_below = integer_at(j, "samples_below");
   a.p_value_samples = number_at(j, "p_value_samples");

@@ -280,10 +280,7 @@ BoundarySummary BoundarySummary::from_json(const nlohmann::json& j) {
   s.leaving_map = string_at(j, "leaving_map"), s.constant_units = integer_at(j, "constant_units");
   s.edges = integer_at(j, "edges"), s.positive_edges = integer_at(j, "positive_edges"), s.negative_edges = integer_at(j, "negative_edges");
   s.communities = integer_at(j, "communities");
-  for (const nlohmann::json& size : list_at(j, "community_sizes")) {
-    if (!size.is_number_integer()) fail("results.json: 'community_sizes' holds {}, not a count", size.dump());
-    s.community_sizes.push_back(size.get<int64_t>());
-  }
+  s.community_sizes = integers_at(j, "community_sizes");
   s.cpm_quality = number_at(j, "cpm_quality"), s.leiden_passes = integer_at(j, "leiden_passes"), s.bridge_nodes = integer_at(j, "bridge_nodes");
   const nlohmann::json& quantiles = object_at(j, "participation");
   for (size_t i = 0; i < s.participation.size(); ++i) s.participation[i] = number_at(quantiles, kParticipationQuantiles[i].first);
