@@ -1,6 +1,7 @@
 """Compares two trees of tdyn results directories (scripts/compare-builds.sh): the same files, arrays, tables and
 checkpoints byte for byte, results.json equal once each tree's own path, the command lines, start times and
-timings are taken out, and the report's text equal apart from those. Prints each difference, then a summary line;
+timings are taken out, pass files equal but for that path in their header, and the report's text equal apart
+from those. Prints each difference, then a summary line;
 exits 1 when anything differs.
 
     compare_results.py BEFORE AFTER [--rtol R [--atol A]]
@@ -96,6 +97,17 @@ def first_difference(a, b, path="", tol=None):
     return None if a == b else f"{path}: {a!r:.80} vs {b!r:.80}"
 
 
+def pass_parts(data, root):
+    """A pass file (analysis/pass/file.h) as its header, with the tree's own path taken out, and its sections' bytes:
+    a pass of a model written inside the tree (analyze's initialisations) names that path in its header."""
+    magic, header_at = b"TDYNPASS", 8 + 4 + 8
+    if not data.startswith(magic) or len(data) < header_at:
+        return None
+    size = int.from_bytes(data[12:header_at], "little")
+    header = data[header_at:header_at + size].replace(bytes(root), b"DIR")
+    return header, data[header_at + size + 8:]  # past the header's checksum, which covers the path
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description="Compares two trees of tdyn results directories.")
     parser.add_argument("before")
@@ -114,6 +126,8 @@ def main(argv):
         a, b = (before / name).read_bytes(), (after / name).read_bytes()
         if name.suffix == ".json" or name.suffix in (".html", ".log", ".svg"):
             a, b = a.replace(bytes(before), b"DIR"), b.replace(bytes(after), b"DIR")
+        elif name.suffix == ".tdynpass":
+            a, b = pass_parts(a, before) or a, pass_parts(b, after) or b
         if a == b:
             continue
         if name.suffix == ".html":
