@@ -515,12 +515,11 @@ Measured measure_rotation(const json& power) {
 // Rank-1 steering of the last layer at the sweep's largest scale: the final tokens' mean alignment with u.
 Measured measure_steering(const json& power) {
   const json& results = object_at(power, "results");
-  if (!results.contains("steering") || list_at(results["steering"], "points").empty()) return missing("no steering sweep (power --no-steer)");
-  const json& steering = results["steering"];
-  const json& points = list_at(steering, "points");
-  const SteeringPoint last = SteeringPoint::from_json(points.back());
+  const auto steering = results.find("steering");
+  if (steering == results.end() || list_at(*steering, "points").empty()) return missing("no steering sweep (power --no-steer)");
+  const SteeringPoint last = SteeringPoint::from_json(list_at(*steering, "points").back());
   std::vector<double> controls;
-  for (const json& k : list_at(steering, "controls")) controls.push_back(SteeringControl::from_json(k).mean_alignment_with_u);
+  for (const json& k : list_at(*steering, "controls")) controls.push_back(SteeringControl::from_json(k).mean_alignment_with_u);
   return measured(fmt::format("at c = {}·|λ₁| the final tokens' mean alignment with u is {} (least {}); along random directions ⊥ u "
                               "with a perturbation as large: {}",
                               num(last.scale), num(last.mean_alignment), num(last.min_alignment), controls.empty() ? kNotComputed : list(controls)),

@@ -315,7 +315,6 @@ TopologyCoupling TopologyCoupling::from_json(const nlohmann::json& j) {
 
 namespace {
 
-
 BoundarySummary summarize_boundary(const TopologyResult& r, size_t b) {
   const BoundaryTopology& t = r.topology[b];
   const ResidualBoundary& boundary = r.boundaries[b];
