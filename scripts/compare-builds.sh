@@ -7,7 +7,7 @@
 # With --rtol, files whose numbers agree to that tolerance are listed apart, with their worst number
 # (scripts/compare_results.py): for a change that may move results by round-off.
 # One thread each, so that BLAS sums in the same order. Needs ../shared (or $TDYN_SHARED) with stories260K,
-# the llama and albert fixtures and WikiText-2.
+# the llama, albert, bert, olmo3 and gemma4 fixtures (one family per norm placement) and WikiText-2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { sed -n 2,8p "$0" >&2; exit 2; }
@@ -17,16 +17,22 @@ mkdir -p "$work"
 shared=${TDYN_SHARED:-$(realpath ../shared)}
 stories=$shared/models/stories260K/stories260K.bin
 corpus=$shared/data/wikitext-2/wiki.test.raw
-for f in "$stories" "$corpus" "$shared/fixtures/llama" "$shared/fixtures/albert"; do
+fixtures=$shared/fixtures
+for f in "$stories" "$corpus" "$fixtures"/{llama,albert,bert,olmo3,gemma4}; do
   [ -e "$f" ] || { echo "compare-builds: $f is missing (set TDYN_SHARED)" >&2; exit 2; }
 done
 inputs="--data $corpus --samples 12 --max-len 24"
 runs=(
   "analyze $stories $inputs --particles-tokens 8 --particles-T 2"
   "power $stories $inputs --save-matrices --iterate-layer 2 --iterations 40 --steer-scales 0,1,100"
-  "power $shared/fixtures/albert --ids 2,14,9,31,7,22,3 --mode attn-only-l2 --no-residual --steer token:5"
+  "power $fixtures/albert --ids 2,14,9,31,7,22,3 --mode attn-only-l2 --no-residual --steer token:5"
   "jacobian $stories $inputs --surgery --cumulative both --positions all"
-  "jacobian $shared/fixtures/llama --ids 1,5,9,12,7,3,2 --min-len 1 --compare $shared/fixtures/llama"
+  "jacobian $fixtures/llama --ids 1,5,9,12,7,3,2 --min-len 1 --compare $fixtures/llama"
+  "jacobian $fixtures/gemma4 --ids 2,14,9,31,7,22,3 --min-len 1 --cumulative both --positions all"
+  "jacobian $fixtures/olmo3 --ids 2,14,9,31,7,22,3 --min-len 1 --positions all --ablate blocks.0.hook_mlp_out"
+  "jacobian $fixtures/bert --ids 2,14,9,31,7,22,3 --min-len 1 --positions all --ablate blocks.1.attn.hook_z:heads=0"
+  "power $fixtures/olmo3 --ids 2,14,9,31,7,22,3 --no-residual"
+  "power $fixtures/gemma4 --ids 2,14,9,31,7,22,3"
   "topology $stories $inputs --gamma-scan 0.02,0.1 --save-correlations --save-jacobians --random-init"
   "particles --preset polytope"
   "particles --from-model $stories --layer 1 --head 2 --data $corpus --n 12 --T 3"

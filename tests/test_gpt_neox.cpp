@@ -333,15 +333,16 @@ TEST(NeoxCli, InfoRunJacobianPower) {
       << err;
   const nlohmann::json jac = nlohmann::json::parse(read_file(out / "jac" / "results.json"));
   ASSERT_EQ(jac["results"]["models"][0]["depths"].size(), 6u);
-  // The default path sums the structured Jacobians in a shared pass: the same means and chain.
+  // The default path sums the structured Jacobians in a shared pass: the same means and chain, to float32 round-off
+  // (the pass stacks the samples' rows into one product, whose float32 sums the host's BLAS may round by shape).
   ASSERT_EQ(test::run_cli(fmt::format("jacobian {} --data {} --samples 3 --max-len 12 --out {} --quiet", model.string(),
                                       (out / "samples.ids").string(), (out / "jac_pass").string()),
                           &stdout_text, &err),
             0)
       << err;
   for (const char* file : {"mean_jacobians.npy", "cumulative_products.npy"})
-    test::expect_close(read_npy(out / "jac_pass" / file).as_double(), read_npy(out / "jac" / file).as_double(), 1e-9,
-                       1e-12, std::string("pass vs in-memory ") + file);
+    test::expect_close(read_npy(out / "jac_pass" / file).as_double(), read_npy(out / "jac" / file).as_double(), 1e-5,
+                       1e-5, std::string("pass vs in-memory ") + file);
 
   // The family's random initialisation loads and runs.
   ASSERT_EQ(test::run_cli(fmt::format("init {} --seed 3 --out {}", model.string(), (out / "init").string()), &stdout_text, &err), 0)

@@ -156,8 +156,8 @@ TEST_F(StoriesPass, FailedTemporaryPassLeavesNoFiles) {
 // inputs (Gemma 4), and for every other family: the pass's mean Jacobians and correlations equal those of whole
 // forward passes (JacobianModel::run and mean_jacobians, the reference path) — to float64 round-off when each sample
 // is a chunk of its own, to float32 round-off when a chunk's samples run their MLP steps as one product (whose
-// float32 sums the product's shape may round differently; the more rows, the more such differences reach the Jacobians
-// of the last layers through the states). One chunk of all 24 samples has more Jacobian positions (about 300) than
+// float32 sums the host's BLAS may round differently by the product's shape, so that they reach the Jacobians of the
+// last layers through the states: on one AVX-512 host, 6e-6 of the largest entry with chunks of 5). One chunk of all 24 samples has more Jacobian positions (about 300) than
 // one slice makes input projections for, so it is measured in two slices.
 TEST(FixturePass, LayerMajorEqualsWholeForwardPasses) {
   // llama/bf16: the pass reads each layer's float32 copy (with_float32_layer), whole forward passes the bf16 rows.
@@ -180,7 +180,7 @@ TEST(FixturePass, LayerMajorEqualsWholeForwardPasses) {
       int64_t chunk;
       double tolerance, jacobian_tolerance;
     };
-    for (const auto& [chunk, tolerance, jacobian_tolerance] : {Run{1, 1e-12, 1e-10}, Run{5, 1e-5, 1e-6}, Run{24, 1e-5, 3e-5}}) {
+    for (const auto& [chunk, tolerance, jacobian_tolerance] : {Run{1, 1e-12, 1e-10}, Run{5, 1e-5, 3e-5}, Run{24, 1e-5, 3e-5}}) {
       spec.chunk = chunk;
       const std::string what = fmt::format("{}, chunks of {}, ", name, chunk);
       const PassFile pass = run_pass(*transformer, &jacobians, samples, spec, {});

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/heap.h"
+#include "model/block.h"
 #include "model/finite.h"
 #include "kernels/products.h"
 #include "kernels/team.h"
@@ -33,19 +34,57 @@ void edit_hook(ActivationCache* hooks, int64_t layer, const char* name, int64_t 
   if (hooks) hooks->edit_and_capture(block_hook(layer, name), start, data, std::move(shape));
 }
 
-// One residual step around a sublayer output f [n, d] (the output projection incl. bias), by norm placement:
-// Pre and PostResidual add f itself; PostSublayer and Sandwich add post_norm(f) (HF Olmo3 / Gemma 4
-// post_*_layernorm); PostResidual then normalises the sum (BERT/ALBERT Add & LayerNorm). What is added is offered
-// as the writable hook `added_hook` (hook_attn_out, hook_mlp_out) before it is added.
-void residual_step(const ModelConfig& c, Tensor& x, Tensor f, const Norm& post_norm, ActivationCache* hooks,
-                   int64_t layer, const char* added_hook, int64_t start) {
-  const int64_t n = x.dim(0), d = x.dim(1);
-  if (c.norm_placement == NormPlacement::PostSublayer || c.norm_placement == NormPlacement::Sandwich)
-    apply_norm(c.norm, f.ptr(), n, d, post_norm, c.norm_eps, f.ptr());
-  edit_hook(hooks, layer, added_hook, start, f.ptr(), {n, d});
-  add_inplace(x.ptr(), f.ptr(), x.size());
-  if (c.norm_placement == NormPlacement::PostResidual) apply_norm(c.norm, x.ptr(), n, d, post_norm, c.norm_eps, x.ptr());
-}
+// block.h's layer step on float32 rows [n, d] of one layer: the pre-norms capture ln1 / ln2.hook_normalized, and
+// what a residual step adds is the writable hook hook_attn_out / hook_mlp_out.
+class RowsStep {
+ public:
+  using Value = Tensor;
+  RowsStep(const ModelConfig& c, const LayerWeights& w, int64_t layer, int64_t start, ActivationCache* hooks,
+           float output_scale = 1, const float* per_layer_input = nullptr)
+      : c_(c), w_(w), layer_(layer), start_(start), hooks_(hooks), output_scale_(output_scale),
+        per_layer_input_(per_layer_input) {}
+
+  const ModelConfig& config() const { return c_; }
+  const LayerWeights& weights() const { return w_; }
+  void norm(const Tensor& in, Tensor& out, block::NormSite site) const {
+    if (&out != &in) out = Tensor(in.shape);
+    apply_norm(block::norm_kind(c_, site), in.ptr(), in.dim(0), in.dim(1), block::norm_weights(w_, site), c_.norm_eps,
+               out.ptr());
+    if (site == block::NormSite::AttnPre) hook(hooks_, layer_, "ln1.hook_normalized", out.ptr(), out.shape);
+    if (site == block::NormSite::MlpPre) hook(hooks_, layer_, "ln2.hook_normalized", out.ptr(), out.shape);
+  }
+  void added(Tensor& f, Sublayer which) const {
+    edit_hook(hooks_, layer_, which == Sublayer::Attention ? "hook_attn_out" : "hook_mlp_out", start_, f.ptr(), f.shape);
+  }
+  void add(Tensor& x, const Tensor& y) const { add_inplace(x.ptr(), y.ptr(), x.size()); }
+  Tensor linear(const Linear& l, const Tensor& x) const {
+    Tensor y({x.dim(0), l.out});
+    l.apply(x.ptr(), x.dim(0), y.ptr());
+    return y;
+  }
+  void gate_by_per_layer_input(Tensor& g) const {
+    TDYN_CHECK(per_layer_input_ != nullptr);
+    const int64_t P = g.dim(1);
+    for (int64_t i = 0; i < g.dim(0); ++i) {
+      const float* input = per_layer_input_ + i * P;
+      for (int64_t j = 0; j < P; ++j) g.row(i)[j] = activate(c_.activation, g.row(i)[j]) * input[j];
+    }
+  }
+  void capture(const Tensor& x, const char* name) const { hook(hooks_, layer_, name, x.ptr(), x.shape); }
+  double output_scale() const { return output_scale_; }
+  void scale(Tensor& x, double s) const {
+    const float f = static_cast<float>(s);
+    for (float& v : x.data) v *= f;
+  }
+
+ private:
+  const ModelConfig& c_;
+  const LayerWeights& w_;
+  int64_t layer_, start_;
+  ActivationCache* hooks_;
+  float output_scale_;
+  const float* per_layer_input_;  // [n, d_per_layer] (Gemma 4) or null
+};
 
 // `value` rounded to a checkpoint dtype, as torch's `scale.to(weight.dtype)` does (round to nearest even).
 float round_to_dtype(double value, DType dtype) {
@@ -230,13 +269,9 @@ Transformer::AttentionProjections Transformer::project_qkv(int64_t l, const Tens
 }
 
 Transformer::AttentionProjections Transformer::attention_in(int64_t l, const Tensor& x, ActivationCache* hooks) const {
-  const ModelConfig& c = config();
-  if (!has_pre_norm(c.norm_placement)) return project_qkv(l, x);
-  const int64_t n = x.dim(0), d = c.d_model;
-  Tensor h({n, d});  // normalised stream
-  apply_norm(c.norm, x.ptr(), n, d, model_->weights.layers[l].attn_norm, c.norm_eps, h.ptr());
-  hook(hooks, l, "ln1.hook_normalized", h.ptr(), {n, d});
-  return project_qkv(l, h);
+  const RowsStep step(config(), model_->weights.layers[l], l, 0, hooks);
+  Tensor normed;
+  return project_qkv(l, block::sublayer_input(step, Sublayer::Attention, x, normed));
 }
 
 Tensor Transformer::attention_mix(int64_t l, AttentionProjections p, int64_t start, KVCache* cache, ActivationCache* hooks) const {
@@ -299,13 +334,13 @@ Tensor Transformer::project_out(int64_t l, const Tensor& z, int64_t start, Activ
 }
 
 void Transformer::attention_out(int64_t l, Tensor& x, const Tensor& z, int64_t start, ActivationCache* hooks) const {
-  const ModelConfig& c = config();
-  const int64_t n = x.dim(0), d = c.d_model;
-  residual_step(c, x, project_out(l, z, start, hooks), model_->weights.layers[l].attn_post_norm, hooks, l,
-                "hook_attn_out", start);
+  const RowsStep step(config(), model_->weights.layers[l], l, start, hooks);
+  Tensor f = project_out(l, z, start, hooks);
+  block::sublayer_output(step, Sublayer::Attention, f, &x);
+  x = std::move(f);
   check_finite(x, start, l, "hook_resid_mid",
                "the attention step's residual add or post-norm (the attention output was finite)");
-  edit_hook(hooks, l, "hook_resid_mid", start, x.ptr(), {n, d});
+  edit_hook(hooks, l, "hook_resid_mid", start, x.ptr(), x.shape);
 }
 
 Tensor Transformer::attention(int64_t l, const Tensor& input, int64_t start, KVCache* cache, ActivationCache* hooks) const {
@@ -342,48 +377,19 @@ void Transformer::attention_block(int64_t l, Tensor& x, int64_t start, KVCache* 
 
 void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, ActivationCache* hooks,
                             int64_t start, const Tensor* resid_pre) const {
-  const ModelConfig& c = config();
-  const LayerWeights& L = model_->weights.layers[l];
-  const int64_t n = x.dim(0), d = c.d_model;
   // A parallel block's MLP reads the layer's input, not the stream after attention.
   if (mlp_reads_layer_input() && (!resid_pre || resid_pre->shape != x.shape))
     fail("layer {} is a parallel-residual block: its MLP step needs the layer's input (hook_resid_pre)", l);
   const Tensor& input = mlp_reads_layer_input() ? *resid_pre : x;
-  Tensor f;
-  if (has_pre_norm(c.norm_placement)) {
-    Tensor h({n, d});
-    apply_norm(c.norm, input.ptr(), n, d, L.mlp_norm, c.norm_eps, h.ptr());
-    hook(hooks, l, "ln2.hook_normalized", h.ptr(), {n, d});
-    f = mlp(l, h, hooks, start);
-  } else {
-    f = mlp(l, input, hooks, start);
-  }
-  residual_step(c, x, std::move(f), L.mlp_post_norm, hooks, l, "hook_mlp_out", start);
-
-  if (c.d_per_layer_input > 0) {
-    // Gemma4TextDecoderLayer, after the MLP residual: x += post_per_layer_input_norm(per_layer_projection(
-    //   act(per_layer_input_gate(x)) * per_layer_input[:, layer]))
-    TDYN_CHECK(per_layer_input != nullptr);
-    hook(hooks, l, "hook_resid_after_mlp", x.ptr(), {n, d});
-    const int64_t P = c.d_per_layer_input;
-    Tensor gate({n, P});  // [pos, d_per_layer]
-    L.ple_gate.apply(x.ptr(), n, gate.ptr());
-    for (int64_t i = 0; i < n; ++i) {
-      const float* input = per_layer_input + i * P;
-      for (int64_t j = 0; j < P; ++j) gate.row(i)[j] = activate(c.activation, gate.row(i)[j]) * input[j];
-    }
-    Tensor branch({n, d});
-    L.ple_proj.apply(gate.ptr(), n, branch.ptr());
-    rms_norm(branch.ptr(), n, d, L.ple_post_norm, c.norm_eps, branch.ptr());
-    hook(hooks, l, "hook_ple_out", branch.ptr(), {n, d});
-    add_inplace(x.ptr(), branch.ptr(), x.size());
-    hook(hooks, l, "hook_resid_after_ple", x.ptr(), {n, d});
-  }
-  if (const float s = layer_output_scale(l); s != 1)
-    for (float& v : x.data) v *= s;
+  const RowsStep step(config(), model_->weights.layers[l], l, start, hooks, layer_output_scale(l), per_layer_input);
+  Tensor normed;
+  Tensor f = mlp(l, block::sublayer_input(step, Sublayer::Mlp, input, normed), hooks, start);
+  block::sublayer_output(step, Sublayer::Mlp, f, &x);
+  x = std::move(f);
+  block::finish_layer(step, x);
   check_finite(x, start, l, "hook_resid_post",
                "the MLP step's residual add, post-norm, per-layer-input branch or layer scalar (the MLP output was finite)");
-  edit_hook(hooks, l, "hook_resid_post", start, x.ptr(), {n, d});
+  edit_hook(hooks, l, "hook_resid_post", start, x.ptr(), x.shape);
 }
 
 bool Transformer::mlp_reads_layer_input() const { return config().parallel_residual; }
@@ -403,20 +409,11 @@ void Transformer::layer_step(int64_t l, Tensor& x, int64_t start, KVCache* cache
 
 Tensor Transformer::sublayer_without_residual(int64_t l, Sublayer which, const Tensor& x, int64_t start,
                                               KVCache* cache, ActivationCache* hooks) const {
-  const ModelConfig& c = config();
-  const LayerWeights& L = model_->weights.layers[l];
-  const bool attn = which == Sublayer::Attention;
-  const int64_t n = x.dim(0), d = c.d_model;
-  Tensor input = x;
-  if (has_pre_norm(c.norm_placement)) apply_norm(c.norm, x.ptr(), n, d, attn ? L.attn_norm : L.mlp_norm, c.norm_eps, input.ptr());
-  Tensor f = attn ? attention(l, input, start, cache, hooks) : mlp(l, input, hooks, start);
-  // The post-norm around f, with the hook where residual_step offers it: after a post-sublayer norm, before a
-  // post-residual one.
-  const Norm& post_norm = attn ? L.attn_post_norm : L.mlp_post_norm;
-  const bool post_residual = c.norm_placement == NormPlacement::PostResidual;
-  if (has_post_norm(c.norm_placement) && !post_residual) apply_norm(c.norm, f.ptr(), n, d, post_norm, c.norm_eps, f.ptr());
-  edit_hook(hooks, l, attn ? "hook_attn_out" : "hook_mlp_out", start, f.ptr(), {n, d});
-  if (post_residual) apply_norm(c.norm, f.ptr(), n, d, post_norm, c.norm_eps, f.ptr());
+  const RowsStep step(config(), model_->weights.layers[l], l, start, hooks);
+  Tensor normed;
+  const Tensor& input = block::sublayer_input(step, which, x, normed);
+  Tensor f = which == Sublayer::Attention ? attention(l, input, start, cache, hooks) : mlp(l, input, hooks, start);
+  block::sublayer_output(step, which, f, static_cast<const Tensor*>(nullptr));
   return f;
 }
 

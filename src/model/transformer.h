@@ -3,7 +3,8 @@
 // chunk against a KV cache. Activations are exposed through an optional ActivationCache (model/hooks.h).
 //
 // A layer is two (Gemma 4: three) residual steps, each a named public function so that analyses can run one
-// sublayer on inputs of their choice:
+// sublayer on inputs of their choice. Their wiring (norm placement, residual, per-layer-input branch, layer scalar)
+// is model/block.h's, shared with the Jacobians' float64 reference:
 //   attention_block:  resid_pre -> resid_mid   (pre-norm, attention, post-norm, residual add, per NormPlacement)
 //   mlp_block:        resid_mid -> resid_post  (likewise; Gemma 4 adds its per-layer-input branch and output scale)
 // A parallel-residual block (GPT-NeoX) runs the same two steps, but its MLP reads the

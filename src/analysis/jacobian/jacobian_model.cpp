@@ -1,7 +1,9 @@
 // Exact sublayer Jacobians (structured factors, made dense in closed form, and the batched-JVP reference) and
-// their structured mean; see jacobian_model.h for the definitions. Every op below follows model/transformer.cpp and
-// model/ops.cpp step by step, in float64; the activations, the norms' statistics and RoPE's rotations are the forward
-// pass's own formulas (model/op_formulas.h) on double.
+// their structured mean; see jacobian_model.h for the definitions. The layer's wiring (the norms around each
+// sublayer, the residual, Gemma 4's per-layer-input branch, the layer scalar) is model/block.h's, which the forward
+// pass runs too; the sublayers follow model/transformer.cpp and model/ops.cpp step by step, in float64, and the
+// activations, the norms' statistics and RoPE's rotations are the forward pass's own formulas (model/op_formulas.h)
+// on double.
 #include "analysis/jacobian/jacobian_model.h"
 
 #include <cmath>
@@ -12,6 +14,7 @@
 #include "core/error.h"
 #include "kernels/serial_blas.h"
 #include "linalg/gemm.h"
+#include "model/block.h"
 #include "model/op_formulas.h"
 #include "model/ops.h"
 
@@ -168,8 +171,6 @@ void rope_inplace(RopeStyle style, const std::vector<double>& inv_freq, Dual& x,
   }
 }
 
-Dual add(const Dual& x, const Dual& y) { return {x.v + y.v, x.t + y.t}; }
-
 Vector row64(const Tensor& t, int64_t r) {
   return Eigen::Map<const Eigen::VectorXf>(t.row(r), t.shape.back()).cast<double>();
 }
@@ -280,30 +281,53 @@ Vector JacobianModel::output(const SequenceState& s, int64_t layer, Sublayer whi
 
 namespace {
 
-// One residual step around a sublayer output f (transformer.cpp residual_step), with the post-norm's Jacobian
-// factors when asked. `zeroed`: what is added (hook_attn_out / hook_mlp_out, after a post-sublayer norm) is 0.
-Dual residual_step(const ModelConfig& c, const Dual& x, Dual f, const DenseNorm& post_norm, NormJacobian* post,
-                   bool zeroed) {
-  if (zeroed) {
-    f.v.setZero();
-    f.t.setZero();
-    if (c.norm_placement != NormPlacement::PostResidual) return add(x, f);
+// block.h's layer step on one position's vector carrying its tangents: each norm fills its Jacobian factors where
+// they are asked for, a zeroed sublayer (ZeroedParts) adds 0, and nothing is captured.
+struct TangentStep {
+  using Value = Dual;
+  const ModelConfig& c;
+  const JacobianModel::Weights& w;
+  const ZeroedParts::Layer& zeroed;
+  NormJacobian* pre = nullptr;       // the pre-norm's factors, when asked for
+  NormJacobian* post = nullptr;      // the post-norm's
+  NormJacobian* ple_post = nullptr;  // the per-layer-input branch's norm's
+  const float* per_layer_input = nullptr;  // [d_per_layer] at this position (Gemma 4)
+  MlpTrace* trace = nullptr;               // receives the branch's gate pre-activation and input
+
+  const ModelConfig& config() const { return c; }
+  const JacobianModel::Weights& weights() const { return w; }
+  void norm(const Dual& in, Dual& out, block::NormSite site) const {
+    if (&out != &in) out = in;
+    NormJacobian* factors = site == block::NormSite::PerLayerInputPost ? ple_post
+                            : site == block::NormSite::AttnPre || site == block::NormSite::MlpPre ? pre
+                                                                                                  : post;
+    norm_inplace(block::norm_kind(c, site), block::norm_weights(w, site), c.norm_eps, out, factors);
   }
-  switch (c.norm_placement) {
-    case NormPlacement::Pre:
-      return add(x, f);
-    case NormPlacement::PostSublayer:
-    case NormPlacement::Sandwich:
-      norm_inplace(c.norm, post_norm, c.norm_eps, f, post);
-      return add(x, f);
-    case NormPlacement::PostResidual: {
-      Dual y = add(x, f);
-      norm_inplace(c.norm, post_norm, c.norm_eps, y, post);
-      return y;
+  void added(Dual& f, Sublayer which) const {
+    if (which == Sublayer::Attention ? zeroed.attn_out : zeroed.mlp_out) {
+      f.v.setZero();
+      f.t.setZero();
     }
   }
-  return add(x, f);
-}
+  void add(Dual& x, const Dual& y) const {
+    x.v += y.v;
+    x.t += y.t;
+  }
+  Dual linear(const DenseLinear& l, const Dual& x) const { return tdyn::linear(l, x); }
+  void gate_by_per_layer_input(Dual& g) const {
+    TDYN_CHECK(per_layer_input != nullptr);
+    const Vector input = Eigen::Map<const Eigen::VectorXf>(per_layer_input, g.v.size()).cast<double>();
+    if (trace) trace->ple_gate_pre = g.v, trace->ple_input = input;
+    g.t = g.v.unaryExpr([&](double x) { return activation_derivative(c.activation, x); }).cwiseProduct(input).asDiagonal() * g.t;
+    g.v = g.v.unaryExpr([&](double x) { return activation(c.activation, x); }).cwiseProduct(input);
+  }
+  void capture(const Dual&, const char*) const {}
+  double output_scale() const { return w.output_scale; }
+  void scale(Dual& x, double s) const {
+    x.v *= s;
+    x.t *= s;
+  }
+};
 
 // The attention step's query at `pos`, and its own key and value where the layer makes them, from the pre-normed
 // input h: projections (or the `projected` ones), QK-/V-norms and RoPE.
@@ -360,8 +384,9 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
   const int64_t m = x.t.cols();
   const bool own = lc.kv_source == layer;
 
-  Dual h = x;  // sublayer input [d]
-  if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, W.attn_norm, c.norm_eps, h, trace ? &trace->pre : nullptr);
+  const TangentStep step{c, W, zeroed, trace ? &trace->pre : nullptr, post};
+  Dual normed;
+  const Dual& h = block::sublayer_input(step, Sublayer::Attention, x, normed);  // sublayer input [d]
 
   const QueryKeyValue qkv = queries_keys_values(c, lc, W, inv_freq, own, pos, h, trace, projected);
   const Dual &q = qkv.q, &k = qkv.k, &v = qkv.v;
@@ -426,16 +451,19 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
     if (c.norm_placement == NormPlacement::Pre) return Dual{};
   }
   Dual f = linear(W.o, z);  // [d]
-  return residual_step(c, x, std::move(f), W.attn_post_norm, post, zeroed.attn_out);
+  block::sublayer_output(step, Sublayer::Attention, f, &x);
+  return f;
 }
 
 // The local MLP step at `pos` (transformer.cpp mlp_block / mlp), up to hook_resid_post.
-Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W, const SequenceState& s,
-              int64_t layer, int64_t pos, const Dual& x, const ZeroedParts::Layer& zeroed, MlpTrace* trace,
-              NormJacobian* post, NormJacobian* ple_post, const StepProjections* projected = nullptr) {
-  (void)lc;
-  Dual h = x;
-  if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, W.mlp_norm, c.norm_eps, h, trace ? &trace->pre : nullptr);
+Dual mlp_step(const ModelConfig& c, const JacobianModel::Weights& W, const SequenceState& s, int64_t layer,
+              int64_t pos, const Dual& x, const ZeroedParts::Layer& zeroed, MlpTrace* trace, NormJacobian* post,
+              NormJacobian* ple_post, const StepProjections* projected = nullptr) {
+  TangentStep step{c, W, zeroed, trace ? &trace->pre : nullptr, post, ple_post};
+  if (c.d_per_layer_input > 0) step.per_layer_input = s.per_layer_inputs.at(layer).row(pos);
+  step.trace = trace;
+  Dual normed;
+  const Dual& h = block::sublayer_input(step, Sublayer::Mlp, x, normed);
   Dual up = projected ? given(projected->up, h) : linear(W.up, h);  // [d_mlp]
   Dual hidden;
   if (c.gated_mlp) {
@@ -458,28 +486,9 @@ Dual mlp_step(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::
   // As in attention_step: the structured form needs no output unless a post-norm or the per-layer-input branch
   // reads it.
   if (trace && c.norm_placement == NormPlacement::Pre && c.d_per_layer_input == 0) return Dual{};
-  Dual f = linear(W.down, hidden);
-  Dual y = residual_step(c, x, std::move(f), W.mlp_post_norm, post, zeroed.mlp_out);
-
-  if (c.d_per_layer_input > 0) {
-    // Gemma 4: y += post_per_layer_input_norm(W_proj(act(W_gate y) ⊙ per_layer_input[p, l])).
-    const int64_t P = c.d_per_layer_input;
-    const float* row = s.per_layer_inputs.at(layer).row(pos);
-    const Vector input = Eigen::Map<const Eigen::VectorXf>(row, P).cast<double>();
-    Dual gate = linear(W.ple_gate, y);
-    Dual mixed;
-    mixed.v = gate.v.unaryExpr([&](double g) { return activation(c.activation, g); }).cwiseProduct(input);
-    mixed.t = gate.v.unaryExpr([&](double g) { return activation_derivative(c.activation, g); }).cwiseProduct(input).asDiagonal() *
-              gate.t;
-    Dual branch = linear(W.ple_proj, mixed);
-    if (trace) trace->ple_gate_pre = gate.v, trace->ple_input = input;
-    norm_inplace(NormKind::RMSNorm, W.ple_post_norm, c.norm_eps, branch, ple_post);
-    y = add(y, branch);
-  }
-  if (W.output_scale != 1) {
-    y.v *= W.output_scale;
-    y.t *= W.output_scale;
-  }
+  Dual y = linear(W.down, hidden);
+  block::sublayer_output(step, Sublayer::Mlp, y, &x);
+  block::finish_layer(step, y);
   return y;
 }
 
@@ -492,7 +501,7 @@ Vector JacobianModel::step(const SequenceState& s, int64_t layer, Sublayer which
   const ZeroedParts::Layer& zeroed = zeroed_.layer(layer);
   if (which == Sublayer::Attention)
     return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, zeroed, nullptr, nullptr).v;
-  return mlp_step(config(), lc, W, s, layer, pos, in, zeroed, nullptr, nullptr, nullptr).v;
+  return mlp_step(config(), W, s, layer, pos, in, zeroed, nullptr, nullptr, nullptr).v;
 }
 
 Matrix JacobianModel::jacobian(const SequenceState& s, int64_t layer, Sublayer which, int64_t pos) const {
@@ -514,7 +523,7 @@ Matrix JacobianModel::jacobian_by_tangents(const SequenceState& s, int64_t layer
   const ZeroedParts::Layer& zeroed = zeroed_.layer(layer);
   if (which == Sublayer::Attention)
     return attention_step(config(), lc, W, inv_freq_[layer], s, layer, pos, in, zeroed, nullptr, nullptr).t;
-  return mlp_step(config(), lc, W, s, layer, pos, in, zeroed, nullptr, nullptr, nullptr).t;
+  return mlp_step(config(), W, s, layer, pos, in, zeroed, nullptr, nullptr, nullptr).t;
 }
 
 std::vector<StepProjections> JacobianModel::project_inputs(std::span<const StatePosition> at, int64_t layer,
@@ -523,11 +532,12 @@ std::vector<StepProjections> JacobianModel::project_inputs(std::span<const State
   const Weights& W = weights(layer);
   const int64_t n = static_cast<int64_t>(at.size()), d = d_model();
   const bool attention = which == Sublayer::Attention;
+  const TangentStep step{c, W, zeroed_.layer(layer)};
   Matrix h(d, n);  // each position's step input after the pre-norm, as attention_step / mlp_step make it
   for (int64_t j = 0; j < n; ++j) {
-    Dual x{input(*at[j].state, layer, which, at[j].pos), Matrix(d, 0)};
-    if (has_pre_norm(c.norm_placement)) norm_inplace(c.norm, attention ? W.attn_norm : W.mlp_norm, c.norm_eps, x);
-    h.col(j) = x.v;
+    const Dual x{input(*at[j].state, layer, which, at[j].pos), Matrix(d, 0)};
+    Dual normed;
+    h.col(j) = block::sublayer_input(step, which, x, normed).v;
   }
   std::vector<StepProjections> out(n);
   auto project = [&](const DenseLinear& l, Vector StepProjections::*field) {
@@ -654,11 +664,11 @@ void attention_structure(const ModelConfig& c, const LayerConfig& lc, const Jaco
 }
 
 // The MLP step's factors at `pos` into `st` (as attention_structure).
-void mlp_structure(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W, const SequenceState& s, int64_t layer,
+void mlp_structure(const ModelConfig& c, const JacobianModel::Weights& W, const SequenceState& s, int64_t layer,
                    int64_t pos, const Dual& in, const ZeroedParts::Layer& zeroed, const StepProjections* projected, StepStructure& st) {
   MlpTrace tr;
   NormJacobian ple_post;
-  mlp_step(c, lc, W, s, layer, pos, in, zeroed, &tr, &st.post, &ple_post, projected);
+  mlp_step(c, W, s, layer, pos, in, zeroed, &tr, &st.post, &ple_post, projected);
   st.pre = tr.pre;
   st.out = &W.down.w;
   if (c.gated_mlp) {
@@ -708,7 +718,7 @@ StepStructure JacobianModel::structure(const SequenceState& s, int64_t layer, Su
   if (which == Sublayer::Attention)
     attention_structure(c, lc, W, inv_freq_[layer], s, layer, pos, in, zeroed, projected, st);
   else
-    mlp_structure(c, lc, W, s, layer, pos, in, zeroed, projected, st);
+    mlp_structure(c, W, s, layer, pos, in, zeroed, projected, st);
   return st;
 }
 
