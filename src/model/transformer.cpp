@@ -36,25 +36,32 @@ void edit_hook(ActivationCache* hooks, int64_t layer, const char* name, int64_t 
 
 // block.h's layer step on float32 rows [n, d] of one layer: the pre-norms capture ln1 / ln2.hook_normalized, and
 // what a residual step adds is the writable hook hook_attn_out / hook_mlp_out.
-class RowsStep {
- public:
+struct RowsStep {
   using Value = Tensor;
-  RowsStep(const ModelConfig& c, const LayerWeights& w, int64_t layer, int64_t start, ActivationCache* hooks,
-           float output_scale = 1, const float* per_layer_input = nullptr)
-      : c_(c), w_(w), layer_(layer), start_(start), hooks_(hooks), output_scale_(output_scale),
-        per_layer_input_(per_layer_input) {}
+  const ModelConfig& c;
+  const LayerWeights& w;
+  int64_t layer = 0;
+  int64_t start = 0;  // absolute position of the first row
+  ActivationCache* hooks = nullptr;
+  const RopeTable* rope_table = nullptr;  // the layer's (for rope())
+  float layer_scale = 1;                  // Transformer::layer_output_scale (for finish_layer)
+  const float* per_layer_input = nullptr;  // [n, d_per_layer] (Gemma 4, for finish_layer)
 
-  const ModelConfig& config() const { return c_; }
-  const LayerWeights& weights() const { return w_; }
+  const ModelConfig& config() const { return c; }
+  const LayerWeights& weights() const { return w; }
   void norm(const Tensor& in, Tensor& out, block::NormSite site) const {
     if (&out != &in) out = Tensor(in.shape);
-    apply_norm(block::norm_kind(c_, site), in.ptr(), in.dim(0), in.dim(1), block::norm_weights(w_, site), c_.norm_eps,
-               out.ptr());
-    if (site == block::NormSite::AttnPre) hook(hooks_, layer_, "ln1.hook_normalized", out.ptr(), out.shape);
-    if (site == block::NormSite::MlpPre) hook(hooks_, layer_, "ln2.hook_normalized", out.ptr(), out.shape);
+    apply_norm(block::norm_kind(c, site), in.ptr(), in.dim(0), in.dim(1), block::norm_weights(w, site), c.norm_eps, out.ptr());
+    if (site == block::NormSite::AttnPre) capture(out, "ln1.hook_normalized");
+    if (site == block::NormSite::MlpPre) capture(out, "ln2.hook_normalized");
   }
+  void norm_heads(Tensor& x, int64_t heads, block::NormSite site) const {
+    apply_norm(block::norm_kind(c, site), x.ptr(), x.dim(0) * heads, x.dim(1) / heads, block::norm_weights(w, site),
+               c.norm_eps, x.ptr());
+  }
+  void rope(Tensor& x, int64_t heads) const { apply_rope(*rope_table, x.ptr(), x.dim(0), heads, x.dim(1) / heads, start); }
   void added(Tensor& f, Sublayer which) const {
-    edit_hook(hooks_, layer_, which == Sublayer::Attention ? "hook_attn_out" : "hook_mlp_out", start_, f.ptr(), f.shape);
+    edit_hook(hooks, layer, which == Sublayer::Attention ? "hook_attn_out" : "hook_mlp_out", start, f.ptr(), f.shape);
   }
   void add(Tensor& x, const Tensor& y) const { add_inplace(x.ptr(), y.ptr(), x.size()); }
   Tensor linear(const Linear& l, const Tensor& x) const {
@@ -63,27 +70,22 @@ class RowsStep {
     return y;
   }
   void gate_by_per_layer_input(Tensor& g) const {
-    TDYN_CHECK(per_layer_input_ != nullptr);
+    TDYN_CHECK(per_layer_input != nullptr);
     const int64_t P = g.dim(1);
     for (int64_t i = 0; i < g.dim(0); ++i) {
-      const float* input = per_layer_input_ + i * P;
-      for (int64_t j = 0; j < P; ++j) g.row(i)[j] = activate(c_.activation, g.row(i)[j]) * input[j];
+      const float* input = per_layer_input + i * P;
+      for (int64_t j = 0; j < P; ++j) g.row(i)[j] = activate(c.activation, g.row(i)[j]) * input[j];
     }
   }
-  void capture(const Tensor& x, const char* name) const { hook(hooks_, layer_, name, x.ptr(), x.shape); }
-  double output_scale() const { return output_scale_; }
+  void capture(const Tensor& x, const char* name) const { hook(hooks, layer, name, x.ptr(), x.shape); }
+  void capture_heads(const Tensor& x, int64_t heads, const char* name) const {
+    hook(hooks, layer, name, x.ptr(), {x.dim(0), heads, x.dim(1) / heads});
+  }
+  double output_scale() const { return layer_scale; }
   void scale(Tensor& x, double s) const {
     const float f = static_cast<float>(s);
     for (float& v : x.data) v *= f;
   }
-
- private:
-  const ModelConfig& c_;
-  const LayerWeights& w_;
-  int64_t layer_, start_;
-  ActivationCache* hooks_;
-  float output_scale_;
-  const float* per_layer_input_;  // [n, d_per_layer] (Gemma 4) or null
 };
 
 // `value` rounded to a checkpoint dtype, as torch's `scale.to(weight.dtype)` does (round to nearest even).
@@ -269,7 +271,7 @@ Transformer::AttentionProjections Transformer::project_qkv(int64_t l, const Tens
 }
 
 Transformer::AttentionProjections Transformer::attention_in(int64_t l, const Tensor& x, ActivationCache* hooks) const {
-  const RowsStep step(config(), model_->weights.layers[l], l, 0, hooks);
+  const RowsStep step{.c = config(), .w = model_->weights.layers[l], .layer = l, .hooks = hooks};
   Tensor normed;
   return project_qkv(l, block::sublayer_input(step, Sublayer::Attention, x, normed));
 }
@@ -278,24 +280,12 @@ Tensor Transformer::attention_mix(int64_t l, AttentionProjections p, int64_t sta
   const ModelConfig& c = config();
   const LayerWeights& L = model_->weights.layers[l];
   const LayerConfig& lc = layers_[l];
-  const int64_t n = p.q.dim(0), hd = lc.d_head, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  const int64_t n = p.q.dim(0), hd = lc.d_head, q_dim = c.n_heads * hd;
   const int64_t src = lc.kv_source;
   const bool own_kv = src == l;
   Tensor &q = p.q, &k = p.k, &v = p.v;  // k, v: this chunk's own keys/values
-  // QK-norm before RoPE: OLMo 3 over the whole projection, Gemma 4 per head.
-  if (c.qk_norm == QKNorm::FullProjection) rms_norm(q.ptr(), n, q_dim, L.q_norm, c.norm_eps, q.ptr());
-  if (c.qk_norm == QKNorm::PerHead) rms_norm(q.ptr(), n * c.n_heads, hd, L.q_norm, c.norm_eps, q.ptr());
-  apply_rope(*rope_[l], q.ptr(), n, c.n_heads, hd, start);
-  hook(hooks, l, "attn.hook_q", q.ptr(), {n, c.n_heads, hd});
-
-  if (own_kv) {
-    if (c.qk_norm == QKNorm::FullProjection) rms_norm(k.ptr(), n, kv_dim, L.k_norm, c.norm_eps, k.ptr());
-    if (c.qk_norm == QKNorm::PerHead) rms_norm(k.ptr(), n * c.n_kv_heads, hd, L.k_norm, c.norm_eps, k.ptr());
-    if (c.v_norm) rms_norm(v.ptr(), n * c.n_kv_heads, hd, Norm{}, c.norm_eps, v.ptr());  // Gemma 4 v_norm: no scale
-    apply_rope(*rope_[l], k.ptr(), n, c.n_kv_heads, hd, start);
-    hook(hooks, l, "attn.hook_k", k.ptr(), {n, c.n_kv_heads, hd});
-    hook(hooks, l, "attn.hook_v", v.ptr(), {n, c.n_kv_heads, hd});
-  }
+  const RowsStep step{.c = c, .w = L, .layer = l, .start = start, .hooks = hooks, .rope_table = rope_[l].get()};
+  block::attention_inputs(step, q, k, v, own_kv);
   const float* keys = k.ptr();
   const float* values = v.ptr();
   int64_t n_keys = n;
@@ -334,7 +324,7 @@ Tensor Transformer::project_out(int64_t l, const Tensor& z, int64_t start, Activ
 }
 
 void Transformer::attention_out(int64_t l, Tensor& x, const Tensor& z, int64_t start, ActivationCache* hooks) const {
-  const RowsStep step(config(), model_->weights.layers[l], l, start, hooks);
+  const RowsStep step{.c = config(), .w = model_->weights.layers[l], .layer = l, .start = start, .hooks = hooks};
   Tensor f = project_out(l, z, start, hooks);
   block::sublayer_output(step, Sublayer::Attention, f, &x);
   x = std::move(f);
@@ -381,7 +371,8 @@ void Transformer::mlp_block(int64_t l, Tensor& x, const float* per_layer_input, 
   if (mlp_reads_layer_input() && (!resid_pre || resid_pre->shape != x.shape))
     fail("layer {} is a parallel-residual block: its MLP step needs the layer's input (hook_resid_pre)", l);
   const Tensor& input = mlp_reads_layer_input() ? *resid_pre : x;
-  const RowsStep step(config(), model_->weights.layers[l], l, start, hooks, layer_output_scale(l), per_layer_input);
+  const RowsStep step{.c = config(), .w = model_->weights.layers[l], .layer = l, .start = start, .hooks = hooks,
+                      .layer_scale = layer_output_scale(l), .per_layer_input = per_layer_input};
   Tensor normed;
   Tensor f = mlp(l, block::sublayer_input(step, Sublayer::Mlp, input, normed), hooks, start);
   block::sublayer_output(step, Sublayer::Mlp, f, &x);
@@ -409,7 +400,7 @@ void Transformer::layer_step(int64_t l, Tensor& x, int64_t start, KVCache* cache
 
 Tensor Transformer::sublayer_without_residual(int64_t l, Sublayer which, const Tensor& x, int64_t start,
                                               KVCache* cache, ActivationCache* hooks) const {
-  const RowsStep step(config(), model_->weights.layers[l], l, start, hooks);
+  const RowsStep step{.c = config(), .w = model_->weights.layers[l], .layer = l, .start = start, .hooks = hooks};
   Tensor normed;
   const Tensor& input = block::sublayer_input(step, which, x, normed);
   Tensor f = which == Sublayer::Attention ? attention(l, input, start, cache, hooks) : mlp(l, input, hooks, start);

@@ -293,6 +293,9 @@ struct TangentStep {
   NormJacobian* ple_post = nullptr;  // the per-layer-input branch's norm's
   const float* per_layer_input = nullptr;  // [d_per_layer] at this position (Gemma 4)
   MlpTrace* trace = nullptr;               // receives the branch's gate pre-activation and input
+  RopeStyle rope_style = RopeStyle::None;  // the layer's RoPE at `pos` (for rope())
+  const std::vector<double>* inv_freq = nullptr;
+  int64_t pos = 0;
 
   const ModelConfig& config() const { return c; }
   const JacobianModel::Weights& weights() const { return w; }
@@ -303,6 +306,14 @@ struct TangentStep {
                                                                                                   : post;
     norm_inplace(block::norm_kind(c, site), block::norm_weights(w, site), c.norm_eps, out, factors);
   }
+  void norm_heads(Dual& x, int64_t heads, block::NormSite site) const {
+    const DenseNorm& n = block::norm_weights(w, site);
+    const int64_t width = x.v.size() / heads;
+    for (int64_t i = 0; i < heads; ++i)
+      norm_inplace(block::norm_kind(c, site), n.w.size() ? n.w.data() : nullptr, n.b.size() ? n.b.data() : nullptr,
+                   c.norm_eps, x, i * width, width);
+  }
+  void rope(Dual& x, int64_t heads) const { rope_inplace(rope_style, *inv_freq, x, heads, x.v.size() / heads, pos); }
   void added(Dual& f, Sublayer which) const {
     if (which == Sublayer::Attention ? zeroed.attn_out : zeroed.mlp_out) {
       f.v.setZero();
@@ -322,6 +333,7 @@ struct TangentStep {
     g.v = g.v.unaryExpr([&](double x) { return activation(c.activation, x); }).cwiseProduct(input);
   }
   void capture(const Dual&, const char*) const {}
+  void capture_heads(const Dual&, int64_t, const char*) const {}
   double output_scale() const { return w.output_scale; }
   void scale(Dual& x, double s) const {
     x.v *= s;
@@ -329,36 +341,24 @@ struct TangentStep {
   }
 };
 
-// The attention step's query at `pos`, and its own key and value where the layer makes them, from the pre-normed
-// input h: projections (or the `projected` ones), QK-/V-norms and RoPE.
+// The attention step's query at the step's position, and its own key and value where the layer makes them, from the
+// pre-normed input h: projections (or the `projected` ones), then block.h's QK-/V-norms and RoPE.
 struct QueryKeyValue {
-  Dual q, k, v;
+  Dual q, k, v;  // k, v [n_kv_heads * d_head]: on layers with their own keys only
 };
-QueryKeyValue queries_keys_values(const ModelConfig& c, const LayerConfig& lc, const JacobianModel::Weights& W,
-                                  const std::vector<double>& inv_freq, bool own, int64_t pos, const Dual& h, AttentionTrace* trace,
+QueryKeyValue queries_keys_values(const TangentStep& step, bool own, const Dual& h, AttentionTrace* trace,
                                   const StepProjections* projected) {
-  const int64_t hd = lc.d_head, H = c.n_heads, G = c.n_kv_heads;
-  Dual q = projected ? given(projected->q, h) : linear(W.q, h);  // [n_heads * d_head]
-  if (trace) trace->q_raw = q.v;
-  if (c.qk_norm == QKNorm::FullProjection) norm_inplace(c.norm, W.q_norm, c.norm_eps, q);
-  if (c.qk_norm == QKNorm::PerHead)
-    for (int64_t i = 0; i < H; ++i) norm_inplace(c.norm, W.q_norm.w.data(), nullptr, c.norm_eps, q, i * hd, hd);
-  rope_inplace(lc.rope.style, inv_freq, q, H, hd, pos);
-
-  Dual k, v;  // position p's own key and value [n_kv_heads * d_head]: on layers with their own keys only
+  const JacobianModel::Weights& W = step.w;
+  QueryKeyValue r;
+  r.q = projected ? given(projected->q, h) : linear(W.q, h);  // [n_heads * d_head]
+  if (trace) trace->q_raw = r.q.v;
   if (own) {
-    k = projected ? given(projected->k, h) : linear(W.k, h);
-    v = projected ? given(projected->v, h) : linear(W.v, h);
-    if (trace) trace->k_raw = k.v, trace->v_raw = v.v;
-    if (c.qk_norm == QKNorm::FullProjection) norm_inplace(c.norm, W.k_norm, c.norm_eps, k);
-    if (c.qk_norm == QKNorm::PerHead)
-      for (int64_t g = 0; g < G; ++g) norm_inplace(c.norm, W.k_norm.w.data(), nullptr, c.norm_eps, k, g * hd, hd);
-    if (c.v_norm)
-      for (int64_t g = 0; g < G; ++g) norm_inplace(NormKind::RMSNorm, nullptr, nullptr, c.norm_eps, v, g * hd, hd);
-    rope_inplace(lc.rope.style, inv_freq, k, G, hd, pos);
+    r.k = projected ? given(projected->k, h) : linear(W.k, h);
+    r.v = projected ? given(projected->v, h) : linear(W.v, h);
+    if (trace) trace->k_raw = r.k.v, trace->v_raw = r.v.v;
   }
-
-  return {std::move(q), std::move(k), std::move(v)};
+  block::attention_inputs(step, r.q, r.k, r.v, own);
+  return r;
 }
 
 // Columns [col, col + width) of the visible rows of `stored` (the forward pass's keys or values) in float64, row
@@ -384,11 +384,12 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
   const int64_t m = x.t.cols();
   const bool own = lc.kv_source == layer;
 
-  const TangentStep step{c, W, zeroed, trace ? &trace->pre : nullptr, post};
+  const TangentStep step{.c = c, .w = W, .zeroed = zeroed, .pre = trace ? &trace->pre : nullptr, .post = post,
+                         .rope_style = lc.rope.style, .inv_freq = &inv_freq, .pos = pos};
   Dual normed;
   const Dual& h = block::sublayer_input(step, Sublayer::Attention, x, normed);  // sublayer input [d]
 
-  const QueryKeyValue qkv = queries_keys_values(c, lc, W, inv_freq, own, pos, h, trace, projected);
+  const QueryKeyValue qkv = queries_keys_values(step, own, h, trace, projected);
   const Dual &q = qkv.q, &k = qkv.k, &v = qkv.v;
 
   const Tensor& keys = s.keys.at(lc.kv_source);
@@ -459,9 +460,10 @@ Dual attention_step(const ModelConfig& c, const LayerConfig& lc, const JacobianM
 Dual mlp_step(const ModelConfig& c, const JacobianModel::Weights& W, const SequenceState& s, int64_t layer,
               int64_t pos, const Dual& x, const ZeroedParts::Layer& zeroed, MlpTrace* trace, NormJacobian* post,
               NormJacobian* ple_post, const StepProjections* projected = nullptr) {
-  TangentStep step{c, W, zeroed, trace ? &trace->pre : nullptr, post, ple_post};
-  if (c.d_per_layer_input > 0) step.per_layer_input = s.per_layer_inputs.at(layer).row(pos);
-  step.trace = trace;
+  const TangentStep step{.c = c, .w = W, .zeroed = zeroed, .pre = trace ? &trace->pre : nullptr, .post = post,
+                         .ple_post = ple_post,
+                         .per_layer_input = c.d_per_layer_input > 0 ? s.per_layer_inputs.at(layer).row(pos) : nullptr,
+                         .trace = trace};
   Dual normed;
   const Dual& h = block::sublayer_input(step, Sublayer::Mlp, x, normed);
   Dual up = projected ? given(projected->up, h) : linear(W.up, h);  // [d_mlp]
@@ -532,7 +534,7 @@ std::vector<StepProjections> JacobianModel::project_inputs(std::span<const State
   const Weights& W = weights(layer);
   const int64_t n = static_cast<int64_t>(at.size()), d = d_model();
   const bool attention = which == Sublayer::Attention;
-  const TangentStep step{c, W, zeroed_.layer(layer)};
+  const TangentStep step{.c = c, .w = W, .zeroed = zeroed_.layer(layer)};
   Matrix h(d, n);  // each position's step input after the pre-norm, as attention_step / mlp_step make it
   for (int64_t j = 0; j < n; ++j) {
     const Dual x{input(*at[j].state, layer, which, at[j].pos), Matrix(d, 0)};
@@ -602,34 +604,34 @@ void attention_structure(const ModelConfig& c, const LayerConfig& lc, const Jaco
   const bool own = lc.kv_source == layer;
   const bool full_qk = c.qk_norm == QKNorm::FullProjection;
 
-  // ∂(q, k, v after QK-/V-norm and RoPE)/∂(raw projection). Per head (d_head × d_head blocks) unless the QK-norm
-  // spans the whole projection (OLMo 3), where each head's rows span the whole projection.
-  const DenseNorm* per_head_q = c.qk_norm == QKNorm::PerHead ? &W.q_norm : nullptr;
-  const DenseNorm* per_head_k = c.qk_norm == QKNorm::PerHead ? &W.k_norm : nullptr;
-  auto head_block = [&](const Vector& raw, int64_t head, const DenseNorm* norm, bool rope, bool v_norm) {
+  // ∂(q, k, v after QK-/V-norm and RoPE)/∂(raw projection): the steps of block.h's attention_inputs on identity
+  // tangents. Per head (d_head × d_head blocks) unless the QK-norm spans the whole projection (OLMo 3), where each
+  // head's rows span the whole projection.
+  const TangentStep step{.c = c, .w = W, .zeroed = zeroed, .rope_style = lc.rope.style, .inv_freq = &inv_freq, .pos = pos};
+  const bool per_head_qk = c.qk_norm == QKNorm::PerHead;
+  auto head_block = [&](const Vector& raw, int64_t head, bool norm, block::NormSite site, bool rope) {
     Dual b{raw.segment(head * hd, hd), Matrix::Identity(hd, hd)};
-    if (norm) norm_inplace(c.norm, norm->w.data(), nullptr, c.norm_eps, b, 0, hd);
-    if (v_norm) norm_inplace(NormKind::RMSNorm, nullptr, nullptr, c.norm_eps, b, 0, hd);
-    if (rope) rope_inplace(lc.rope.style, inv_freq, b, 1, hd, pos);
+    if (norm) step.norm_heads(b, 1, site);
+    if (rope) step.rope(b, 1);
     return b.t;
   };
-  auto full_block = [&](const Vector& raw, const DenseNorm& norm, int64_t heads) {
+  auto full_block = [&](const Vector& raw, block::NormSite site, int64_t heads) {
     Dual b{raw, Matrix::Identity(raw.size(), raw.size())};
-    norm_inplace(c.norm, norm, c.norm_eps, b);
-    rope_inplace(lc.rope.style, inv_freq, b, heads, hd, pos);
+    step.norm_heads(b, 1, site);
+    step.rope(b, heads);
     return b.t;
   };
   // ∂z_h/∂q_h = mix_h (softmax derivative through the scores): one block per head (heads over threads as in
   // attention_step).
   JacobianBranch bq{&W.q_in.w, block_middle(H, hd, q_dim), in_times_v(W.q_in, tr.q_raw, st.pre)};
-  const Matrix q_full = full_qk ? full_block(tr.q_raw, W.q_norm, H) : Matrix();
+  const Matrix q_full = full_qk ? full_block(tr.q_raw, block::NormSite::Query, H) : Matrix();
 #pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel() && H > 1)
   for (int64_t h = 0; h < H; ++h) {
     if (full_qk) {
       bq.m.blocks[h] = tr.mix[h] * q_full.middleRows(h * hd, hd);
       bq.m.block_col[h] = 0;
     } else {
-      bq.m.blocks[h] = tr.mix[h] * head_block(tr.q_raw, h, per_head_q, true, false);
+      bq.m.blocks[h] = tr.mix[h] * head_block(tr.q_raw, h, per_head_qk, block::NormSite::Query, true);
       bq.m.block_col[h] = h * hd;
     }
   }
@@ -638,10 +640,10 @@ void attention_structure(const ModelConfig& c, const LayerConfig& lc, const Jaco
   if (own) {
     // ∂z_h/∂k_p = scale P_pp (v_p − z_h) q_hᵀ; ∂z_h/∂v_p = P_pp I (per query head h, its kv head g = h / group,
     // so the heads of a group share their blocks' columns).
-    const Matrix k_full = full_qk ? full_block(tr.k_raw, W.k_norm, G) : Matrix();
+    const Matrix k_full = full_qk ? full_block(tr.k_raw, block::NormSite::Key, G) : Matrix();
     std::vector<Matrix> k_blocks(G), v_blocks(G);
-    for (int64_t g = 0; g < G && !full_qk; ++g) k_blocks[g] = head_block(tr.k_raw, g, per_head_k, true, false);
-    for (int64_t g = 0; g < G; ++g) v_blocks[g] = head_block(tr.v_raw, g, nullptr, false, c.v_norm);
+    for (int64_t g = 0; g < G && !full_qk; ++g) k_blocks[g] = head_block(tr.k_raw, g, per_head_qk, block::NormSite::Key, true);
+    for (int64_t g = 0; g < G; ++g) v_blocks[g] = head_block(tr.v_raw, g, c.v_norm, block::NormSite::Value, false);
     JacobianBranch bk{&W.k_in.w, block_middle(H, hd, kv_dim), in_times_v(W.k_in, tr.k_raw, st.pre)};
     JacobianBranch bv{&W.v_in.w, block_middle(H, hd, kv_dim), in_times_v(W.v_in, tr.v_raw, st.pre)};
     for (int64_t h = 0; h < H; ++h) {
