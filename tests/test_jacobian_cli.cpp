@@ -2,6 +2,7 @@
 // mean Jacobian.
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -322,6 +323,27 @@ TEST(JacobianCli, AblatedHeadInThePassAndPerSample) {
                             &out, &err), 0) << args;
     EXPECT_NE(err.find(error), std::string::npos) << args << ": " << err;
   }
+}
+
+// Each --ids is one sample, in the order given: the same analysis as a .ids file of those lines, and results.json
+// records them as given (one sample as one list, several as a list of lists).
+TEST(JacobianCli, RepeatedIdsAreSamplesInTheirOrder) {
+  TDYN_REQUIRE_SHARED(kStories);
+  const fs::path dir = test::scratch_dir("jacobian_ids");
+  const std::string model = (test::shared_dir() / kStories).string();
+  auto run = [&](const std::string& name, const std::string& input) {
+    std::string out, err;
+    EXPECT_EQ(test::run_cli(fmt::format("--quiet jacobian {} {} --out {}", model, input, (dir / name).string()), &out, &err), 0)
+        << input << ": " << err;
+    return nlohmann::json::parse(read_file(dir / name / "results.json"))["options"]["samples"]["ids"];
+  };
+  std::ofstream(dir / "samples.ids") << "1 5 9 2 7\n3 4 5\n";
+  EXPECT_EQ(run("repeated", "--ids 1,5,9,2,7 --ids 3,4,5"), nlohmann::json({{1, 5, 9, 2, 7}, {3, 4, 5}}));
+  EXPECT_EQ(run("file", "--data " + (dir / "samples.ids").string()), nlohmann::json::array());
+  EXPECT_EQ(run("one", "--ids 1,5,9,2,7"), nlohmann::json({1, 5, 9, 2, 7}));
+  const std::vector<double> repeated = read_npy(dir / "repeated" / "mean_jacobians.npy").as_double();
+  EXPECT_EQ(repeated, read_npy(dir / "file" / "mean_jacobians.npy").as_double());
+  EXPECT_NE(repeated, read_npy(dir / "one" / "mean_jacobians.npy").as_double());
 }
 
 }  // namespace

@@ -265,6 +265,12 @@ TEST(ParticlesBridgeCli, LayerOutOfRange) {
                           nullptr, &err),
             1);
   EXPECT_NE(err.find("layer 9 is out of range"), std::string::npos) << err;
+  // The particles start from one sample: a second --ids is refused, not dropped.
+  EXPECT_EQ(test::run_cli(fmt::format("particles --from-model {} --layer 1 --ids 1,2,3 --ids 4,5 --out {}",
+                                      (test::shared_dir() / kStories).string(), (dir / "b").string()),
+                          nullptr, &err),
+            1);
+  EXPECT_NE(err.find("the particles start from one sample of tokens: 2 were given as ids"), std::string::npos) << err;
 }
 
 // The example: one head of stories260K on the default corpus.

@@ -1,5 +1,7 @@
 #include "py_samples.h"
 
+#include <algorithm>
+
 #include <pybind11/stl.h>
 
 #include "core/error.h"
@@ -7,16 +9,8 @@
 namespace tdyn::python {
 
 std::vector<Sample> PySamples::load(const Model& model, const Tokenizer* loaded) const {
-  std::vector<Sample> samples;
-  if (ids) {
-    for (const auto& sample : *ids) samples.push_back({sample, static_cast<int64_t>(samples.size())});
-  } else if (loaded) {
-    samples = load_samples(options, loaded, model.config.d_vocab);
-  } else {
-    samples = load_samples_for_model(options, model.path, model.config.d_vocab, tokenizer.value_or(""));
-  }
-  if (samples.empty()) fail("no samples to analyse (ids is empty, or no passage of data is at least min_len tokens long)");
-  return samples;
+  if (loaded) return load_samples(options, loaded, model.config.d_vocab);
+  return load_samples_for_model(options, model.path, model.config.d_vocab, tokenizer.value_or(""));
 }
 
 PySamples py_samples(const py::object& ids, const std::optional<std::string>& data, const std::optional<std::string>& prompt,
@@ -33,15 +27,19 @@ PySamples py_samples(const py::object& ids, const std::optional<std::string>& da
   o.samples = samples, o.max_len = max_len, o.min_len = min_len, o.seed = sample_seed;
   if (ids.is_none()) return s;
   try {
-    s.ids = ids.cast<std::vector<std::vector<int32_t>>>();
+    o.ids = ids.cast<std::vector<std::vector<int32_t>>>();
   } catch (const py::cast_error&) {
     try {
-      s.ids = std::vector<std::vector<int32_t>>{ids.cast<std::vector<int32_t>>()};
+      o.ids = {ids.cast<std::vector<int32_t>>()};
     } catch (const py::cast_error&) {
       fail("ids: expected a list of token ids (one sample) or a list of such lists, got {}",
            py::str(py::type::of(ids).attr("__name__")).cast<std::string>());
     }
   }
+  if (o.ids.empty()) fail("no samples to analyse (ids is empty)");
+  // Every sample given is analysed whole.
+  o.samples = static_cast<int64_t>(o.ids.size());
+  for (const std::vector<int32_t>& sample : o.ids) o.max_len = std::max<int64_t>(o.max_len, static_cast<int64_t>(sample.size()));
   return s;
 }
 

@@ -18,8 +18,9 @@ namespace tdyn::python {
 
 namespace py = pybind11;
 
+// The samples as the CLI's --data, --prompt or --ids would give them (ids: every sample whole, options.samples and
+// options.max_len set to cover them), so that they load and are recorded as the CLI's are.
 struct PySamples {
-  std::optional<std::vector<std::vector<int32_t>>> ids;
   SampleOptions options;
   std::optional<std::string> tokenizer;
 

@@ -54,6 +54,14 @@ class SampleArgsTest(unittest.TestCase):
         np.testing.assert_array_equal(jac_flat["mean_jacobians"], jac_nested["mean_jacobians"])
         np.testing.assert_array_equal(tdyn.jacobian(self.model, np.array([one]))["mean_jacobians"], jac_nested["mean_jacobians"])
 
+    def test_ids_are_analysed_whole(self):
+        # samples and max_len bound what is drawn from data; every sample given as ids is analysed, to its end.
+        ids = [[1, 403, 407, 261, 378, 270, 449, 265], [1, 60, 70, 80, 90]]
+        whole = tdyn.jacobian(self.model, ids, positions="all")
+        bounded = tdyn.jacobian(self.model, ids, positions="all", samples=1, max_len=4)
+        np.testing.assert_array_equal(bounded["samples.source_index"], [0, 1])
+        np.testing.assert_array_equal(whole["mean_jacobians"], bounded["mean_jacobians"])
+
     def test_without_data_the_shipped_corpus_is_drawn(self):
         corpus = pathlib.Path(tdyn.default_corpus())
         self.assertEqual(corpus.read_bytes(), pathlib.Path(self.corpus).read_bytes())  # the WikiText-2 test split

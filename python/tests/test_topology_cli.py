@@ -84,7 +84,7 @@ class TopologyLikeTheCliTest(unittest.TestCase):
             tdyn.topology(self.path, [[1, 2, 3]], boundaries="heads")
         with self.assertRaisesRegex(tdyn.Error, "draw_boundary 99"):
             tdyn.topology(self.path, [[1, 403, 407, 261, 378]], coupling=False, draw_boundary=99)
-        with self.assertRaisesRegex(tdyn.Error, "outside its vocabulary"):
+        with self.assertRaisesRegex(tdyn.Error, "sample 0: token id 1000000 at position 2 is outside the vocabulary"):
             tdyn.topology(self.path, [[1, 2, 10 ** 6]])
 
 

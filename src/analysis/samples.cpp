@@ -17,7 +17,9 @@
 namespace tdyn {
 
 nlohmann::json SampleOptions::to_json() const {
-  return {{"data", data}, {"prompt", prompt}, {"ids", ids}, {"samples", samples}, {"max_len", max_len},
+  // One sample given as ids is recorded as one list, as --ids takes it; several as a list of lists.
+  const nlohmann::json given = ids.size() == 1 ? nlohmann::json(ids.front()) : nlohmann::json(ids);
+  return {{"data", data}, {"prompt", prompt}, {"ids", given}, {"samples", samples}, {"max_len", max_len},
           {"min_len", min_len}, {"seed", seed}, {"add_special", add_special}};
 }
 
@@ -99,7 +101,7 @@ std::vector<Sample> load_samples(const SampleOptions& o, const Tokenizer* tok, i
     if (!tok) fail("text input needs a tokenizer (none found beside the model; pass --tokenizer)");
   };
   if (!o.ids.empty()) {
-    candidates.push_back({o.ids, 0});
+    for (const std::vector<int32_t>& ids : o.ids) candidates.push_back({ids, static_cast<int64_t>(candidates.size())});
   } else if (!o.prompt.empty()) {
     need_tokenizer();
     candidates.push_back({tok->encode(o.prompt, o.add_special), 0});

@@ -19,7 +19,7 @@ namespace tdyn {
 struct SampleOptions {
   std::string data;        // text file (passages), .npy of int ids ([T] or [S, T]), or .ids (one sample per line)
   std::string prompt;      // a single text sample (instead of data)
-  std::vector<int32_t> ids;  // a single sample of token ids (instead of data)
+  std::vector<std::vector<int32_t>> ids;  // samples given as token ids, one list each (instead of data)
   int64_t samples = 1000;  // S: how many passages to draw (all if fewer qualify)
   int64_t max_len = 128;   // tokens per sample, after special tokens; longer passages are truncated
   int64_t min_len = 8;     // passages shorter than this (in tokens) are skipped

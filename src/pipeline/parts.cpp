@@ -173,6 +173,7 @@ particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path
   if (!tokens) {
     result = particles::run_particles(*model, path, head, nullptr, spec, options);
   } else {
+    if (tokens->ids.size() > 1) fail("the particles start from one sample of tokens: {} were given as ids", tokens->ids.size());
     SampleOptions one = *tokens;
     // An absolute corpus path in results.json, so the run reproduces from any directory.
     if (one.data.empty() && one.prompt.empty() && one.ids.empty()) one.data = fs::absolute(default_corpus()).lexically_normal().string();

@@ -117,7 +117,7 @@ void SampleArgs::add_to(CLI::App* cmd, int64_t default_samples, const std::strin
                                "Input: a text file split into passages (paragraphs; " + default_corpus_help() +
                                    "), a .npy of token ids [T] or [S, T], or a .ids file (one sample per line)");
   auto* prompt = cmd->add_option("--prompt", options.prompt, "Input: one text sample");
-  auto* ids = cmd->add_option("--ids", options.ids, "Input: one sample as comma-separated token ids")->delimiter(',')->check(token_id);
+  auto* ids = cmd->add_option("--ids", options.ids, "Input: one sample as comma-separated token ids (repeat --ids for more samples)")->delimiter(',')->check(token_id);
   data->excludes(prompt)->excludes(ids);
   prompt->excludes(ids);
   cmd->add_option("--samples", options.samples, "S: number of passages drawn from --data (" + why_that_default + ")")->capture_default_str()->check(positive_number);
