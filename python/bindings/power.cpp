@@ -16,7 +16,7 @@
 #include "py_progress.h"
 #include "py_samples.h"
 #include "result_dicts.h"
-#include "pipeline/inputs.h"
+#include "pipeline/parts.h"
 #include "report/power_output.h"
 
 namespace tdyn::python {
@@ -38,12 +38,13 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
                    bool steer, const std::string& steer_direction, uint64_t steer_seed, const std::vector<double>& steer_scales,
                    int64_t steer_samples, int64_t steer_control_draws, bool save_matrices, const std::vector<std::string>& ablate,
                    const std::optional<py::function>& progress, const std::optional<std::string>& out) {
-  // results.json's model path: as given, as the CLI records it, or the loaded model's.
+  AnalysisInputs in;
   const bool loaded = py::isinstance<PyModel>(model);
-  const std::shared_ptr<const Model> m =
-      loaded ? model.cast<const PyModel&>().shared_model() : load_model(model.cast<std::string>(), LoadOptions{});
-  const std::string path = loaded ? m->path.string() : model.cast<std::string>();
+  in.model = loaded ? model.cast<const PyModel&>().shared_model() : load_model(model.cast<std::string>(), LoadOptions{});
+  in.model_path = loaded ? in.model->path.string() : model.cast<std::string>();  // results.json's: as given, or the loaded model's
   const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
+  in.sample_options = sample_args.options;
+  in.tokenizer = tokenizer.value_or("");
   PowerOptions options;
   options.dynamics = {parse_dynamics_mode(mode), residual};
   options.iterate_layer = iterate_layer.value_or(-1);
@@ -60,15 +61,12 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
   PowerResult r;
   {
     py::gil_scoped_release release;
-    const std::unique_ptr<Tokenizer> tok = tokenizer_if_any(m->path.string(), tokenizer.value_or(""));
-    const std::vector<Sample> samples_loaded = sample_args.load(*m, tok.get());
-    r = run_power(m, path, samples_loaded, options, sink, tok.get());
+    in.samples = sample_args.load(*in.model);
+    std::optional<ResultsDir> dir;
+    if (out) dir.emplace(*out, "power", std::vector<std::string>{"tdyn.power"});
+    r = power_to(dir ? &*dir : nullptr, in, options, sink);
   }
   sink.rethrow();
-  if (out) {
-    ResultsDir dir(*out, "power", {"tdyn.power"});
-    write_power(dir, r, options);
-  }
   return power_dict(r, options);
 }
 

@@ -37,8 +37,8 @@ PySamples py_samples(const py::object& ids, const std::optional<std::string>& da
     }
   }
   if (o.ids.empty()) fail("no samples to analyse (ids is empty)");
-  // Every sample given is analysed whole.
-  o.samples = static_cast<int64_t>(o.ids.size());
+  // Every sample given is analysed whole: samples and max_len, which bound what is drawn from data, cover them.
+  o.samples = std::max<int64_t>(o.samples, static_cast<int64_t>(o.ids.size()));
   for (const std::vector<int32_t>& sample : o.ids) o.max_len = std::max<int64_t>(o.max_len, static_cast<int64_t>(sample.size()));
   return s;
 }

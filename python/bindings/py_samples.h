@@ -19,7 +19,7 @@ namespace tdyn::python {
 namespace py = pybind11;
 
 // The samples as the CLI's --data, --prompt or --ids would give them (ids: every sample whole, options.samples and
-// options.max_len set to cover them), so that they load and are recorded as the CLI's are.
+// options.max_len raised to cover them where they do not), so that they load and are recorded as the CLI's are.
 struct PySamples {
   SampleOptions options;
   std::optional<std::string> tokenizer;

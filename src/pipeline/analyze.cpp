@@ -665,7 +665,7 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
       PowerOptions options = control_power_options(idealised(part) ? DynamicsMode::AttnOnlyL2 : DynamicsMode::Full);
       options.ablations = o_.ablations;
       options.spectra = spectra;
-      PowerResult r = power_to(out, idealised(part) ? without_pass(in) : in, options, progress);
+      PowerResult r = power_to(&out, idealised(part) ? without_pass(in) : in, options, progress);
       if (first && part == "power") result_.init_power = std::move(r), result_.init_power_options = options;
     } else if (part == "jacobian") {
       const JacobianOptions options = controlled_jacobian_options(figures, first);
@@ -771,12 +771,12 @@ void Analysis::run_part(const std::string& name) {
       if (name == "power") {
         result_.power_options.ablations = o_.ablations;
         result_.power_options.spectra = spectra_;
-        result_.power = power_to(part, in_, result_.power_options, progress_);
+        result_.power = power_to(&part, in_, result_.power_options, progress_);
       } else if (idealised(name)) {
         result_.power_l2_options = control_power_options(DynamicsMode::AttnOnlyL2);
         result_.power_l2_options.ablations = o_.ablations;
         result_.power_l2_options.spectra = spectra_;
-        result_.power_l2 = power_to(part, without_pass(in_), result_.power_l2_options, progress_);
+        result_.power_l2 = power_to(&part, without_pass(in_), result_.power_l2_options, progress_);
       } else if (name == "jacobian") {
         result_.jacobian_options = model_jacobian_options();
         result_.jacobian = jacobian_to(part, in_, {}, result_.jacobian_options, progress_);

@@ -15,7 +15,7 @@
 #include "tokenizer/tokenizer.h"
 
 namespace tdyn {
-PowerResult power_to(ResultsDir& out, const AnalysisInputs& in, const PowerOptions& options, ProgressSink& progress) {
+PowerResult power_to(ResultsDir* out, const AnalysisInputs& in, const PowerOptions& options, ProgressSink& progress) {
   const std::unique_ptr<Tokenizer> tok = tokenizer_if_any(in.model_path, in.tokenizer);
   PowerPassSource pass;
   if (!in.pass.from_pass.empty())
@@ -25,10 +25,11 @@ PowerResult power_to(ResultsDir& out, const AnalysisInputs& in, const PowerOptio
                          "", progress);
     };
   PowerResult result = run_power(in.model, in.model_path, in.samples, options, progress, tok.get(), pass);
-  out.options()["from_pass"] = in.pass.from_pass.empty() ? nlohmann::json(nullptr) : nlohmann::json(in.pass.from_pass);
-  out.options()["samples"] = sample_options_json(in.sample_options);
-  out.options()["tokenizer"] = in.tokenizer;
-  write_power(out, result, options);
+  if (!out) return result;
+  out->options()["from_pass"] = in.pass.from_pass.empty() ? nlohmann::json(nullptr) : nlohmann::json(in.pass.from_pass);
+  out->options()["samples"] = sample_options_json(in.sample_options);
+  out->options()["tokenizer"] = in.tokenizer;
+  write_power(*out, result, options);
   return result;
 }
 

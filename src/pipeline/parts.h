@@ -1,7 +1,8 @@
 // Each analysis of the three papers from its inputs (inputs.h) to a results directory (report/results.h): the
 // analysis (analysis/<part>/run.h) and its writer (report/<part>_output.h), with what results.json records of the
 // inputs. `tdyn power|jacobian|topology|particles|init` parse their flags and call one of these; `tdyn analyze`
-// (analyze.h) calls them in turn on one model.
+// (analyze.h) calls them in turn on one model, and the Python functions (tdyn.power, ...) call them too, where `out`
+// may be null: the analysis then writes nothing.
 #pragma once
 
 #include <optional>
@@ -21,8 +22,8 @@
 namespace tdyn {
 
 // The power-method paper (Li & Altafini): spectra, token dynamics over the samples (from in.pass.from_pass when
-// given), iteration and steering.
-PowerResult power_to(ResultsDir& out, const AnalysisInputs& in, const PowerOptions& options, ProgressSink& progress);
+// given), iteration and steering. `out`: where to write them (null: nowhere).
+PowerResult power_to(ResultsDir* out, const AnalysisInputs& in, const PowerOptions& options, ProgressSink& progress);
 
 // The residual-stream paper's Jacobians of in.model and of the `compare` checkpoints (same architecture, loaded with
 // in.load) on the same samples; the pass file (run, resumed or read per in.pass) is DIR/pass.tdynpass.

@@ -28,7 +28,7 @@ int run_power(PowerArgs& a) {
   a.options.ablations = Ablation::parse(a.ablate);
   const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, {false, a.from_pass});
   ResultsDir out(a.out_dir, "power", invocation());
-  power_to(out, in, a.options, progress);
+  power_to(&out, in, a.options, progress);
   progress.note("wrote " + out.file("results.json").string());
   return 0;
 }
