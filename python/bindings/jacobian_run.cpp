@@ -15,6 +15,7 @@
 #include "py_progress.h"
 #include "py_samples.h"
 #include "result_dicts.h"
+#include "pipeline/parts.h"
 #include "report/jacobian_output.h"
 
 namespace tdyn::python {
@@ -72,20 +73,22 @@ py::dict jacobian_run(const py::object& model, const py::object& ids, const std:
   options.keep_matrices = true;
   options.ablations = Ablation::parse(ablate);
   const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
-  std::vector<JacobianCheckpoint> checkpoints = {checkpoint_of(model)};
-  for (const py::object& c : compare) checkpoints.push_back(checkpoint_of(c));
+  const JacobianCheckpoint first = checkpoint_of(model);
+  AnalysisInputs in;
+  in.model_path = first.path, in.model = first.model;
+  std::vector<JacobianCheckpoint> compared;
+  for (const py::object& c : compare) compared.push_back(checkpoint_of(c));
 
-  std::optional<ResultsDir> dir;
-  std::optional<JacobianFiles> files;
-  if (out) dir.emplace(*out, "jacobian", std::vector<std::string>{"tdyn.jacobian"}), files.emplace(*dir, options);
   CallbackProgress sink(progress);
   JacobianResult r;
   {
     py::gil_scoped_release release;
-    r = run_jacobian(checkpoints, sample_args.load(*checkpoints.front().model), options, sink, {}, files ? &*files : nullptr);
+    draw_samples(in, sample_args.options, tokenizer.value_or(""));
+    std::optional<ResultsDir> dir;
+    if (out) dir.emplace(*out, "jacobian", std::vector<std::string>{"tdyn.jacobian"});
+    r = jacobian_to(dir ? &*dir : nullptr, in, compared, options, sink);
   }
   sink.rethrow();
-  if (dir) write_jacobian(*dir, r, options);
   return jacobian_dict(r, options);
 }
 

@@ -43,8 +43,6 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
   in.model = loaded ? model.cast<const PyModel&>().shared_model() : load_model(model.cast<std::string>(), LoadOptions{});
   in.model_path = loaded ? in.model->path.string() : model.cast<std::string>();  // results.json's: as given, or the loaded model's
   const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
-  in.sample_options = sample_args.options;
-  in.tokenizer = tokenizer.value_or("");
   PowerOptions options;
   options.dynamics = {parse_dynamics_mode(mode), residual};
   options.iterate_layer = iterate_layer.value_or(-1);
@@ -61,7 +59,7 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
   PowerResult r;
   {
     py::gil_scoped_release release;
-    in.samples = sample_args.load(*in.model);
+    draw_samples(in, sample_args.options, tokenizer.value_or(""));
     std::optional<ResultsDir> dir;
     if (out) dir.emplace(*out, "power", std::vector<std::string>{"tdyn.power"});
     r = power_to(dir ? &*dir : nullptr, in, options, sink);

@@ -45,6 +45,10 @@ class JacobianLikeTheCliTest(unittest.TestCase):
             self.assertEqual((py_dir / table).read_bytes(), (cli_dir / table).read_bytes(), table)
         written = json.loads((py_dir / "results.json").read_text())
         self.assertEqual(written["results"], cli_json["results"])
+        # The written options also say how model and samples were given, as the CLI's do: here ids, there a .ids file.
+        options = dict(written["options"])
+        self.assertEqual(options.pop("samples")["ids"], SAMPLES)
+        self.assertEqual(options, {k: v for k, v in cli_json["options"].items() if k != "samples"})
 
     def test_structured_mean_through_the_pass(self):
         cli_dir, cli_json = self.run_cli("--surgery", "--alphas", "0,0.5", "--alignment-k", "1,10", "--eig-depths", "2,9")

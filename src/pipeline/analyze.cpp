@@ -669,7 +669,7 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
       if (first && part == "power") result_.init_power = std::move(r), result_.init_power_options = options;
     } else if (part == "jacobian") {
       const JacobianOptions options = controlled_jacobian_options(figures, first);
-      JacobianResult r = jacobian_to(out, in, {}, options, progress);
+      JacobianResult r = jacobian_to(&out, in, {}, options, progress);
       if (first) result_.init_jacobian = std::move(r), result_.init_jacobian_options = options;
     } else if (part == "topology") {
       TopologyOptions options;
@@ -779,7 +779,7 @@ void Analysis::run_part(const std::string& name) {
         result_.power_l2 = power_to(&part, without_pass(in_), result_.power_l2_options, progress_);
       } else if (name == "jacobian") {
         result_.jacobian_options = model_jacobian_options();
-        result_.jacobian = jacobian_to(part, in_, {}, result_.jacobian_options, progress_);
+        result_.jacobian = jacobian_to(&part, in_, {}, result_.jacobian_options, progress_);
         run_subsets(record);
       } else if (name == "topology") {
         TopologyOptions& options = result_.topology_options;

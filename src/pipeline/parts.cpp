@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -33,35 +34,48 @@ PowerResult power_to(ResultsDir* out, const AnalysisInputs& in, const PowerOptio
   return result;
 }
 
-void check_jacobian_ranks(const std::vector<std::string>& compare, const JacobianOptions& options) {
+void check_jacobian_ranks(bool comparing, const JacobianOptions& options) {
   require_single_rank(!options.uses_pass(), "jacobian with the plain mean, the mean of products or per-sample Jacobians");
-  require_single_rank(!compare.empty(), "jacobian comparing checkpoints");
+  require_single_rank(comparing, "jacobian comparing checkpoints");
 }
 
-JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std::vector<std::string>& compare,
+std::vector<JacobianCheckpoint> load_checkpoints(const std::vector<std::string>& paths, const LoadOptions& load) {
+  std::vector<JacobianCheckpoint> checkpoints;
+  for (const std::string& path : paths) checkpoints.push_back({path, load_model(path, load)});
+  return checkpoints;
+}
+
+JacobianResult jacobian_to(ResultsDir* out, const AnalysisInputs& in, const std::vector<JacobianCheckpoint>& compare,
                            const JacobianOptions& options, ProgressSink& progress) {
   const bool use_pass = options.uses_pass();
   if (!use_pass && (in.pass.resume || !in.pass.from_pass.empty()))
     fail("resuming or reading a pass needs the structured mean without the mean of products and per-sample Jacobians");
-  check_jacobian_ranks(compare, options);
+  TDYN_CHECK(out || !options.save_per_sample);
+  check_jacobian_ranks(!compare.empty(), options);
   if (in.samples.empty()) fail("no samples to analyse (check the data and min_len)");
   std::vector<JacobianCheckpoint> checkpoints = {{in.model_path, in.model}};
-  for (const std::string& path : compare) checkpoints.push_back({path, load_model(path, in.load)});
-  for (const auto& [phase, seconds] : in.timings) out.add_timing(phase, seconds);
-  out.options() = {{"model", in.model_path},
-                   {"compare", compare},
-                   {"samples", in.sample_options.to_json()},
-                   {"tokenizer", in.tokenizer.empty() ? "(the model's own)" : in.tokenizer},
-                   {"pass", use_pass ? in.pass.to_json() : nlohmann::json("not used: per-sample Jacobians are needed")}};
-  const JacobianPassSource pass = [&](const CheckpointJacobians& c, const Transformer& transformer, const JacobianModel& jacobians,
-                                      const PassSpec& spec, const std::string& label) {
-    return obtain_pass(in.pass, transformer, &jacobians, in.samples, spec, pass_model_identity(c.path, *c.model),
-                       out.file(c.prefix + "pass.tdynpass"), false, label, progress);
-  };
-  JacobianFiles files(out, options);
-  // An MPI worker rank ends in its share of the pass (WorkerShareDone) and writes no file: rank 0 writes them all.
-  JacobianResult result = run_jacobian(checkpoints, in.samples, options, progress, pass, ranks().root() ? &files : nullptr);
-  write_jacobian(out, result, options);
+  checkpoints.insert(checkpoints.end(), compare.begin(), compare.end());
+  JacobianPassSource pass;  // without a results directory, run_jacobian's own: into a temporary file
+  std::optional<JacobianFiles> files;
+  if (out) {
+    for (const auto& [phase, seconds] : in.timings) out->add_timing(phase, seconds);
+    std::vector<std::string> compared;
+    for (const JacobianCheckpoint& c : compare) compared.push_back(c.path);
+    out->options() = {{"model", in.model_path},
+                      {"compare", compared},
+                      {"samples", in.sample_options.to_json()},
+                      {"tokenizer", in.tokenizer.empty() ? "(the model's own)" : in.tokenizer},
+                      {"pass", use_pass ? in.pass.to_json() : nlohmann::json("not used: per-sample Jacobians are needed")}};
+    pass = [&](const CheckpointJacobians& c, const Transformer& transformer, const JacobianModel& jacobians, const PassSpec& spec,
+               const std::string& label) {
+      return obtain_pass(in.pass, transformer, &jacobians, in.samples, spec, pass_model_identity(c.path, *c.model),
+                         out->file(c.prefix + "pass.tdynpass"), false, label, progress);
+    };
+    // An MPI worker rank ends in its share of the pass (WorkerShareDone) and writes no file: rank 0 writes them all.
+    if (ranks().root()) files.emplace(*out, options);
+  }
+  JacobianResult result = run_jacobian(checkpoints, in.samples, options, progress, pass, files ? &*files : nullptr);
+  if (out) write_jacobian(*out, result, options);
   return result;
 }
 

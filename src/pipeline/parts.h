@@ -25,17 +25,20 @@ namespace tdyn {
 // given), iteration and steering. `out`: where to write them (null: nowhere).
 PowerResult power_to(ResultsDir* out, const AnalysisInputs& in, const PowerOptions& options, ProgressSink& progress);
 
-// The residual-stream paper's Jacobians of in.model and of the `compare` checkpoints (same architecture, loaded with
-// in.load) on the same samples; the pass file (run, resumed or read per in.pass) is DIR/pass.tdynpass.
-JacobianResult jacobian_to(ResultsDir& out, const AnalysisInputs& in, const std::vector<std::string>& compare,
+// The residual-stream paper's Jacobians of in.model and of the `compare` checkpoints (same architecture) on the same
+// samples; the pass file (run, resumed or read per in.pass) is DIR/pass.tdynpass. `out` null: nothing is written (the
+// pass goes to a temporary file), which per-sample Jacobians (options.save_per_sample) cannot do without.
+JacobianResult jacobian_to(ResultsDir* out, const AnalysisInputs& in, const std::vector<JacobianCheckpoint>& compare,
                            const JacobianOptions& options, ProgressSink& progress);
+// The checkpoints at `paths`, loaded as `load` says: the comparisons of a jacobian_to.
+std::vector<JacobianCheckpoint> load_checkpoints(const std::vector<std::string>& paths, const LoadOptions& load);
 // An MPI worker rank's side of a jacobian_to that rank 0 runs on a finished pass with options.ranks_share_metrics:
 // its share of the depths' metrics, whose operators rank 0 sends. It needs in.model's architecture, in.samples and
 // the same options; it reads no pass and writes nothing.
 void take_jacobian_metrics_share(const AnalysisInputs& in, const JacobianOptions& options);
 // What jacobian_to refuses under several MPI ranks (RefusedUnderRanks): all but the structured mean of one
 // checkpoint, whose pass is what the ranks split. Also called by the CLI before it loads anything.
-void check_jacobian_ranks(const std::vector<std::string>& compare, const JacobianOptions& options);
+void check_jacobian_ranks(bool comparing, const JacobianOptions& options);
 
 // Further checkpoints of a topology run, each analysed the same way in DIR/compare/LABEL.
 struct TopologyComparisons {

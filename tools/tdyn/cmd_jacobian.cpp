@@ -37,11 +37,11 @@ int run(const JacobianArgs& a) {
   const JacobianOptions options = resolved_options(a);
   if (!options.uses_pass() && (a.pass.resume || !a.pass.from_pass.empty()))
     fail("--resume and --from-pass need the structured mean without --cumulative both and --save-per-sample");
-  check_jacobian_ranks(a.compare, options);
+  check_jacobian_ranks(!a.compare.empty(), options);
   const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, a.pass);
   ResultsDir out(a.out, "jacobian", invocation());
   StderrProgress progress("tdyn jacobian");
-  jacobian_to(out, in, a.compare, options, progress);
+  jacobian_to(&out, in, load_checkpoints(a.compare, in.load), options, progress);
   progress.note(fmt::format("wrote {}", out.file("results.json").string()));
   return 0;
 }
