@@ -8,8 +8,7 @@
 
 namespace tdyn::python {
 
-std::vector<Sample> PySamples::load(const Model& model, const Tokenizer* loaded) const {
-  if (loaded) return load_samples(options, loaded, model.config.d_vocab);
+std::vector<Sample> PySamples::load(const Model& model) const {
   return load_samples_for_model(options, model.path, model.config.d_vocab, tokenizer.value_or(""));
 }
 

@@ -12,7 +12,6 @@
 
 #include "analysis/samples.h"
 #include "model/loader.h"
-#include "tokenizer/tokenizer.h"
 
 namespace tdyn::python {
 
@@ -24,9 +23,9 @@ struct PySamples {
   SampleOptions options;
   std::optional<std::string> tokenizer;
 
-  // The samples for `model`, text tokenized with `loaded` when given (the tokenizer the caller already loaded
-  // from `tokenizer` or the model), else with one loaded here. Touches no Python object: call it without the GIL.
-  std::vector<Sample> load(const Model& model, const Tokenizer* loaded = nullptr) const;
+  // The samples for `model` (text tokenized with `tokenizer`, else the model's own). Touches no Python object: call
+  // it without the GIL.
+  std::vector<Sample> load(const Model& model) const;
 };
 
 // Reads the arguments (with the GIL held); throws Error on ids that are neither a list of ints nor a list of lists.
