@@ -37,16 +37,6 @@ void add_spectra(py::dict& arrays, const std::string& stem, const std::vector<Op
   arrays[py::str(stem + ".singular_values")] = sv;
 }
 
-// A checkpoint given as a tdyn.Model (not owned: the caller's object outlives the call) or a path.
-JacobianCheckpoint checkpoint_of(const py::object& model) {
-  if (py::isinstance<PyModel>(model)) {
-    const Model& m = model.cast<const PyModel&>().model();
-    return {m.path.string(), std::shared_ptr<const Model>(std::shared_ptr<const Model>(), &m)};
-  }
-  const std::string path = model.cast<std::string>();
-  return {path, load_model(path, LoadOptions{})};
-}
-
 py::dict jacobian_run(const py::object& model, const py::object& ids, const std::optional<std::string>& data,
                       const std::optional<std::string>& prompt, int64_t samples, int64_t max_len, int64_t min_len,
                       uint64_t sample_seed, const std::optional<std::string>& tokenizer, const std::vector<py::object>& compare,
@@ -73,11 +63,11 @@ py::dict jacobian_run(const py::object& model, const py::object& ids, const std:
   options.keep_matrices = true;
   options.ablations = Ablation::parse(ablate);
   const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
-  const JacobianCheckpoint first = checkpoint_of(model);
+  const JacobianCheckpoint first = given_checkpoint(model);
   AnalysisInputs in;
   in.model_path = first.path, in.model = first.model;
   std::vector<JacobianCheckpoint> compared;
-  for (const py::object& c : compare) compared.push_back(checkpoint_of(c));
+  for (const py::object& c : compare) compared.push_back(given_checkpoint(c));
 
   CallbackProgress sink(progress);
   JacobianResult r;

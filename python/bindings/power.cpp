@@ -39,9 +39,8 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
                    int64_t steer_samples, int64_t steer_control_draws, bool save_matrices, const std::vector<std::string>& ablate,
                    const std::optional<py::function>& progress, const std::optional<std::string>& out) {
   AnalysisInputs in;
-  const bool loaded = py::isinstance<PyModel>(model);
-  in.model = loaded ? model.cast<const PyModel&>().shared_model() : load_model(model.cast<std::string>(), LoadOptions{});
-  in.model_path = loaded ? in.model->path.string() : model.cast<std::string>();  // results.json's: as given, or the loaded model's
+  const JacobianCheckpoint given = given_checkpoint(model);
+  in.model_path = given.path, in.model = given.model;
   const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
   PowerOptions options;
   options.dynamics = {parse_dynamics_mode(mode), residual};

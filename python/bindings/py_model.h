@@ -2,8 +2,12 @@
 #pragma once
 
 #include <memory>
+#include <string>
+
+#include <pybind11/pybind11.h>
 
 #include "analysis/jacobian/jacobian_model.h"
+#include "analysis/jacobian/run.h"
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/transformer.h"
@@ -37,5 +41,16 @@ class PyModel {
   std::shared_ptr<const Transformer> transformer_;
   std::unique_ptr<JacobianModel> jacobians_;
 };
+
+// A checkpoint given to an analysis as a tdyn.Model (shared with it) or a path (loaded here), with the path that
+// results.json records: as given, or the loaded Model's own.
+inline JacobianCheckpoint given_checkpoint(const pybind11::object& model_or_path) {
+  if (pybind11::isinstance<PyModel>(model_or_path)) {
+    const PyModel& m = model_or_path.cast<const PyModel&>();
+    return {m.model().path.string(), m.shared_model()};
+  }
+  const std::string path = model_or_path.cast<std::string>();
+  return {path, load_model(path, LoadOptions{})};
+}
 
 }  // namespace tdyn::python

@@ -8,10 +8,6 @@
 
 namespace tdyn::python {
 
-std::vector<Sample> PySamples::load(const Model& model) const {
-  return load_samples_for_model(options, model.path, model.config.d_vocab, tokenizer.value_or(""));
-}
-
 PySamples py_samples(const py::object& ids, const std::optional<std::string>& data, const std::optional<std::string>& prompt,
                      int64_t samples, int64_t max_len, int64_t min_len, uint64_t sample_seed,
                      const std::optional<std::string>& tokenizer) {

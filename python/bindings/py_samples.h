@@ -11,7 +11,6 @@
 #include <pybind11/pybind11.h>
 
 #include "analysis/samples.h"
-#include "model/loader.h"
 
 namespace tdyn::python {
 
@@ -21,11 +20,7 @@ namespace py = pybind11;
 // options.max_len raised to cover them where they do not), so that they load and are recorded as the CLI's are.
 struct PySamples {
   SampleOptions options;
-  std::optional<std::string> tokenizer;
-
-  // The samples for `model` (text tokenized with `tokenizer`, else the model's own). Touches no Python object: call
-  // it without the GIL.
-  std::vector<Sample> load(const Model& model) const;
+  std::optional<std::string> tokenizer;  // a tokenizer file; none: the model's own
 };
 
 // Reads the arguments (with the GIL held); throws Error on ids that are neither a list of ints nor a list of lists.

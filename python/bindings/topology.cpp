@@ -8,26 +8,17 @@
 #include <pybind11/eigen.h>
 #include <pybind11/stl.h>
 
-#include "analysis/pass/source.h"
 #include "analysis/topology/run.h"
 #include "convert.h"
 #include "py_model.h"
 #include "py_progress.h"
 #include "py_samples.h"
+#include "pipeline/parts.h"
 #include "result_dicts.h"
 #include "report/topology_output.h"
 
 namespace tdyn::python {
 namespace {
-
-// The pass over the samples into a temporary file, removed with the returned PassFile.
-PassFile topology_pass(PyModel& model, const std::vector<Sample>& samples, const TopologyOptions& options,
-                       const std::string& label, ProgressSink& progress) {
-  const Model& m = model.model();
-  const PassSpec spec = topology_pass_spec(model.transformer(), options);
-  return obtain_pass({}, model.transformer(), options.coupling ? &model.jacobian_model(spec.zeroed) : nullptr, samples, spec,
-                     pass_model_identity(m.path.string(), m), {}, false, fmt::format("topology {}: samples", label), progress);
-}
 
 // [rows, d] of the per-boundary (or per-layer) vectors `field` of `items`.
 template <typename T, typename Items, typename Field>
@@ -46,30 +37,24 @@ py::array_t<double> cube(const std::vector<topology::CorrelationMatrix>& matrice
   return out;
 }
 
-py::dict topology_run(const py::object& model_or_path, const PySamples& sample_args, const std::string& boundaries,
-                      bool coupling, TopologyOptions options, const std::optional<std::string>& label,
+py::dict topology_run(const py::object& model, const PySamples& sample_args, const std::string& boundaries, bool coupling,
+                      TopologyOptions options, const std::optional<std::string>& label,
                       const std::optional<py::function>& progress, const std::optional<std::string>& out) {
   options.boundaries = parse_boundary_set(boundaries);
   options.coupling = coupling;
-  std::optional<PyModel> loaded;
-  if (!py::isinstance<PyModel>(model_or_path)) loaded.emplace(load_model(model_or_path.cast<std::string>(), LoadOptions{}));
-  PyModel& model = loaded ? *loaded : model_or_path.cast<PyModel&>();
-  const std::string path = model.model().path.string(), name = label.value_or(checkpoint_label(path));
+  AnalysisInputs in;
+  const JacobianCheckpoint given = given_checkpoint(model);
+  in.model_path = given.path, in.model = given.model;
   CallbackProgress sink(progress);
   TopologyResult r;
   {
     py::gil_scoped_release release;
-    const std::vector<Sample> samples = sample_args.load(model.model());
-    check_sample_ids(samples, model.config(), path);
-    const PassFile pass = topology_pass(model, samples, options, name, sink);
-    r = run_topology(model.model(), path, name, pass, options, sink);
+    draw_samples(in, sample_args.options, sample_args.tokenizer.value_or(""));
+    std::optional<ResultsDir> dir;
+    if (out) dir.emplace(*out, "topology", std::vector<std::string>{"tdyn.topology"});
+    r = topology_to(dir ? &*dir : nullptr, in, {}, options, sink, label.value_or(""));
   }
   sink.rethrow();
-  if (out) {
-    ResultsDir dir(*out, "topology", {"tdyn.topology"});
-    write_topology(dir, r, options);
-    write_topology_comparison(dir, {checkpoint_summary(r, dir.path())});
-  }
   return topology_dict(r, options);
 }
 

@@ -57,6 +57,9 @@ class TopologyLikeTheCliTest(unittest.TestCase):
         for checkpoint in written["results"]["checkpoints"] + cli_json["results"]["checkpoints"]:
             checkpoint.pop("results_dir")  # the directory each wrote to
         self.assertEqual(written["results"], cli_json["results"])
+        # The written options also say how the samples were drawn and the pass run, as the CLI's do.
+        self.assertEqual(written["options"], cli_json["options"])
+        self.assertIn("load_samples", written["timings"])
 
     def test_ablated_same_as_cli(self):
         ablate = "blocks.2.attn.hook_z:heads=1"
@@ -73,7 +76,11 @@ class TopologyLikeTheCliTest(unittest.TestCase):
     def test_topology_only_from_ids(self):
         ids = tdyn.load(self.path).tokenizer().encode(PROMPT)
         cli_dir, cli_json = self.run_cli("--no-coupling", "--boundaries", "layers", "--threshold", "0.3")
-        run = tdyn.topology(self.path, [ids], coupling=False, boundaries="layers", threshold=0.3)
+        lines = []
+        run = tdyn.topology(self.path, [ids], coupling=False, boundaries="layers", threshold=0.3, label="tiny",
+                            progress=lines.append)
+        self.assertEqual(run["model"]["label"], "tiny")
+        self.assertTrue(any(line.startswith("topology tiny: samples") for line in lines), lines)
         self.assertIsNone(run["results"]["coupling"])
         self.assertEqual(json_numbers(run["results"])["boundaries"], cli_json["results"]["boundaries"])
         np.testing.assert_array_equal(run["membership"], np.load(cli_dir / "membership.npy"))

@@ -100,30 +100,33 @@ nlohmann::json TopologyComparisons::to_json() const {
 namespace {
 
 // One checkpoint of a topology run: its pass (run here, or read per in.pass), its analysis with `options`, and its
-// results in `out`, whose options record the run's (`run_options`).
+// results in `out` (null: nowhere, the pass in a temporary file), whose options record the run's (`run_options`).
 TopologyResult analyse_checkpoint(const AnalysisInputs& in, const TopologyComparisons& comparisons, const TopologyOptions& options,
                                   const TopologyOptions& run_options, const std::shared_ptr<const Model>& model,
-                                  const std::string& path, const std::string& label, ResultsDir& out, ProgressSink& progress) {
+                                  const std::string& path, const std::string& label, ResultsDir* out, ProgressSink& progress) {
   check_sample_ids(in.samples, model->config, path);
   auto transformer = std::make_shared<const Transformer>(model);
   const PassSpec spec = topology_pass_spec(*transformer, options);
   std::unique_ptr<JacobianModel> jacobians;
   if (options.coupling) jacobians = std::make_unique<JacobianModel>(transformer, spec.zeroed);
   std::optional<PassFile> pass;
+  PhaseTimes times;
   try {
-    PhaseTimer timer(out, jacobians ? "forward_correlations_and_jacobians" : "forward_correlations");
+    PhaseClock clock(times, jacobians ? "forward_correlations_and_jacobians" : "forward_correlations");
     pass = obtain_pass(in.pass, *transformer, jacobians.get(), in.samples, spec, pass_model_identity(path, *model),
-                       out.file("pass.tdynpass"), false, fmt::format("topology {}: samples", label), progress);
+                       out ? out->file("pass.tdynpass") : fs::path(), false, fmt::format("topology {}: samples", label), progress);
   } catch (const WorkerShareDone&) {
     take_coupling_share(options);  // with ranks_share_coupling; its share of the pass is with rank 0 already
     throw;
   }
   TopologyResult result = run_topology(*model, path, label, *pass, options, progress);
-  out.options() = comparisons.to_json();
-  out.options()["samples"] = sample_options_json(in.sample_options);
-  out.options()["tokenizer"] = in.tokenizer.empty() ? "the one shipped with MODEL" : in.tokenizer;
-  out.options()["pass"] = in.pass.to_json();
-  write_topology(out, result, run_options);
+  if (!out) return result;
+  for (const auto& [phase, seconds] : times) out->add_timing(phase, seconds);
+  out->options() = comparisons.to_json();
+  out->options()["samples"] = sample_options_json(in.sample_options);
+  out->options()["tokenizer"] = in.tokenizer.empty() ? "the one shipped with MODEL" : in.tokenizer;
+  out->options()["pass"] = in.pass.to_json();
+  write_topology(*out, result, run_options);
   return result;
 }
 
@@ -147,35 +150,40 @@ void check_topology_ranks(const TopologyComparisons& comparisons) {
                       "topology comparing checkpoints or a random initialisation");
 }
 
-TopologyResult topology_to(ResultsDir& out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
-                           const TopologyOptions& options, ProgressSink& progress) {
+TopologyResult topology_to(ResultsDir* out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
+                           const TopologyOptions& options, ProgressSink& progress, const std::string& model_label) {
   PositionSpec::parse(options.positions);  // fail early on bad positions
   check_topology_ranks(comparisons);
+  const bool comparing = !comparisons.compare.empty() || comparisons.random_init.has_value();
+  if (comparing && !out) fail("comparing checkpoints writes each one's results: give a results directory");
+  if (out)
+    for (const auto& [phase, seconds] : in.timings) out->add_timing(phase, seconds);
   std::vector<std::string> labels;
-  std::vector<TopologyCheckpoint> checkpoints;
+  if (!model_label.empty()) labels.push_back(model_label);
   TopologyResult first = analyse_checkpoint(in, comparisons, options, options, in.model, in.model_path,
-                                            checkpoint_label(in.model_path, &labels), out, progress);
-  checkpoints.push_back(checkpoint_summary(first, out.path()));
+                                            model_label.empty() ? checkpoint_label(in.model_path, &labels) : model_label, out, progress);
+  if (!out) return first;
+  std::vector<TopologyCheckpoint> checkpoints = {checkpoint_summary(first, out->path())};
   TopologyOptions further = options;  // the communities of the first checkpoint only are compared with the control's
   further.communities_control.clear();
   auto analyse_further = [&](const std::shared_ptr<const Model>& model, const std::string& path, const std::string& label, ResultsDir& sub) {
-    checkpoints.push_back(checkpoint_summary(analyse_checkpoint(in, comparisons, further, options, model, path, label, sub, progress), sub.path()));
+    checkpoints.push_back(checkpoint_summary(analyse_checkpoint(in, comparisons, further, options, model, path, label, &sub, progress), sub.path()));
   };
   for (const std::string& path : comparisons.compare) {
     const std::string label = checkpoint_label(path, &labels);
-    ResultsDir sub(out.file("compare") / label, "topology", out.argv());
+    ResultsDir sub(out->file("compare") / label, "topology", out->argv());
     analyse_further(load_model(path, in.load), path, label, sub);
   }
   if (comparisons.random_init) {
     const std::string label = checkpoint_label("random_init", &labels);
-    ResultsDir sub(out.file("compare") / label, "topology", out.argv());
+    ResultsDir sub(out->file("compare") / label, "topology", out->argv());
     const fs::path model_dir = sub.file("model");
     write_random_init(hf_config_of(*in.model, in.model_path), model_dir, *comparisons.random_init);
     sub.record_file("model/config.json", "random initialisation of MODEL's architecture: configuration");
     sub.record_file("model/model.safetensors", fmt::format("random initialisation: weights (seed {})", *comparisons.random_init));
     analyse_further(load_model(model_dir), model_dir.string(), label, sub);
   }
-  write_topology_comparison(out, checkpoints);
+  write_topology_comparison(*out, checkpoints);
   return first;
 }
 

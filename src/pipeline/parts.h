@@ -47,10 +47,11 @@ struct TopologyComparisons {
   nlohmann::json to_json() const;
 };
 
-// The residual-stream paper's topology of in.model (and the comparisons'), with the comparison of all checkpoints.
-// Returns the first checkpoint's result.
-TopologyResult topology_to(ResultsDir& out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
-                           const TopologyOptions& options, ProgressSink& progress);
+// The residual-stream paper's topology of in.model (named `model_label`; "" = its file's stem) and of the
+// comparisons', with the comparison of all checkpoints. Returns the first checkpoint's result. `out` null: nothing is
+// written (the pass goes to a temporary file), which comparisons, each in a directory of its own, cannot do without.
+TopologyResult topology_to(ResultsDir* out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
+                           const TopologyOptions& options, ProgressSink& progress, const std::string& model_label = "");
 // What topology_to refuses under several MPI ranks (RefusedUnderRanks): comparisons. Also called by the CLI first.
 void check_topology_ranks(const TopologyComparisons& comparisons);
 

@@ -44,7 +44,7 @@ int run(TopologyArgs& a) {
   const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, a.pass);
   ResultsDir out(a.out_dir, "topology", invocation());
   StderrProgress progress("tdyn topology");
-  topology_to(out, in, comparisons, a.options, progress);
+  topology_to(&out, in, comparisons, a.options, progress);
   return 0;
 }
 
