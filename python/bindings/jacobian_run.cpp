@@ -63,11 +63,12 @@ py::dict jacobian_run(const py::object& model, const py::object& ids, const std:
   options.keep_matrices = true;
   options.ablations = Ablation::parse(ablate);
   const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
-  const JacobianCheckpoint first = given_checkpoint(model);
-  AnalysisInputs in;
-  in.model_path = first.path, in.model = first.model;
+  AnalysisInputs in = given_model(model);
   std::vector<JacobianCheckpoint> compared;
-  for (const py::object& c : compare) compared.push_back(given_checkpoint(c));
+  for (const py::object& c : compare) {
+    const AnalysisInputs checkpoint = given_model(c);
+    compared.push_back({checkpoint.model_path, checkpoint.model});
+  }
 
   CallbackProgress sink(progress);
   JacobianResult r;

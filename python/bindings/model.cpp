@@ -276,7 +276,7 @@ Positions outside a sample are skipped for that sample.)doc")
           py::gil_scoped_release release;
           model = load_model(path, options);
         }
-        return PyModel(std::move(model));
+        return PyModel(std::move(model), options);
       },
       py::arg("path"), py::arg("allow_unknown_config_keys") = false, py::arg("check_weights") = true,
       "Loads a checkpoint: a Hugging Face directory (config.json + safetensors or pytorch_model.bin, sharded or "

@@ -10,7 +10,9 @@
 
 #include "analysis/particles/run.h"
 #include "convert.h"
+#include "pipeline/parts.h"
 #include "py_model.h"
+#include "py_samples.h"
 #include "result_dicts.h"
 #include "report/particles_output.h"
 
@@ -122,7 +124,8 @@ py::dict simulate_particles(const std::optional<std::string>& preset_name, const
 
 // tdyn.particles: the keyword arguments past the named ones override the spec, as the CLI's flags do.
 py::dict particles_run(const std::optional<std::string>& preset_name, const py::object& model, int64_t layer,
-                       std::optional<int64_t> head, const std::optional<std::vector<int32_t>>& ids, const std::string& integrator,
+                       std::optional<int64_t> head, const py::object& ids, const std::optional<std::string>& data,
+                       const std::optional<std::string>& prompt, const std::optional<std::string>& tokenizer, const std::string& integrator,
                        const std::string& variable, int save_every, int diagnose_every, const std::optional<std::string>& cluster_on,
                        const std::vector<double>& attention_times, int64_t perturbed_runs, double perturbation,
                        const std::optional<std::string>& out, const py::kwargs& spec_overrides) {
@@ -157,25 +160,28 @@ py::dict particles_run(const std::optional<std::string>& preset_name, const py::
   if (save_every < 1 || diagnose_every < 1) fail("save_every and diagnose_every must be >= 1");
   if (perturbed_runs < 0 || !(perturbation > 0)) fail("perturbed_runs must be >= 0 and perturbation > 0");
 
+  const bool tokens_given = !ids.is_none() || data || prompt || tokenizer;
+  if (!from_model && tokens_given) fail("ids, data, prompt and tokenizer are a model's tokens: give model too");
+  if (spec_overrides.contains("init") && tokens_given) fail("init makes the tokens: give it or ids, data, prompt and tokenizer");
+  std::optional<AnalysisInputs> in;
+  std::optional<SampleOptions> tokens;  // none: init makes them
+  if (from_model) {
+    in = given_model(model);
+    if (!spec_overrides.contains("init")) tokens = py_samples(ids, data, prompt, 1, spec.n, 1, 0, tokenizer).options;
+  }
   ParticlesResult r;
-  std::shared_ptr<const Model> loaded;
-  const PyModel* given_model = from_model && py::isinstance<PyModel>(model) ? &model.cast<const PyModel&>() : nullptr;
-  if (from_model && !given_model) loaded = load_model(model.cast<std::string>(), LoadOptions{});
+  std::optional<ResultsDir> dir;
   {
     py::gil_scoped_release release;
-    if (from_model) {
-      const Model& m = given_model ? given_model->model() : *loaded;
-      if (!ids && !spec_overrides.contains("init")) fail("a model's particles need ids (its tokens) or init (generated tokens)");
-      r = run_particles(m, m.path.string(), ModelHeadOptions{layer, head.value_or(-1)}, ids ? &*ids : nullptr, spec, options);
+    if (out) dir.emplace(*out, "particles", std::vector<std::string>{"tdyn.particles"});
+    if (in) {
+      r = particles_to(dir ? &*dir : nullptr, in->model_path, *in->model, in->load, {layer, head.value_or(-1), spec.n}, tokens,
+                       tokenizer.value_or(""), spec, options);
     } else {
       r = run_particles(spec, options);
+      if (dir) write_particles(*dir, r, options);
     }
   }
-  if (out) {
-    ResultsDir dir(*out, "particles", {"tdyn.particles"});
-    write_particles(dir, r, options);
-  }
-
   return particles_dict(r, options);
 }
 
@@ -203,15 +209,18 @@ py::dict particles_dict(const particles::ParticlesResult& r, const particles::Pa
 void bind_particles(py::module_& m) {
   m.def("particles", &particles_run,
       py::arg("preset") = py::none(), py::kw_only(), py::arg("model") = py::none(), py::arg("layer") = 0,
-      py::arg("head") = py::none(), py::arg("ids") = py::none(), py::arg("integrator") = "euler", py::arg("variable") = "x",
+      py::arg("head") = py::none(), py::arg("ids") = py::none(), py::arg("data") = py::none(), py::arg("prompt") = py::none(),
+      py::arg("tokenizer") = py::none(), py::arg("integrator") = "euler", py::arg("variable") = "x",
       py::arg("save_every") = 1, py::arg("diagnose_every") = 1, py::arg("cluster_on") = py::none(),
       py::arg("attention_times") = std::vector<double>{}, py::arg("perturbed_runs") = ParticlesOptions{}.perturbed_runs,
       py::arg("perturbation") = ParticlesOptions{}.perturbation, py::arg("out") = py::none(),
       R"doc(Runs what `tdyn particles` runs and returns what it writes.
 
 preset: one of tdyn.particle_presets() (default 'polytope'), or model: a tdyn.Model or a checkpoint path,
-whose layer `layer` (head `head`, default the whole layer) is simulated from the unit embeddings of `ids`
-(or from tokens made by init=). Keyword overrides as the CLI's flags: n, d, d_head, T, dt, seed, init,
+whose layer `layer` (head `head`, default the whole layer) is simulated from the unit embeddings of the first
+n tokens of one sample: ids (a list of token ids), else the first sample drawn as the CLI draws it from data (a
+text file of passages, a .npy or .ids file; default the WikiText-2 test split) or prompt (one text), tokenized
+with tokenizer (default the model's own); or from tokens made by init=. Keyword overrides as the CLI's flags: n, d, d_head, T, dt, seed, init,
 query, key, value, output (generator specs or .npy paths), ffn, sphere. integrator 'euler', 'rk4' or
 'dopri5'; variable 'x' or 'z'; cluster_on 'x' or 'z' (default x on the sphere, else z); attention_times
 (default 0, T/2, T); perturbed_runs runs from initial tokens moved by perturbation x max |x_i(0)| for the

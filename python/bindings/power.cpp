@@ -38,9 +38,7 @@ py::dict power_run(const py::object& model, const py::object& ids, const std::op
                    bool steer, const std::string& steer_direction, uint64_t steer_seed, const std::vector<double>& steer_scales,
                    int64_t steer_samples, int64_t steer_control_draws, bool save_matrices, const std::vector<std::string>& ablate,
                    const std::optional<py::function>& progress, const std::optional<std::string>& out) {
-  AnalysisInputs in;
-  const JacobianCheckpoint given = given_checkpoint(model);
-  in.model_path = given.path, in.model = given.model;
+  AnalysisInputs in = given_model(model);
   const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
   PowerOptions options;
   options.dynamics = {parse_dynamics_mode(mode), residual};

@@ -7,21 +7,22 @@
 #include <pybind11/pybind11.h>
 
 #include "analysis/jacobian/jacobian_model.h"
-#include "analysis/jacobian/run.h"
 #include "core/error.h"
 #include "model/loader.h"
 #include "model/transformer.h"
+#include "pipeline/inputs.h"
 
 namespace tdyn::python {
 
 // A loaded checkpoint with its forward pass; the float64 Jacobian weights are made on first use.
 class PyModel {
  public:
-  explicit PyModel(std::shared_ptr<const Model> model)
-      : model_(std::move(model)), transformer_(std::make_shared<const Transformer>(model_)) {}
+  PyModel(std::shared_ptr<const Model> model, const LoadOptions& load)
+      : model_(std::move(model)), load_(load), transformer_(std::make_shared<const Transformer>(model_)) {}
 
   const Model& model() const { return *model_; }
   const std::shared_ptr<const Model>& shared_model() const { return model_; }
+  const LoadOptions& load_options() const { return load_; }  // how it was loaded
   const ModelConfig& config() const { return model_->config; }
   const Transformer& transformer() const { return *transformer_; }
 
@@ -38,19 +39,23 @@ class PyModel {
 
  private:
   std::shared_ptr<const Model> model_;
+  LoadOptions load_;
   std::shared_ptr<const Transformer> transformer_;
   std::unique_ptr<JacobianModel> jacobians_;
 };
 
-// A checkpoint given to an analysis as a tdyn.Model (shared with it) or a path (loaded here), with the path that
-// results.json records: as given, or the loaded Model's own.
-inline JacobianCheckpoint given_checkpoint(const pybind11::object& model_or_path) {
+// A model given to an analysis as a tdyn.Model (shared with it) or a path (loaded here with the default options):
+// the inputs' model_path (as given, or the Model's own, which results.json records), load and model.
+inline AnalysisInputs given_model(const pybind11::object& model_or_path) {
+  AnalysisInputs in;
   if (pybind11::isinstance<PyModel>(model_or_path)) {
     const PyModel& m = model_or_path.cast<const PyModel&>();
-    return {m.model().path.string(), m.shared_model()};
+    in.model_path = m.model().path.string(), in.load = m.load_options(), in.model = m.shared_model();
+  } else {
+    in.model_path = model_or_path.cast<std::string>();
+    in.model = load_model(in.model_path, in.load);
   }
-  const std::string path = model_or_path.cast<std::string>();
-  return {path, load_model(path, LoadOptions{})};
+  return in;
 }
 
 }  // namespace tdyn::python

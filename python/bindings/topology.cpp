@@ -42,9 +42,7 @@ py::dict topology_run(const py::object& model, const PySamples& sample_args, con
                       const std::optional<py::function>& progress, const std::optional<std::string>& out) {
   options.boundaries = parse_boundary_set(boundaries);
   options.coupling = coupling;
-  AnalysisInputs in;
-  const JacobianCheckpoint given = given_checkpoint(model);
-  in.model_path = given.path, in.model = given.model;
+  AnalysisInputs in = given_model(model);
   CallbackProgress sink(progress);
   TopologyResult r;
   {

@@ -53,21 +53,43 @@ class ParticlesLikeTheCliTest(unittest.TestCase):
                                          ",".join(map(str, ids)), "--n", "8", "--T", "3")
         model = tdyn.load(path)
         run = tdyn.particles(model=model, layer=2, head=1, ids=ids, n=8, T=3.0, out=str(self.tmp / "py"))
-        # The CLI also records where the tokens came from and how the model was loaded.
-        cli_json["model"]["bridge"].pop("token_source")
+        # The written options also say how the model was loaded, as the CLI's do.
+        self.assertEqual(json.loads((self.tmp / "py" / "results.json").read_text())["options"], cli_json["options"])
         cli_json["options"]["from_model"].pop("allow_unknown_config_keys")
         self.assertEqual(run["options"], cli_json["options"])
+        self.assertEqual(run["model"]["bridge"]["token_source"]["ids"], ids)
         self.assert_same_run(run, cli_dir, cli_json, self.tmp / "py")
         self.assertEqual(run["x0"].shape, (8, 64))
+
+    def test_real_layer_from_text(self):
+        if not have_shared(STORIES):
+            self.skipTest(missing_shared(STORIES))
+        path = str(shared(STORIES))
+        prompt = "Once upon a time there was a little girl named Lily."
+        cli_dir, cli_json = self.run_cli("--from-model", path, "--layer", "1", "--prompt", prompt, "--n", "6", "--T", "2")
+        run = tdyn.particles(model=path, layer=1, prompt=prompt, n=6, T=2.0)
+        self.assertEqual(run["model"], cli_json["model"])
+        np.testing.assert_array_equal(run["x"], np.load(cli_dir / "x.npy"))
+        # No tokens given: the first sample drawn from the default corpus, as the CLI's default.
+        run = tdyn.particles(model=path, layer=1, n=6, T=2.0)
+        self.assertIn("wikitext-2", run["model"]["bridge"]["token_source"]["data"])
+        self.assertEqual(run["x0"].shape, (6, 64))
 
     def test_errors(self):
         with self.assertRaisesRegex(tdyn.Error, "unknown argument 'bogus'"):
             tdyn.particles("polytope", bogus=1)
         with self.assertRaisesRegex(tdyn.Error, "attention time 9"):
             tdyn.particles("polytope", attention_times=[9.0])
+        with self.assertRaisesRegex(tdyn.Error, "a model's tokens: give model too"):
+            tdyn.particles("polytope", prompt="Once")
         if have_shared(STORIES):
-            with self.assertRaisesRegex(tdyn.Error, "ids"):
-                tdyn.particles(model=str(shared(STORIES)), layer=0)
+            path = str(shared(STORIES))
+            with self.assertRaisesRegex(tdyn.Error, "init makes the tokens"):
+                tdyn.particles(model=path, ids=[1, 2, 3], init="sphere")
+            with self.assertRaisesRegex(tdyn.Error, "one sample of tokens: 2 were given"):
+                tdyn.particles(model=path, ids=[[1, 2, 3], [1, 4, 5]])
+            with self.assertRaisesRegex(tdyn.Error, "outside the vocabulary"):
+                tdyn.particles(model=path, ids=[1, 2, 10 ** 6])
 
 
 if __name__ == "__main__":

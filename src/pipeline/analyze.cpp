@@ -801,7 +801,7 @@ void Analysis::run_part(const std::string& name) {
         SampleOptions tokens;
         tokens.data = o_.data;
         const ModelHeadOptions head{o_.particles_layer, o_.particles_head, spec.n};
-        result_.particles = particles_to(part, o_.model_path, o_.load, head, tokens, o_.tokenizer, spec, options);
+        result_.particles = particles_to(&part, o_.model_path, *in_.model, o_.load, head, tokens, o_.tokenizer, spec, options);
       }
     }
     record["status"] = "ok";

@@ -187,14 +187,13 @@ TopologyResult topology_to(ResultsDir* out, const AnalysisInputs& in, const Topo
   return first;
 }
 
-particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path, const LoadOptions& load,
+particles::ParticlesResult particles_to(ResultsDir* out, const std::string& path, const Model& model, const LoadOptions& load,
                                         const ModelHeadOptions& head, const std::optional<SampleOptions>& tokens,
                                         const std::string& tokenizer, const particles::ExperimentSpec& spec,
                                         const particles::ParticlesOptions& options) {
-  const std::shared_ptr<const Model> model = load_model(path, load);
   particles::ParticlesResult result;
   if (!tokens) {
-    result = particles::run_particles(*model, path, head, nullptr, spec, options);
+    result = particles::run_particles(model, path, head, nullptr, spec, options);
   } else {
     if (tokens->ids.size() > 1) fail("the particles start from one sample of tokens: {} were given as ids", tokens->ids.size());
     SampleOptions one = *tokens;
@@ -203,12 +202,13 @@ particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path
     one.samples = 1;
     one.min_len = 1;
     one.max_len = std::max<int64_t>(spec.n, 1);
-    const std::vector<int32_t> ids = load_samples_for_model(one, path, model->config.d_vocab, tokenizer).at(0).ids;
-    result = particles::run_particles(*model, path, head, &ids, spec, options);
+    const std::vector<int32_t> ids = load_samples_for_model(one, path, model.config.d_vocab, tokenizer).at(0).ids;
+    result = particles::run_particles(model, path, head, &ids, spec, options);
     result.model["bridge"]["token_source"] = one.to_json();
   }
-  out.options()["from_model"]["allow_unknown_config_keys"] = load.config.allow_unknown_keys;
-  write_particles(out, result, options);
+  if (!out) return result;
+  out->options()["from_model"]["allow_unknown_config_keys"] = load.config.allow_unknown_keys;
+  write_particles(*out, result, options);
   return result;
 }
 

@@ -55,10 +55,11 @@ TopologyResult topology_to(ResultsDir* out, const AnalysisInputs& in, const Topo
 // What topology_to refuses under several MPI ranks (RefusedUnderRanks): comparisons. Also called by the CLI first.
 void check_topology_ranks(const TopologyComparisons& comparisons);
 
-// The clustering paper's particles from a real layer: `path`'s layer and head (head.head < 0: the whole layer),
-// started from the first sample of `tokens` (whose samples, min_len and max_len are set here), or from spec.initial
-// when `tokens` is empty.
-particles::ParticlesResult particles_to(ResultsDir& out, const std::string& path, const LoadOptions& load,
+// The clustering paper's particles from a real layer of `model` (loaded from `path` as `load` says, which results.json
+// records): its layer and head (head.head < 0: the whole layer), started from the first sample of `tokens` (whose
+// samples, min_len and max_len are set here), or from spec.initial when `tokens` is empty. `out` null: nothing is
+// written.
+particles::ParticlesResult particles_to(ResultsDir* out, const std::string& path, const Model& model, const LoadOptions& load,
                                         const ModelHeadOptions& head, const std::optional<SampleOptions>& tokens,
                                         const std::string& tokenizer, const particles::ExperimentSpec& spec,
                                         const particles::ParticlesOptions& options);

@@ -110,7 +110,8 @@ int run(const ParticlesArgs& a) {
     load.check_finite = a.check_weights;
     // --init: the tokens it makes; else the first sample of --data, --prompt or --ids (default: the first passage drawn).
     const std::optional<SampleOptions> tokens = given(a, "--init") ? std::nullopt : std::optional(a.tokens.options);
-    result = particles_to(out, a.from_model, load, {a.layer, a.head, spec.n}, tokens, a.tokens.tokenizer, spec, options);
+    result = particles_to(&out, a.from_model, *load_model(a.from_model, load), load, {a.layer, a.head, spec.n}, tokens,
+                          a.tokens.tokenizer, spec, options);
   }
   print_summary(a, result, options, out.file("results.json"));
   return 0;
