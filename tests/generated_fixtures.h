@@ -20,7 +20,7 @@ std::string content_hash(const std::string& text);
 fs::path made_once(const std::string& name, const std::string& key,
                    const std::function<bool(const fs::path& dir, std::string* why)>& make, std::string* why);
 
-// DIR/{mistral, qwen2, phi3}/{config.json, model.safetensors, refs.safetensors} from tests/refgen/extra_families.py.
+// DIR/{mistral, qwen2, qwen3, phi3}/{config.json, model.safetensors, refs.safetensors} from tests/refgen/extra_families.py.
 // Empty with *why set when the generator cannot run here (a skip, not a failure).
 fs::path extra_family_fixtures(std::string* why);
 

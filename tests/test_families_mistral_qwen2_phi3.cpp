@@ -1,11 +1,13 @@
-// Mistral, Qwen2 and Phi-3 against float64 references of their Hugging Face forward passes, generated at test
-// time by tests/refgen/extra_families.py (tiny random checkpoints with HF tensor names; sliding windows shorter
-// than the sequences, GQA, Qwen2 q/k/v biases and tied head, Phi-3 fused qkv_proj / gate_up_proj and partial
-// rotary embeddings): every hook, the Jacobians, KV-cached decoding, `tdyn info` / `tdyn run`, and the config and
-// tensor errors of these families.
+// Mistral, Qwen2, Qwen3 and Phi-3 against float64 references of their Hugging Face forward passes, generated at
+// test time by tests/refgen/extra_families.py (tiny random checkpoints with HF tensor names; sliding windows shorter
+// than the sequences, GQA, Qwen2 q/k/v biases and tied head, Qwen3 per-head q/k norms, head_dim wider than
+// hidden_size / heads and o_proj bias, Phi-3 fused qkv_proj / gate_up_proj and partial rotary embeddings): every
+// hook, the Jacobians, KV-cached decoding, `tdyn info` / `tdyn run`, and the config and tensor errors of these
+// families.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <functional>
 #include <iostream>
 
@@ -123,7 +125,7 @@ TEST_P(GeneratedFamily, InfoAndRunCommands) {
   EXPECT_LE(test::expect_matches_ref(refs, "seq0.logits", got.data(), got.size()), 1.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, GeneratedFamily, ::testing::Values("mistral", "qwen2", "phi3"));
+INSTANTIATE_TEST_SUITE_P(Families, GeneratedFamily, ::testing::Values("mistral", "qwen2", "qwen3", "phi3"));
 
 // ---------------------------------------------------------------------------------------------------------
 // Loading.
@@ -182,6 +184,10 @@ TEST(GeneratedFamilyLoading, MissingUnknownAndMisshapenTensorsAreErrors) {
   // Qwen2 needs its q/k/v biases.
   expect_bind_fails(root / "qwen2", "model.layers.2.self_attn.k_proj.bias", "", "missing tensor 'model.layers.2.self_attn.k_proj.bias'");
   expect_bind_fails(root / "mistral", "model.norm.weight", "model.norm.bias", "unknown tensor 'model.norm.bias'");
+  // Qwen3 needs its per-head q/k norms, and its o_proj bias when attention_bias is set.
+  expect_bind_fails(root / "qwen3", "model.layers.1.self_attn.k_norm.weight", "",
+                    "missing tensor 'model.layers.1.self_attn.k_norm.weight'");
+  expect_bind_fails(root / "qwen3", "model.layers.0.self_attn.o_proj.bias", "", "missing tensor 'model.layers.0.self_attn.o_proj.bias'");
   // Phi-3 with more kv heads than its qkv_proj holds.
   auto model = load_model(root / "phi3");
   ModelConfig c = model->config;
@@ -239,15 +245,39 @@ TEST(GeneratedFamilyConfig, SlidingWindowsFollowHuggingFace) {
   j["use_sliding_window"] = false;
   expect_config_error(j, "layer_types marks layer 0 sliding_attention but there is no window");
 
+  j = generated_config(root, "qwen3");  // Qwen2's window rule
+  EXPECT_EQ(windows(j), (std::vector<int64_t>{0, 6, 6}));
+  j["use_sliding_window"] = false;  // the released Qwen3 setting
+  EXPECT_EQ(windows(j), (std::vector<int64_t>{0, 0, 0}));
+
   j = generated_config(root, "phi3");
   EXPECT_EQ(windows(j), (std::vector<int64_t>{7, 7}));
   j.erase("sliding_window");  // Phi3Config default: None
   EXPECT_EQ(windows(j), (std::vector<int64_t>{0, 0}));
 }
 
+// Qwen3Config: head_dim is its own setting (default 128, not hidden_size / heads), attention_bias covers o_proj too,
+// and the q/k norms are per head.
+TEST(GeneratedFamilyConfig, Qwen3HeadsAndBiases) {
+  REQUIRE_GENERATED(root);
+  auto j = generated_config(root, "qwen3");
+  ModelConfig c = parse_hf_config(j, "qwen3");
+  EXPECT_EQ(c.d_head, 24);
+  EXPECT_EQ(c.q_dim(), 96);  // wider than d_model 64
+  EXPECT_DOUBLE_EQ(c.attn_scale, 1.0 / std::sqrt(24.0));
+  EXPECT_EQ(c.qk_norm, QKNorm::PerHead);
+  EXPECT_TRUE(c.attn_qkv_bias && c.attn_o_bias && c.tied_embeddings);
+  j.erase("head_dim");
+  j.erase("attention_bias");
+  c = parse_hf_config(j, "qwen3");
+  EXPECT_EQ(c.d_head, 128);
+  EXPECT_DOUBLE_EQ(c.attn_scale, 1.0 / std::sqrt(128.0));
+  EXPECT_FALSE(c.attn_qkv_bias || c.attn_o_bias);
+}
+
 TEST(GeneratedFamilyConfig, UnsupportedFeaturesAreErrors) {
   REQUIRE_GENERATED(root);
-  for (const char* family : {"mistral", "qwen2", "phi3"}) {
+  for (const char* family : {"mistral", "qwen2", "qwen3", "phi3"}) {
     auto j = generated_config(root, family);
     j["some_new_switch"] = true;
     expect_config_error(j, "unknown config key(s) 'some_new_switch'");

@@ -1,10 +1,12 @@
 // Layer matrices F_t = O_t V_t and offsets c_t = O_t b_V + b_O (the power-method paper) against the fixtures' float64
-// references blocks.{l}.layer_matrix / layer_matrix_bias, for every family; plus the uniform-attention identity
-// attn_out = F x̄ + c through the real attention code, and the llama2.c / HF-layout agreement of stories260K.
+// references blocks.{l}.layer_matrix / layer_matrix_bias, for every family (the shared fixtures and the generated
+// ones); plus the uniform-attention identity attn_out = F x̄ + c through the real attention code, and the llama2.c /
+// HF-layout agreement of stories260K.
 #include <gtest/gtest.h>
 
 #include "analysis/layer_matrix.h"
 #include "fixture_check.h"
+#include "generated_fixtures.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 
@@ -18,11 +20,8 @@ std::vector<float> row_major_floats(const linalg::Matrix& m) {
   return out;
 }
 
-class LayerMatrixFixture : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(LayerMatrixFixture, MatchesReferences) {
-  TDYN_REQUIRE_SHARED("fixtures/" + GetParam());
-  const fs::path dir = test::shared_dir() / "fixtures" / GetParam();
+// Every layer's F and c of the checkpoint in `dir` against its refs.safetensors.
+void expect_layer_matrices_match(const fs::path& dir) {
   auto model = load_model(dir);
   TensorStore refs;
   read_safetensors(dir / "refs.safetensors", refs);
@@ -39,8 +38,25 @@ TEST_P(LayerMatrixFixture, MatchesReferences) {
   }
 }
 
+class LayerMatrixFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LayerMatrixFixture, MatchesReferences) {
+  TDYN_REQUIRE_SHARED("fixtures/" + GetParam());
+  expect_layer_matrices_match(test::shared_dir() / "fixtures" / GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(LayerMatrixFamilies, LayerMatrixFixture,
                          ::testing::Values("gpt2", "gpt_neo", "bert", "albert", "llama", "llama_tied", "olmo3", "gemma4"));
+
+// The families whose references tests/refgen/extra_families.py makes (Qwen3: with its o_proj bias in c).
+class LayerMatrixGenerated : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LayerMatrixGenerated, MatchesReferences) {
+  TDYN_REQUIRE_GENERATED(root, extra_family_fixtures);
+  expect_layer_matrices_match(root / GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(LayerMatrixFamilies, LayerMatrixGenerated, ::testing::Values("mistral", "qwen2", "qwen3", "phi3"));
 
 TEST(LayerMatrix, Gemma4SharedLayersUseTheSourceValues) {
   TDYN_REQUIRE_SHARED("fixtures/gemma4");

@@ -90,7 +90,7 @@ struct LayerConfig {
 };
 
 struct ModelConfig {
-  std::string family;  // "llama", "mistral", "qwen2", "phi3", "gpt2", "gpt_neo", "gpt_neox", "bert", "albert", "olmo3", "gemma4"
+  std::string family;  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt_neo", "gpt_neox", "bert", "albert", "olmo3", "gemma4"
   std::string format;  // "hf", "llama2c", "gguf"
   int64_t d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, d_head = 0, d_mlp = 0, d_vocab = 0;
   int64_t n_ctx = 0;  // maximum positions (max_position_embeddings / n_positions / seq_len)
@@ -150,7 +150,7 @@ struct ConfigParseOptions {
   bool allow_unknown_keys = false;  // unknown config.json keys are an error unless allowed (then a warning)
 };
 
-// Parses a Hugging Face config.json (dispatching on model_type: llama, mistral, qwen2, phi3, gpt2, gpt_neo,
+// Parses a Hugging Face config.json (dispatching on model_type: llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neo,
 // gpt_neox, bert, albert, olmo3, gemma4 / gemma4_text).
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts = {});
 ModelConfig read_hf_config(const fs::path& config_json, const ConfigParseOptions& opts = {});

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Float64 reference fixtures for the Mistral, Qwen2 and Phi-3 families, in the layout of shared/fixtures.
+"""Float64 reference fixtures for the Mistral, Qwen2, Qwen3 and Phi-3 families, in the layout of shared/fixtures.
 
 Writes, for each family, DIR/<family>/{config.json, model.safetensors, refs.safetensors}: a tiny random checkpoint
 with the exact Hugging Face tensor names and float64 references (hooks, attention patterns, final hidden state,
@@ -8,7 +8,7 @@ that the fixture checks of tests/fixture_check.cpp and tests/test_jacobian.cpp a
 
 The forward passes below are re-implemented from the Hugging Face modeling sources (transformers
 models/mistral/modeling_mistral.py, models/qwen2/{modeling,configuration}_qwen2.py,
-models/phi3/{modular,configuration}_phi3.py), not from tdyn. The float64 primitives, the Jacobian and layer-matrix
+models/qwen3/{modeling,configuration}_qwen3.py, models/phi3/{modular,configuration}_phi3.py), not from tdyn. The float64 primitives, the Jacobian and layer-matrix
 machinery and the safetensors writer are the shared fixture generator's (shared/fixtures/_gen), imported from there.
 
 usage: /usr/bin/python3 extra_families.py --shared SHARED_DIR --out DIR
@@ -80,11 +80,18 @@ class Decoder(F.Base):
         h = N.rms_norm(x, self.w(p + "input_layernorm.weight"), self.eps)
         q, k, v = self.qkv(l, h)
         q, k, v = N.split_heads(q, self.H, self.hd), N.split_heads(k, self.Hkv, self.hd), N.split_heads(v, self.Hkv, self.hd)
+        q, k = self.qk_norms(l, q, k)
         cos, sin = N.rope_cos_sin(self.inv_freq, T, self.dtype)
         q, k = partial_rope(q, cos, sin), partial_rope(k, cos, sin)
         o, pat = N.sdpa(q, k, v, self.mask(l, T), self.hd ** -0.5, uniform)
-        a = N.linear(N.merge_heads(o), self.w(p + "self_attn.o_proj.weight"))  # o_proj: no bias in all three
+        a = N.linear(N.merge_heads(o), self.w(p + "self_attn.o_proj.weight"), self.o_bias(l))
         return {"mid": x + a, "attn_out": a, "pattern": pat, "v_in": h}
+
+    def qk_norms(self, l, q, k):
+        return q, k  # none but Qwen3's
+
+    def o_bias(self, l):
+        return None  # o_proj has no bias in Mistral, Qwen2 and Phi-3
 
     def mlp(self, l, h, ctx):
         p = f"model.layers.{l}."
@@ -115,7 +122,8 @@ class Decoder(F.Base):
 
     def layer_matrix(self, l):
         Wv, bv = self.v_weight(l)
-        return self._f_from(self.w(f"model.layers.{l}.self_attn.o_proj.weight"), Wv, self.H, self.Hkv, self.hd, bv)
+        return self._f_from(self.w(f"model.layers.{l}.self_attn.o_proj.weight"), Wv, self.H, self.Hkv, self.hd, bv,
+                            self.o_bias(l))
 
 
 class Mistral(Decoder):
@@ -143,6 +151,27 @@ class Qwen2(Decoder):
 
     def window(self, l):
         return self.windows[l]
+
+
+class Qwen3(Qwen2):
+    """Qwen3Attention: Qwen2's windows; q_norm and k_norm, RMSNorms over the head dimension (one [head_dim] scale
+    each, eps rms_norm_eps), on the projected queries and keys split into heads, before RoPE; q/k/v and o_proj
+    biases all follow attention_bias; head_dim its own config entry."""
+    family = "qwen3"
+
+    def __init__(self, cfg, weights, dtype=torch.float64):
+        super().__init__(cfg, weights, dtype)
+        self.qkv_bias = cfg.get("attention_bias", False)
+        self.with_qk_norms = cfg.get("_qk_norms", True)  # as_llama switches them off
+
+    def qk_norms(self, l, q, k):
+        if not self.with_qk_norms:
+            return q, k
+        p = f"model.layers.{l}.self_attn."
+        return N.rms_norm(q, self.w(p + "q_norm.weight"), self.eps), N.rms_norm(k, self.w(p + "k_norm.weight"), self.eps)
+
+    def o_bias(self, l):
+        return self.w(f"model.layers.{l}.self_attn.o_proj.bias") if self.qkv_bias else None
 
 
 class Phi3(Decoder):
@@ -193,6 +222,16 @@ def qwen2_config():
         ("sliding_window", 6), ("tie_word_embeddings", True), ("use_sliding_window", True), ("vocab_size", 150)])
 
 
+def qwen3_config():
+    # head_dim 24: the heads span 96 dimensions of a 64-wide stream, as Qwen3's 128-wide heads do not divide
+    # hidden_size evenly either. attention_bias on q/k/v and o_proj; layer 0 full, layers 1-2 sliding (window 6).
+    return base_config("Qwen3ForCausalLM", "qwen3", [
+        ("attention_bias", True), ("head_dim", 24), ("intermediate_size", 128), ("max_position_embeddings", 128),
+        ("max_window_layers", 1), ("num_hidden_layers", 3), ("rms_norm_eps", 1e-6), ("rope_scaling", None),
+        ("rope_theta", 1000000.0), ("sliding_window", 6), ("tie_word_embeddings", True), ("use_sliding_window", True),
+        ("vocab_size", 150)])
+
+
 def phi3_config():
     # GQA (k/v parts of qkv_proj smaller than q), partial rotary 0.5 (8 of 16 head dims rotate), window 7.
     return base_config("Phi3ForCausalLM", "phi3", [
@@ -218,10 +257,15 @@ def weights(cfg, seed, fused):
             sd[p + "self_attn.q_proj.weight"] = I.n((H * hd, d))
             sd[p + "self_attn.k_proj.weight"] = I.n((Hkv * hd, d))
             sd[p + "self_attn.v_proj.weight"] = I.n((Hkv * hd, d))
-            if cfg["model_type"] == "qwen2":
+            if cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False):
                 sd[p + "self_attn.q_proj.bias"] = I.n((H * hd,), F.STD_B)
                 sd[p + "self_attn.k_proj.bias"] = I.n((Hkv * hd,), F.STD_B)
                 sd[p + "self_attn.v_proj.bias"] = I.n((Hkv * hd,), F.STD_B)
+            if cfg["model_type"] == "qwen3":
+                sd[p + "self_attn.q_norm.weight"] = I.norm_w(hd)
+                sd[p + "self_attn.k_norm.weight"] = I.norm_w(hd)
+            if cfg.get("attention_bias", False):
+                sd[p + "self_attn.o_proj.bias"] = I.n((d,), F.STD_B)
             sd[p + "mlp.gate_proj.weight"] = I.n((Fm, d))
             sd[p + "mlp.up_proj.weight"] = I.n((Fm, d))
         sd[p + "self_attn.o_proj.weight"] = I.n((d, H * hd))
@@ -237,6 +281,7 @@ def weights(cfg, seed, fused):
 FAMILIES = OrderedDict([
     ("mistral", (mistral_config, Mistral, 2001, False)),
     ("qwen2", (qwen2_config, Qwen2, 2002, False)),
+    ("qwen3", (qwen3_config, Qwen3, 2004, False)),
     ("phi3", (phi3_config, Phi3, 2003, True)),
 ])
 
@@ -248,8 +293,9 @@ def as_llama(name, cfg, sd):
     c.pop("sliding_window", None)
     c["use_sliding_window"] = False
     c["partial_rotary_factor"] = 1.0
+    c["_qk_norms"] = False  # Qwen3's; never written to a config.json
     mine = OrderedDict(sd)
-    if name == "qwen2":
+    if name in ("qwen2", "qwen3"):
         mine = OrderedDict((k, torch.zeros_like(v) if k.endswith(".bias") else v) for k, v in sd.items())
     w = OrderedDict(mine)
     if name == "phi3":
@@ -283,7 +329,7 @@ def self_checks(name, cls, cfg, sd64, seqs, traces, jacs):
     with torch.no_grad():
         out["prefix_causality_max_abs"] = R.check_prefix_causality(model, seqs[0][0], seqs[0][1], tr0)
         out["layer_matrix_uniform_rel_err"] = R.check_layer_matrix_uniform(model, *seqs[0])
-        # Independent anchor: with window, fused layout, partial rotary and biases switched off the reference
+        # Independent anchor: with window, fused layout, partial rotary, q/k norms and biases switched off the reference
         # equals the shared generator's Llama on the same weights.
         c_l, w_mine, w_l = as_llama(name, cfg, sd64)
         ids = seqs[0][0]

@@ -6,7 +6,7 @@
 
 namespace tdyn {
 
-FamilyDefinition llama_family();     // llama, mistral, qwen2
+FamilyDefinition llama_family();     // llama, mistral, qwen2, qwen3
 FamilyDefinition phi3_family();      // phi3
 FamilyDefinition gpt_family();       // gpt2, gpt_neo, gpt_neox
 FamilyDefinition encoders_family();  // bert, albert

@@ -1,5 +1,5 @@
-// Llama and the decoders that share its tensor names: Mistral (sliding window) and Qwen2 (q/k/v biases), in
-// Hugging Face, llama2.c and GGUF naming.
+// Llama and the decoders that share its tensor names: Mistral (sliding window), Qwen2 (q/k/v biases) and Qwen3
+// (per-head q/k norms), in Hugging Face, llama2.c and GGUF naming.
 #include "model/families/definitions.h"
 
 #include <cmath>
@@ -62,18 +62,10 @@ ModelConfig parse_mistral(const nlohmann::json& j, const std::string& origin, co
   return c;
 }
 
-// Qwen2ForCausalLM (HF Qwen2Config defaults; Qwen2.5 uses the same class): q/k/v projections with bias, o_proj
-// without. Sliding windows only with use_sliding_window (Qwen2Config sets sliding_window to None otherwise), on
-// the layers that layer_types marks "sliding_attention" - by default those from max_window_layers on.
-ModelConfig parse_qwen2(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
-  static const std::set<std::string> keys = {
-      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-      "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta",
-      "rope_scaling", "rope_parameters", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types"};
-  check_keys(j, keys, origin, opts);
-  ModelConfig c = llama_style(j, "qwen2", {151936, 4096, 22016, 32, 32, 32, 32768, 1e-6}, origin);
-  c.attn_qkv_bias = true;
-  c.attn_o_bias = false;
+// The sliding windows of Qwen2Config and Qwen3Config: none unless use_sliding_window (the config then sets
+// sliding_window to None), else config.sliding_window on the layers that layer_types marks "sliding_attention" - by
+// default those from max_window_layers on.
+void qwen_windows(const nlohmann::json& j, ModelConfig& c, const std::string& origin) {
   const bool use_window = get_or<bool>(j, "use_sliding_window", false, origin);
   const int64_t window = use_window ? window_key(j, "sliding_window", 4096, origin) : 0;
   const int64_t max_window_layers = get_int(j, "max_window_layers", 28, origin);
@@ -92,6 +84,39 @@ ModelConfig parse_qwen2(const nlohmann::json& j, const std::string& origin, cons
            "sliding_window {})", origin, l, use_window, j.contains("sliding_window") ? j["sliding_window"].dump() : "absent");
     c.layers[l].sliding_window = window;
   }
+}
+
+// Qwen2ForCausalLM (HF Qwen2Config defaults; Qwen2.5 uses the same class): q/k/v projections with bias, o_proj
+// without; Qwen's sliding windows.
+ModelConfig parse_qwen2(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "rope_parameters", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c = llama_style(j, "qwen2", {151936, 4096, 22016, 32, 32, 32, 32768, 1e-6}, origin);
+  c.attn_qkv_bias = true;
+  c.attn_o_bias = false;
+  qwen_windows(j, c, origin);
+  return c;
+}
+
+// Qwen3ForCausalLM (HF Qwen3Config defaults): Qwen2's decoder with an RMSNorm over each head of the queries and
+// keys before RoPE (q_norm, k_norm: one [head_dim] scale each, shared by the heads), head_dim its own setting
+// (default 128, not hidden_size / heads), and attention_bias on q/k/v and o_proj alike.
+ModelConfig parse_qwen3(const nlohmann::json& j, const std::string& origin, const ConfigParseOptions& opts) {
+  static const std::set<std::string> keys = {
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "rope_parameters", "attention_bias", "use_sliding_window", "sliding_window",
+      "max_window_layers", "layer_types"};
+  check_keys(j, keys, origin, opts);
+  ModelConfig c = llama_style(j, "qwen3", {151936, 4096, 22016, 32, 32, 32, 32768, 1e-6}, origin);
+  c.d_head = get_int(j, "head_dim", 128, origin);
+  c.attn_scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  c.qk_norm = QKNorm::PerHead;
+  c.attn_qkv_bias = c.attn_o_bias = get_or<bool>(j, "attention_bias", false, origin);
+  qwen_windows(j, c, origin);
   return c;
 }
 
@@ -199,6 +224,13 @@ FamilyTable llama_table(const std::string& format, const LlamaNames& n, std::vec
   return t;
 }
 
+// `table` with a per-head query and key norm scale ([head_dim] each) of these names.
+FamilyTable with_qk_norms(FamilyTable table, const std::string& q_norm, const std::string& k_norm) {
+  table.tensors.push_back(vec(Role::AttnQNorm, q_norm, head_vec));
+  table.tensors.push_back(vec(Role::AttnKNorm, k_norm, head_vec));
+  return table;
+}
+
 // Hugging Face names of LlamaForCausalLM, shared by MistralForCausalLM and Qwen2ForCausalLM.
 const LlamaNames kHfLlamaNames = {
     "model.embed_tokens", "model.layers.{l}.input_layernorm", "model.layers.{l}.self_attn.q_proj",
@@ -216,7 +248,7 @@ const LlamaNames kGgufLlamaNames = {
 
 FamilyDefinition llama_family() {
   FamilyDefinition f;
-  f.model_types = {{"llama", parse_llama}, {"mistral", parse_mistral}, {"qwen2", parse_qwen2}};
+  f.model_types = {{"llama", parse_llama}, {"mistral", parse_mistral}, {"qwen2", parse_qwen2}, {"qwen3", parse_qwen3}};
   f.gguf_architectures = {{"llama", parse_gguf_llama}, {"qwen2", parse_gguf_qwen2}};
   auto& tables = f.tables;
   // Hugging Face LlamaForCausalLM. q/k rows are permuted for RoPE's rotate-half layout.
@@ -224,6 +256,9 @@ FamilyDefinition llama_family() {
   // MistralForCausalLM and Qwen2ForCausalLM: Llama's names (Qwen2 adds q/k/v biases, bound through attn_qkv_bias).
   tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}, "mistral"));
   tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}, "qwen2"));
+  // Qwen3ForCausalLM: Llama's names plus the per-head q/k norms.
+  tables.push_back(with_qk_norms(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}, "qwen3"),
+                                 "model.layers.{l}.self_attn.q_norm.weight", "model.layers.{l}.self_attn.k_norm.weight"));
   // llama2.c legacy .bin (names as in Meta's original checkpoints; see io/llama2c.h). Interleaved RoPE pairs.
   tables.push_back(llama_table("llama2c",
                                {"tok_embeddings", "layers.{l}.attention_norm", "layers.{l}.attention.wq",
