@@ -115,6 +115,10 @@ GgufModel convert_hf_llama(const fs::path& hf_dir, const LlamaConversion& how) {
       {a + ".rope.freq_base", GgufValue::float32(static_cast<float>(c.rope.theta))},
   };
   if (a == "llama") g.metadata.push_back({"llama.rope.dimension_count", u32(c.d_head)});
+  if (hf.json.contains("head_dim")) {  // as the converter writes a config's head_dim
+    g.metadata.push_back({a + ".attention.key_length", u32(c.d_head)});
+    g.metadata.push_back({a + ".attention.value_length", u32(c.d_head)});
+  }
   if (c.bos_id) g.metadata.push_back({"tokenizer.ggml.bos_token_id", u32(*c.bos_id)});
   if (c.eos_id) g.metadata.push_back({"tokenizer.ggml.eos_token_id", u32(*c.eos_id)});
   if (how.write_vocab_size) g.metadata.push_back({a + ".vocab_size", u32(c.d_vocab)});
@@ -123,12 +127,13 @@ GgufModel convert_hf_llama(const fs::path& hf_dir, const LlamaConversion& how) {
                              {"self_attn.k_proj", "attn_k"},           {"self_attn.v_proj", "attn_v"},
                              {"self_attn.o_proj", "attn_output"},      {"post_attention_layernorm", "ffn_norm"},
                              {"mlp.gate_proj", "ffn_gate"},            {"mlp.up_proj", "ffn_up"},
-                             {"mlp.down_proj", "ffn_down"}};
+                             {"mlp.down_proj", "ffn_down"},           {"self_attn.q_norm", "attn_q_norm"},
+                             {"self_attn.k_norm", "attn_k_norm"}};
   const Renames whole = {{"model.embed_tokens", "token_embd"}, {"model.norm", "output_norm"}, {"lm_head", "output"}};
   for (const auto& name : hf.tensors.names()) {
     const TensorInfo& t = hf.tensors.get(name);
     GgufTensor out = renamed(gguf_tensor_name(name, "model.layers.", per_layer, whole), t);
-    // Only the llama architecture rotates interleaved pairs; qwen2 keeps HF's rotate-half rows.
+    // Only the llama architecture rotates interleaved pairs; qwen2 and qwen3 keep HF's rotate-half rows.
     if (a == "llama" && name.find("q_proj") != std::string::npos) out.bytes = rotate_half_rows_to_interleaved(t, c.n_heads);
     if (a == "llama" && name.find("k_proj") != std::string::npos) out.bytes = rotate_half_rows_to_interleaved(t, c.n_kv_heads);
     if (how.quantize && t.dtype == DType::F32 && t.shape.size() == 2 &&

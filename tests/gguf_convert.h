@@ -25,7 +25,7 @@ inline GgufValue u32(int64_t v) { return GgufValue::uint32(static_cast<uint32_t>
 GgufTensor transposed(const std::string& name, const TensorInfo& t);
 
 // Llama (and Mistral, which llama.cpp writes as arch "llama") with q/k rows permuted to interleaved RoPE pairs,
-// or Qwen2 (arch "qwen2", q/k/v biases, rows kept). With `write_vocab_size` the llama.vocab_size key is written;
+// or Qwen2 / Qwen3 (arch "qwen2" / "qwen3", rows kept; Qwen3 adds its q/k norms). With `write_vocab_size` the llama.vocab_size key is written;
 // with `quantize` every F32 matrix whose rows are whole blocks is stored as that type.
 struct LlamaConversion {
   std::string arch = "llama";

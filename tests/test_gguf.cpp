@@ -353,7 +353,7 @@ TEST(GgufConfig, RejectsWhatTheForwardPassCannotRun) {
     std::erase_if(m, [&](const auto& kv) { return kv.first == key; });
     return m;
   };
-  expect_error(with("general.architecture", GgufValue::string("falcon")), "architecture 'falcon' is not supported (supported: llama, qwen2, phi3, gpt2, gptneox; Mistral is written as llama)");
+  expect_error(with("general.architecture", GgufValue::string("falcon")), "architecture 'falcon' is not supported (supported: llama, qwen2, qwen3, phi3, gpt2, gptneox; Mistral is written as llama)");
   expect_error(without("llama.block_count"), "no 'llama.block_count'");
   expect_error(with("llama.block_count", GgufValue::string("3")), "'llama.block_count' must be an integer, got a string");
   expect_error(with("llama.rope.dimension_count", GgufValue::uint32(2)), "partial rotary");

@@ -81,7 +81,7 @@ TEST(GgufGpt2, BrokenMetadataAndTensorsAreClearErrors) {
   expect_load_error("heads not dividing", with_key(good, "gpt2.attention.head_count", u32(5)),
                     "gpt2.embedding_length 64 is not a multiple of the head count 5");
   expect_load_error("unknown architecture", with_key(good, "general.architecture", GgufValue::string("falcon")),
-                    "GGUF architecture 'falcon' is not supported (supported: llama, qwen2, phi3, gpt2, gptneox; Mistral is written as llama)");
+                    "GGUF architecture 'falcon' is not supported (supported: llama, qwen2, qwen3, phi3, gpt2, gptneox; Mistral is written as llama)");
   GgufModel g = good;
   for (auto& t : g.tensors) {
     if (t.name != "blk.1.attn_qkv.weight") continue;
@@ -95,11 +95,11 @@ TEST(GgufGpt2, BrokenMetadataAndTensorsAreClearErrors) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Mistral (arch "llama") and Qwen2 (arch "qwen2"). llama.cpp's converter writes neither family's sliding window,
-// and llama.cpp runs every layer over the whole context: the GGUF files agree with the windowed references up to
-// the window (6 positions), where it cuts nothing; past it they are different models.
+// Mistral (arch "llama"), Qwen2 (arch "qwen2") and Qwen3 (arch "qwen3"). llama.cpp's converter writes none of
+// these families' sliding windows, and llama.cpp runs every layer over the whole context: the GGUF files agree with
+// the windowed references up to the window (6 positions), where it cuts nothing; past it they are different models.
 
-constexpr int64_t kGeneratedWindow = 6;  // tests/refgen/extra_families.py: mistral and qwen2 sliding_window
+constexpr int64_t kGeneratedWindow = 6;  // tests/refgen/extra_families.py: mistral, qwen2 and qwen3 sliding_window
 
 TEST(GgufMistral, ConvertedAsLlamaMatchesReferencesWithinTheWindow) {
   TDYN_REQUIRE_GENERATED(root, extra_family_fixtures);
@@ -140,6 +140,38 @@ TEST(GgufQwen2, BrokenMetadataAndTensorsAreClearErrors) {
   GgufModel g = good;
   std::erase_if(g.tensors, [](const GgufTensor& t) { return t.name == "blk.1.attn_k.bias"; });
   expect_load_error("no k bias", g, "missing tensor 'blk.1.attn_k.bias'");
+}
+
+TEST(GgufQwen3, ConvertedFixtureMatchesReferencesWithinTheWindow) {
+  TDYN_REQUIRE_GENERATED(root, extra_family_fixtures);
+  const fs::path gguf = write(test::convert_hf_llama(root / "qwen3", {.arch = "qwen3", .write_vocab_size = false}), "qwen3");
+  auto model = load_model(gguf);
+  const ModelConfig& c = model->config;
+  EXPECT_EQ(c.family, "qwen3");
+  EXPECT_EQ(c.rope.style, RopeStyle::RotateHalf);
+  EXPECT_EQ(c.qk_norm, QKNorm::PerHead);
+  EXPECT_EQ(c.d_head, 24) << "head_dim comes from attention.key_length, not embedding_length / heads";
+  EXPECT_TRUE(c.attn_qkv_bias && c.attn_o_bias) << "the fixture's biases are in the file";
+  EXPECT_TRUE(c.tied_embeddings);
+  for (int64_t l = 0; l < c.n_layers; ++l) EXPECT_EQ(c.layer(l).sliding_window, 0) << "layer " << l;
+  expect_matches_references(gguf, root / "qwen3" / "refs.safetensors", c.n_layers, kGeneratedWindow);
+}
+
+TEST(GgufQwen3, BrokenMetadataAndTensorsAreClearErrors) {
+  TDYN_REQUIRE_GENERATED(root, extra_family_fixtures);
+  const GgufModel good = test::convert_hf_llama(root / "qwen3", {.arch = "qwen3", .write_vocab_size = false});
+  expect_load_error("partial rotary", with_key(good, "qwen3.rope.dimension_count", u32(12)),
+                    "GGUF qwen3.rope.dimension_count is 12 but the head dimension is 24");
+  expect_load_error("YaRN", with_key(good, "qwen3.rope.scaling.type", GgufValue::string("yarn")),
+                    "GGUF qwen3.rope.scaling.type 'yarn' is not supported");
+  expect_load_error("value heads", with_key(good, "qwen3.attention.value_length", u32(16)),
+                    "qwen3.attention.value_length 16 differs from key_length 24");
+  GgufModel g = good;
+  std::erase_if(g.tensors, [](const GgufTensor& t) { return t.name == "blk.2.attn_q_norm.weight"; });
+  expect_load_error("no q norm", g, "missing tensor 'blk.2.attn_q_norm.weight'");
+  // Without the head lengths the head is embedding_length / heads = 16 wide, and the q/k/v rows do not fit it.
+  expect_load_error("no head lengths", without_key(without_key(good, "qwen3.attention.key_length"), "qwen3.attention.value_length"),
+                    "'blk.0.attn_q.weight' has wrong shape");
 }
 
 TEST(GgufMistral, BrokenMetadataIsAClearError) {

@@ -176,17 +176,33 @@ ModelConfig parse_gguf_llama(const GgufKeys& keys, const TensorStore& store) {
   return c;
 }
 
-// GGUF architecture "qwen2", as llama.cpp's converter writes Qwen2ForCausalLM: Llama's tensors plus q/k/v biases,
-// rotate-half RoPE (no q/k permutation), the tied head left out. llama.cpp keeps no sliding window for qwen2:
-// every layer attends to the whole context.
-ModelConfig parse_gguf_qwen2(const GgufKeys& keys, const TensorStore& store) {
-  ModelConfig c = gguf_settings::llama_like(keys, store, "qwen2");
-  gguf_settings::rotate_half_rope(keys, "qwen2", c);
-  gguf_settings::refuse_rope_scaling(keys, "qwen2");
+// What llama.cpp's converter writes for Qwen2 and Qwen3 alike (arch "qwen2", "qwen3"): Llama's settings, rotate-half
+// RoPE over whole heads (no q/k permutation), no RoPE scaling, the tied head left out. llama.cpp keeps no sliding
+// window for either: every layer attends to the whole context.
+ModelConfig qwen_gguf(const GgufKeys& keys, const TensorStore& store, const std::string& arch) {
+  ModelConfig c = gguf_settings::llama_like(keys, store, arch);
+  gguf_settings::rotate_half_rope(keys, arch, c);
+  gguf_settings::refuse_rope_scaling(keys, arch);
   if (c.rope.partial_rotary_factor != 1.0)
-    fail("{}: GGUF qwen2.rope.dimension_count is {} but the head dimension is {}: Qwen2 rotates whole heads",
-         keys.origin(), c.rope.rotary_dim(c.d_head), c.d_head);
+    fail("{}: GGUF {}.rope.dimension_count is {} but the head dimension is {}: {} rotates whole heads", keys.origin(), arch,
+         c.rope.rotary_dim(c.d_head), c.d_head, arch == "qwen2" ? "Qwen2" : "Qwen3");
+  return c;
+}
+
+// GGUF architecture "qwen2" (Qwen2ForCausalLM): Llama's tensors plus q/k/v biases.
+ModelConfig parse_gguf_qwen2(const GgufKeys& keys, const TensorStore& store) {
+  ModelConfig c = qwen_gguf(keys, store, "qwen2");
   c.attn_qkv_bias = true;
+  return c;
+}
+
+// GGUF architecture "qwen3" (Qwen3ForCausalLM): the per-head q/k norms (attn_q_norm, attn_k_norm), head_dim as
+// attention.key_length. Biases are bound where the file has them (the released models have none).
+ModelConfig parse_gguf_qwen3(const GgufKeys& keys, const TensorStore& store) {
+  ModelConfig c = qwen_gguf(keys, store, "qwen3");
+  c.qk_norm = QKNorm::PerHead;
+  c.attn_qkv_bias = store.contains("blk.0.attn_q.bias");
+  c.attn_o_bias = store.contains("blk.0.attn_output.bias");
   return c;
 }
 
@@ -238,7 +254,7 @@ const LlamaNames kHfLlamaNames = {
     "model.layers.{l}.post_attention_layernorm", "model.layers.{l}.mlp.gate_proj", "model.layers.{l}.mlp.up_proj",
     "model.layers.{l}.mlp.down_proj", "model.norm", "lm_head", ".bias", ".weight"};
 
-// llama.cpp's names of the same tensors (GGUF arch "llama", and "qwen2" with its q/k/v biases).
+// llama.cpp's names of the same tensors (GGUF arch "llama", "qwen2" with its q/k/v biases, "qwen3").
 const LlamaNames kGgufLlamaNames = {
     "token_embd", "blk.{l}.attn_norm", "blk.{l}.attn_q", "blk.{l}.attn_k", "blk.{l}.attn_v", "blk.{l}.attn_output",
     "blk.{l}.ffn_norm", "blk.{l}.ffn_gate", "blk.{l}.ffn_up", "blk.{l}.ffn_down", "output_norm", "output", ".bias",
@@ -249,7 +265,7 @@ const LlamaNames kGgufLlamaNames = {
 FamilyDefinition llama_family() {
   FamilyDefinition f;
   f.model_types = {{"llama", parse_llama}, {"mistral", parse_mistral}, {"qwen2", parse_qwen2}, {"qwen3", parse_qwen3}};
-  f.gguf_architectures = {{"llama", parse_gguf_llama}, {"qwen2", parse_gguf_qwen2}};
+  f.gguf_architectures = {{"llama", parse_gguf_llama}, {"qwen2", parse_gguf_qwen2}, {"qwen3", parse_gguf_qwen3}};
   auto& tables = f.tables;
   // Hugging Face LlamaForCausalLM. q/k rows are permuted for RoPE's rotate-half layout.
   tables.push_back(llama_table("hf", kHfLlamaNames, {".rotary_emb.inv_freq"}));
@@ -270,6 +286,9 @@ FamilyDefinition llama_family() {
   tables.push_back(llama_table("gguf", kGgufLlamaNames, {"rope_freqs.weight"}));
   // GGUF Qwen2 (llama.cpp arch "qwen2"): the same names with q/k/v biases, rotate-half RoPE pairs.
   tables.push_back(llama_table("gguf", kGgufLlamaNames, {}, "qwen2"));
+  // GGUF Qwen3 (arch "qwen3"): the same names plus the per-head q/k norms, rotate-half RoPE pairs.
+  tables.push_back(with_qk_norms(llama_table("gguf", kGgufLlamaNames, {}, "qwen3"), "blk.{l}.attn_q_norm.weight",
+                                 "blk.{l}.attn_k_norm.weight"));
   return f;
 }
 
