@@ -38,22 +38,35 @@ py::array_t<double> cube(const std::vector<topology::CorrelationMatrix>& matrice
 }
 
 py::dict topology_run(const py::object& model, const PySamples& sample_args, const std::string& boundaries, bool coupling,
-                      TopologyOptions options, const std::optional<std::string>& label,
-                      const std::optional<py::function>& progress, const std::optional<std::string>& out) {
+                      TopologyOptions options, const std::vector<py::object>& compare, std::optional<uint64_t> random_init,
+                      const std::optional<std::string>& label, const std::optional<py::function>& progress,
+                      const std::optional<std::string>& out) {
   options.boundaries = parse_boundary_set(boundaries);
   options.coupling = coupling;
   AnalysisInputs in = given_model(model);
+  TopologyComparisons comparisons{{}, random_init};
+  for (const py::object& c : compare) {
+    const AnalysisInputs checkpoint = given_model(c);
+    comparisons.compare.push_back({checkpoint.model_path, checkpoint.model});
+  }
+  if (comparisons.any() && !out) fail("compare and random_init write each checkpoint's results: give out, the results directory");
   CallbackProgress sink(progress);
-  TopologyResult r;
+  std::vector<TopologyResult> results;
   {
     py::gil_scoped_release release;
     draw_samples(in, sample_args.options, sample_args.tokenizer.value_or(""));
     std::optional<ResultsDir> dir;
     if (out) dir.emplace(*out, "topology", std::vector<std::string>{"tdyn.topology"});
-    r = topology_to(dir ? &*dir : nullptr, in, {}, options, sink, label.value_or(""));
+    results = topology_to(dir ? &*dir : nullptr, in, comparisons, options, sink, label.value_or(""));
   }
   sink.rethrow();
-  return topology_dict(r, options);
+  py::dict first = topology_dict(results.front(), options);
+  TopologyOptions further = options;  // as topology_to ran them: only the first is compared with communities_control
+  further.communities_control.clear();
+  py::list others;
+  for (size_t i = 1; i < results.size(); ++i) others.append(topology_dict(results[i], further));
+  first["compare"] = others;
+  return first;
 }
 
 }  // namespace
@@ -88,7 +101,7 @@ void bind_topology(py::module_& m) {
          int64_t permutations, uint64_t permutation_seed, double min_effect, double fdr_q, bool keep_correlations,
          bool keep_jacobians, int64_t draw_boundary, const std::optional<std::string>& communities_control,
          bool communities_control_independent, int64_t communities_permutations, const std::vector<std::string>& ablate,
-         const std::optional<std::string>& label,
+         const std::vector<py::object>& compare, std::optional<uint64_t> random_init, const std::optional<std::string>& label,
          const std::optional<py::function>& progress, const std::optional<std::string>& out) {
         const PySamples sample_args = py_samples(ids, data, prompt, samples, max_len, min_len, sample_seed, tokenizer);
         TopologyOptions o;
@@ -101,7 +114,7 @@ void bind_topology(py::module_& m) {
         o.communities_control_independent = communities_control_independent;
         o.communities_permutations = communities_permutations;
         o.ablations = Ablation::parse(ablate);
-        return topology_run(model, sample_args, boundaries, coupling, o, label, progress, out);
+        return topology_run(model, sample_args, boundaries, coupling, o, compare, random_init, label, progress, out);
       },
       py::arg("model"), py::arg("ids") = py::none(), py::kw_only(), py::arg("data") = py::none(), py::arg("prompt") = py::none(),
       py::arg("samples") = 1000, py::arg("max_len") = 128, py::arg("min_len") = 8, py::arg("sample_seed") = 0,
@@ -113,8 +126,8 @@ void bind_topology(py::module_& m) {
       py::arg("fdr_q") = CouplingOptions{}.fdr_q, py::arg("keep_correlations") = false, py::arg("keep_jacobians") = false,
       py::arg("draw_boundary") = -1, py::arg("communities_control") = py::none(),
       py::arg("communities_control_independent") = false, py::arg("communities_permutations") = 1000,
-      py::arg("ablate") = std::vector<std::string>{},
-      py::arg("label") = py::none(), py::arg("progress") = py::none(), py::arg("out") = py::none(),
+      py::arg("ablate") = std::vector<std::string>{}, py::arg("compare") = std::vector<py::object>{},
+      py::arg("random_init") = py::none(), py::arg("label") = py::none(), py::arg("progress") = py::none(), py::arg("out") = py::none(),
       R"doc(Runs what `tdyn topology` runs for one checkpoint and returns what it writes.
 
 model: a tdyn.Model or a checkpoint path. The samples, as tdyn.power and tdyn.jacobian take them: ids (a list
@@ -126,13 +139,17 @@ coupling (False: topology only), positions, permutations, permutation_seed, min_
 communities_control (a topology results directory), communities_control_independent, communities_permutations,
 ablate (zero ablations as --ablate takes them, e.g. ['blocks.1.hook_attn_out']);
 keep_correlations and keep_jacobians return (and with out= write) the d x d matrices. label names the checkpoint
-(default: its file stem). progress: a callable given each progress line, or None. out: also write the CLI's
-results directory there.
+(default: its file stem). compare: further checkpoints of the same architecture (Models or paths), and
+random_init: the seed of a random initialisation of model's architecture, each analysed the same way on the
+same samples as --compare and --random-init (they need out: each is written to out/compare/LABEL, beside the
+comparison of all). progress: a callable given each progress line, or None. out: also write the CLI's results
+directory there.
 
 Returns a dict: results, options and model (results.json's sections), and the arrays of the .npy files:
 membership, participation, n_other_communities [boundary, d_model], log_column_gain and log_row_gain
-[coupled layer, d_model], correlations [boundary, d, d] and mean_jacobians [layer, d, d] (or None), and
-layout [d_model, 2], the node positions of the drawn boundary's graph.)doc");
+[coupled layer, d_model], correlations [boundary, d, d] and mean_jacobians [layer, d, d] (or None),
+layout [d_model, 2], the node positions of the drawn boundary's graph, and compare: the same dict of each
+compared checkpoint, then of the random initialisation (empty without them).)doc");
 }
 
 }  // namespace tdyn::python

@@ -86,6 +86,28 @@ class TopologyLikeTheCliTest(unittest.TestCase):
         np.testing.assert_array_equal(run["membership"], np.load(cli_dir / "membership.npy"))
         self.assertEqual(run["log_column_gain"].shape, (0, 64))
 
+    def test_compare_and_random_init_like_the_cli(self):
+        cli_dir, cli_json = self.run_cli("--permutations", "0", "--compare", self.path, "--random-init")
+        py_dir = self.tmp / "py"
+        run = tdyn.topology(tdyn.load(self.path), prompt=PROMPT, permutations=0, compare=[self.path], random_init=0,
+                            out=str(py_dir))
+        self.assertEqual([c["model"]["label"] for c in run["compare"]], ["stories260K_2", "random_init"])
+        for other, label in zip(run["compare"], ["stories260K_2", "random_init"]):
+            for name in ARRAYS:
+                np.testing.assert_array_equal(other[name], np.load(cli_dir / "compare" / label / f"{name}.npy"),
+                                              err_msg=f"{label} {name}")
+        # The same checkpoint twice: the same communities.
+        np.testing.assert_array_equal(run["compare"][0]["membership"], run["membership"])
+        self.assertEqual((py_dir / "checkpoints.csv").read_bytes(), (cli_dir / "checkpoints.csv").read_bytes())
+        # The same results, but for the directories each wrote to (the random initialisation's checkpoint among them).
+        written = json.loads((py_dir / "results.json").read_text().replace(str(py_dir), str(cli_dir)))
+        for checkpoint in written["results"]["checkpoints"] + cli_json["results"]["checkpoints"]:
+            checkpoint.pop("results_dir")
+        self.assertEqual(written["results"], cli_json["results"])
+        self.assertEqual(written["options"], cli_json["options"])
+        with self.assertRaisesRegex(tdyn.Error, "compare and random_init write each checkpoint's results: give out"):
+            tdyn.topology(self.path, prompt=PROMPT, random_init=0)
+
     def test_errors(self):
         with self.assertRaisesRegex(tdyn.Error, "boundaries: expected 'layers' or 'sublayers'"):
             tdyn.topology(self.path, [[1, 2, 3]], boundaries="heads")

@@ -676,7 +676,7 @@ void Analysis::run_controlled_parts(const std::string& checkpoint, const fs::pat
       options.ablations = o_.ablations;
       if (normality_known) options.normality_from = (dir / "jacobian").string();
       options.layout = figures;
-      TopologyResult r = topology_to(&out, in, {}, options, progress);
+      TopologyResult r = std::move(topology_to(&out, in, {}, options, progress).front());
       if (first) result_.init_topology = std::move(r), result_.init_topology_options = options;
     }
   }
@@ -791,7 +791,7 @@ void Analysis::run_part(const std::string& name) {
           options.communities_control = (init_.front().dir / "topology").string();
           options.communities_control_independent = true;
         }
-        result_.topology = topology_to(&part, in_, {}, options, progress_);
+        result_.topology = std::move(topology_to(&part, in_, {}, options, progress_).front());
       } else if (name == "particles") {
         particles::ExperimentSpec spec = particles::model_layer_defaults();
         spec.n = o_.particles_tokens;

@@ -92,7 +92,9 @@ void take_jacobian_metrics_share(const AnalysisInputs& in, const JacobianOptions
 }
 
 nlohmann::json TopologyComparisons::to_json() const {
-  return {{"compare", compare},
+  std::vector<std::string> paths;
+  for (const JacobianCheckpoint& c : compare) paths.push_back(c.path);
+  return {{"compare", paths},
           {"random_init", random_init ? nlohmann::json{{"seed", *random_init}, {"rule", "Hugging Face _init_weights: N(0, 0.02), norms 1"}}
                                       : nlohmann::json(false)}};
 }
@@ -145,34 +147,34 @@ nlohmann::json hf_config_of(const Model& model, const std::string& path) {
 
 }  // namespace
 
-void check_topology_ranks(const TopologyComparisons& comparisons) {
-  require_single_rank(!comparisons.compare.empty() || comparisons.random_init.has_value(),
-                      "topology comparing checkpoints or a random initialisation");
+void check_topology_ranks(bool comparing) {
+  require_single_rank(comparing, "topology comparing checkpoints or a random initialisation");
 }
 
-TopologyResult topology_to(ResultsDir* out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
-                           const TopologyOptions& options, ProgressSink& progress, const std::string& model_label) {
+std::vector<TopologyResult> topology_to(ResultsDir* out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
+                                        const TopologyOptions& options, ProgressSink& progress, const std::string& model_label) {
   PositionSpec::parse(options.positions);  // fail early on bad positions
-  check_topology_ranks(comparisons);
-  const bool comparing = !comparisons.compare.empty() || comparisons.random_init.has_value();
-  if (comparing && !out) fail("comparing checkpoints writes each one's results: give a results directory");
+  check_topology_ranks(comparisons.any());
+  if (comparisons.any() && !out) fail("comparing checkpoints writes each one's results: give a results directory");
   if (out)
     for (const auto& [phase, seconds] : in.timings) out->add_timing(phase, seconds);
   std::vector<std::string> labels;
   if (!model_label.empty()) labels.push_back(model_label);
-  TopologyResult first = analyse_checkpoint(in, comparisons, options, options, in.model, in.model_path,
-                                            model_label.empty() ? checkpoint_label(in.model_path, &labels) : model_label, out, progress);
-  if (!out) return first;
-  std::vector<TopologyCheckpoint> checkpoints = {checkpoint_summary(first, out->path())};
+  std::vector<TopologyResult> results;
+  results.push_back(analyse_checkpoint(in, comparisons, options, options, in.model, in.model_path,
+                                       model_label.empty() ? checkpoint_label(in.model_path, &labels) : model_label, out, progress));
+  if (!out) return results;
+  std::vector<TopologyCheckpoint> checkpoints = {checkpoint_summary(results.front(), out->path())};
   TopologyOptions further = options;  // the communities of the first checkpoint only are compared with the control's
   further.communities_control.clear();
   auto analyse_further = [&](const std::shared_ptr<const Model>& model, const std::string& path, const std::string& label, ResultsDir& sub) {
-    checkpoints.push_back(checkpoint_summary(analyse_checkpoint(in, comparisons, further, options, model, path, label, &sub, progress), sub.path()));
+    results.push_back(analyse_checkpoint(in, comparisons, further, options, model, path, label, &sub, progress));
+    checkpoints.push_back(checkpoint_summary(results.back(), sub.path()));
   };
-  for (const std::string& path : comparisons.compare) {
-    const std::string label = checkpoint_label(path, &labels);
+  for (const JacobianCheckpoint& c : comparisons.compare) {
+    const std::string label = checkpoint_label(c.path, &labels);
     ResultsDir sub(out->file("compare") / label, "topology", out->argv());
-    analyse_further(load_model(path, in.load), path, label, sub);
+    analyse_further(c.model, c.path, label, sub);
   }
   if (comparisons.random_init) {
     const std::string label = checkpoint_label("random_init", &labels);
@@ -184,7 +186,7 @@ TopologyResult topology_to(ResultsDir* out, const AnalysisInputs& in, const Topo
     analyse_further(load_model(model_dir), model_dir.string(), label, sub);
   }
   write_topology_comparison(*out, checkpoints);
-  return first;
+  return results;
 }
 
 particles::ParticlesResult particles_to(ResultsDir* out, const std::string& path, const Model& model, const LoadOptions& load,

@@ -42,18 +42,20 @@ void check_jacobian_ranks(bool comparing, const JacobianOptions& options);
 
 // Further checkpoints of a topology run, each analysed the same way in DIR/compare/LABEL.
 struct TopologyComparisons {
-  std::vector<std::string> compare;   // checkpoints of the same architecture
-  std::optional<uint64_t> random_init;  // seed of a random initialisation of in.model's architecture
+  std::vector<JacobianCheckpoint> compare;  // checkpoints of the same architecture (load_checkpoints)
+  std::optional<uint64_t> random_init;      // seed of a random initialisation of in.model's architecture
+  bool any() const { return !compare.empty() || random_init.has_value(); }
   nlohmann::json to_json() const;
 };
 
 // The residual-stream paper's topology of in.model (named `model_label`; "" = its file's stem) and of the
-// comparisons', with the comparison of all checkpoints. Returns the first checkpoint's result. `out` null: nothing is
-// written (the pass goes to a temporary file), which comparisons, each in a directory of its own, cannot do without.
-TopologyResult topology_to(ResultsDir* out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
-                           const TopologyOptions& options, ProgressSink& progress, const std::string& model_label = "");
+// comparisons', with the comparison of all checkpoints. Returns every checkpoint's result: in.model's first, then the
+// compared ones in their order, then the random initialisation's. `out` null: nothing is written (the pass goes to a
+// temporary file), which comparisons, each in a directory of its own, cannot do without.
+std::vector<TopologyResult> topology_to(ResultsDir* out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
+                                        const TopologyOptions& options, ProgressSink& progress, const std::string& model_label = "");
 // What topology_to refuses under several MPI ranks (RefusedUnderRanks): comparisons. Also called by the CLI first.
-void check_topology_ranks(const TopologyComparisons& comparisons);
+void check_topology_ranks(bool comparing);
 
 // The clustering paper's particles from a real layer of `model` (loaded from `path` as `load` says, which results.json
 // records): its layer and head (head.head < 0: the whole layer), started from the first sample of `tokens` (whose

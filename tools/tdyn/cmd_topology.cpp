@@ -38,10 +38,10 @@ int run(TopologyArgs& a) {
   a.options.ablations = Ablation::parse(a.ablate);
   a.options.ranks_share_coupling = true;  // every MPI rank runs this command
   PositionSpec::parse(a.options.positions);  // fail early on a bad --positions
-  TopologyComparisons comparisons{a.compare, std::nullopt};
-  if (a.random_init) comparisons.random_init = a.init_seed;
-  check_topology_ranks(comparisons);
+  check_topology_ranks(!a.compare.empty() || a.random_init);
   const AnalysisInputs in = load_inputs(a.model.path, a.model.options(), a.samples.options, a.samples.tokenizer, a.pass);
+  TopologyComparisons comparisons{load_checkpoints(a.compare, in.load), std::nullopt};
+  if (a.random_init) comparisons.random_init = a.init_seed;
   ResultsDir out(a.out_dir, "topology", invocation());
   StderrProgress progress("tdyn topology");
   topology_to(&out, in, comparisons, a.options, progress);
