@@ -220,8 +220,8 @@ preset: one of tdyn.particle_presets() (default 'polytope'), or model: a tdyn.Mo
 whose layer `layer` (head `head`, default the whole layer) is simulated from the unit embeddings of the first
 n tokens of one sample: ids (a list of token ids), else the first sample drawn as the CLI draws it from data (a
 text file of passages, a .npy or .ids file; default the WikiText-2 test split) or prompt (one text), tokenized
-with tokenizer (default the model's own); or from tokens made by init=. Keyword overrides as the CLI's flags: n, d, d_head, T, dt, seed, init,
-query, key, value, output (generator specs or .npy paths), ffn, sphere. integrator 'euler', 'rk4' or
+with tokenizer (default the model's own); or from tokens made by init=. Keyword overrides as the CLI's flags:
+n, d, d_head, T, dt, seed, init, query, key, value, output (generator specs or .npy paths), ffn, sphere. integrator 'euler', 'rk4' or
 'dopri5'; variable 'x' or 'z'; cluster_on 'x' or 'z' (default x on the sphere, else z); attention_times
 (default 0, T/2, T); perturbed_runs runs from initial tokens moved by perturbation x max |x_i(0)| for the
 'locations' verdict. out: also write the CLI's results directory there.
