@@ -66,7 +66,10 @@ std::string PositionSpec::to_string() const {
   if (kind == Kind::Last) return "last";
   if (kind == Kind::All) return "all";
   std::string s;
-  for (size_t i = 0; i < list.size(); ++i) s += (i ? "," : "") + std::to_string(list[i]);
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(list[i]);
+  }
   return s;
 }
 
