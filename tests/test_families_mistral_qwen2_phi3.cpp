@@ -275,6 +275,30 @@ TEST(GeneratedFamilyConfig, Qwen3HeadsAndBiases) {
   EXPECT_FALSE(c.attn_qkv_bias || c.attn_o_bias);
 }
 
+// The config.json Qwen/Qwen3-0.6B is published with (bf16, tied head, 128-wide heads over a 1024-wide stream).
+TEST(Qwen3Config, PublishedConfigParses) {
+  const auto j = nlohmann::json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024, "initializer_range": 0.02,
+    "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+    "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false,
+    "vocab_size": 151936})");
+  const ModelConfig c = parse_hf_config(j, "Qwen3-0.6B/config.json");
+  EXPECT_EQ(c.family, "qwen3");
+  EXPECT_EQ(c.d_model, 1024);
+  EXPECT_EQ(c.q_dim(), 2048);
+  EXPECT_EQ(c.kv_dim(), 1024);
+  EXPECT_EQ(c.n_layers, 28);
+  EXPECT_EQ(c.qk_norm, QKNorm::PerHead);
+  EXPECT_FALSE(c.attn_qkv_bias || c.attn_o_bias);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e6);
+  for (int64_t l = 0; l < c.n_layers; ++l) EXPECT_EQ(c.layer(l).sliding_window, 0) << "layer " << l;
+  EXPECT_NO_THROW(c.validate("Qwen3-0.6B/config.json"));
+}
+
 TEST(GeneratedFamilyConfig, UnsupportedFeaturesAreErrors) {
   REQUIRE_GENERATED(root);
   for (const char* family : {"mistral", "qwen2", "qwen3", "phi3"}) {
