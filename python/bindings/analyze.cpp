@@ -12,18 +12,21 @@
 
 #include "convert.h"
 #include "pipeline/analyze.h"
+#include "py_model.h"
 #include "py_progress.h"
 #include "result_dicts.h"
 
 namespace tdyn::python {
 namespace {
 
-py::dict analyze_run(const std::string& model, const std::string& out, const std::optional<std::string>& data,
+py::dict analyze_run(const py::object& model, const std::string& out, const std::optional<std::string>& data,
                      const std::optional<std::string>& tokenizer, int64_t samples, int64_t max_len, const std::vector<std::string>& skip,
                      bool init_control, int64_t init_seeds, int64_t interval_subsets, int64_t particles_layer, int64_t particles_head, int64_t particles_tokens, double particles_t,
                      const std::vector<std::string>& ablate, const std::optional<py::function>& progress) {
+  const AnalysisInputs given = given_model(model);
   AnalyzeOptions o;
-  o.model_path = model;
+  o.model_path = given.model_path;
+  o.load = given.load;
   o.data = data.value_or("");
   o.tokenizer = tokenizer.value_or("");
   o.samples = samples, o.max_len = max_len;
@@ -41,7 +44,7 @@ py::dict analyze_run(const std::string& model, const std::string& out, const std
   AnalyzeResult r;
   {
     py::gil_scoped_release release;
-    r = run_analyze(o, out, sink);
+    r = run_analyze(o, out, sink, {}, given.model);
   }
   sink.rethrow();
   py::dict result;
@@ -72,7 +75,8 @@ void bind_analyze(py::module_& m) {
         R"doc(Runs what `tdyn analyze` runs: every analysis of the three papers on one model, into the results directory
 `out` with the report (out/index.html), and returns a dict.
 
-model: a checkpoint path. data: a text file of passages or token ids (default the WikiText-2 test split);
+model: a tdyn.Model (analysed as loaded, with the options it was loaded with) or a checkpoint path. data: a text
+file of passages or token ids (default the WikiText-2 test split);
 tokenizer: a tokenizer file (default the model's); samples, max_len: the shared samples. skip: parts to leave
 out, of 'power', 'power-l2' (power in the paper's idealisation), 'jacobian', 'topology', 'particles'.
 init_control: run random initialisations of the architecture through power, power-l2, jacobian and topology as

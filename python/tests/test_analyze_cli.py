@@ -39,8 +39,9 @@ class AnalyzeLikeTheCliTest(unittest.TestCase):
                         "--max-len", "20", "--particles-tokens", "8", "--particles-T", "2", "--out", str(cli_dir)],
                        check=True, capture_output=True)
         lines = []
-        run = tdyn.analyze(self.model, out=str(py_dir), data=self.corpus, samples=6, max_len=20, particles_tokens=8,
-                           particles_T=2, progress=lines.append)
+        # A loaded tdyn.Model is analysed as it is (test_skips_and_errors gives a path).
+        run = tdyn.analyze(tdyn.load(self.model), out=str(py_dir), data=self.corpus, samples=6, max_len=20,
+                           particles_tokens=8, particles_T=2, progress=lines.append)
         self.assertEqual(run["dir"], str(py_dir))
         for part in PARTS:
             self.assertEqual(run["results"]["results"]["parts"][part]["status"], "ok", part)

@@ -148,9 +148,12 @@ struct InitSeed {
 // directory that records the parts as they run.
 class Analysis {
  public:
-  Analysis(AnalyzeOptions options, const fs::path& out_dir, ProgressSink& progress, const std::vector<std::string>& argv)
+  Analysis(AnalyzeOptions options, const fs::path& out_dir, ProgressSink& progress, const std::vector<std::string>& argv,
+           std::shared_ptr<const Model> model)
       : o_(std::move(options)), dir_(fs::absolute(out_dir).lexically_normal()), progress_(progress),
-        out_(dir_, "analyze", argv.empty() ? o_.command_line(dir_) : argv) {}
+        out_(dir_, "analyze", argv.empty() ? o_.command_line(dir_) : argv) {
+    in_.model = std::move(model);
+  }
 
   AnalyzeResult run();
 
@@ -854,7 +857,7 @@ AnalyzeResult Analysis::run() {
                               "iteration (one sample) and steering sweep (the steered models) run models of their own";
   in_.model_path = o_.model_path;
   in_.load = o_.load;
-  in_.model = load_model(o_.model_path, o_.load);
+  if (!in_.model) in_.model = load_model(o_.model_path, o_.load);
   const ZeroedParts ablated = zeroed(Transformer(in_.model));  // the ablations' errors before any pass
   if (!skipped("particles")) {  // the options that depend on the model: checked before any pass
     const ModelConfig& c = in_.model->config;
@@ -913,10 +916,11 @@ AnalyzeResult Analysis::run() {
 
 }  // namespace
 
-AnalyzeResult run_analyze(const AnalyzeOptions& options, const fs::path& out_dir, ProgressSink& progress, std::vector<std::string> argv) {
+AnalyzeResult run_analyze(const AnalyzeOptions& options, const fs::path& out_dir, ProgressSink& progress, std::vector<std::string> argv,
+                          std::shared_ptr<const Model> model) {
   AnalyzeOptions checked = options;
   check_options(checked);
-  return Analysis(std::move(checked), out_dir, progress, argv).run();
+  return Analysis(std::move(checked), out_dir, progress, argv, std::move(model)).run();
 }
 
 }  // namespace tdyn

@@ -78,10 +78,10 @@ struct AnalyzeResult {
 };
 
 // Runs every part not skipped into `out_dir` and writes the report; `argv` is the run's own command line for
-// results.json (command_line(out_dir) when empty). Throws Error on bad options, or when the model, the samples or
-// the shared pass fail (no part has run then); throws WorkerShareDone on an MPI worker rank once its share of the
-// pass is done.
+// results.json (command_line(out_dir) when empty); `model`: options.model_path already loaded with options.load
+// (null: loaded here). Throws Error on bad options, or when the model, the samples or the shared pass fail (no part
+// has run then); throws WorkerShareDone on an MPI worker rank once its share of the pass is done.
 AnalyzeResult run_analyze(const AnalyzeOptions& options, const fs::path& out_dir, ProgressSink& progress,
-                          std::vector<std::string> argv = {});
+                          std::vector<std::string> argv = {}, std::shared_ptr<const Model> model = nullptr);
 
 }  // namespace tdyn
