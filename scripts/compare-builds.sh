@@ -3,7 +3,7 @@
 # models and compares what they write, file by file: arrays, tables and checkpoints byte for byte, results.json
 # less the run's own paths, command lines, start times and timings (scripts/compare_results.py). A refactoring that
 # must not change any number passes it; the last line says how many files were compared and how many differ.
-#   scripts/compare-builds.sh BEFORE_TDYN AFTER_TDYN [WORK_DIR [--rtol R [--atol A]]]
+#   scripts/compare-builds.sh BEFORE_TDYN AFTER_TDYN [WORK_DIR [--rtol R [--atol A]]]   (WORK_DIR/before, /after: replaced)
 # With --rtol, files whose numbers agree to that tolerance are listed apart, with their worst number
 # (scripts/compare_results.py): for a change that may move results by round-off.
 # One thread each, so that BLAS sums in the same order. Needs ../shared (or $TDYN_SHARED) with stories260K,
@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { sed -n 2,8p "$0" >&2; exit 2; }
 before=$(realpath "$1") after=$(realpath "$2")
 work=${3:-$(mktemp -d)}
+# Runs of an earlier call (perhaps with another list of runs) would be compared as if they were this call's.
+rm -rf "$work/before" "$work/after"
 mkdir -p "$work"
 shared=${TDYN_SHARED:-$(realpath ../shared)}
 stories=$shared/models/stories260K/stories260K.bin
