@@ -143,7 +143,7 @@ ModelConfig llama_style(const nlohmann::json& j, const char* family, const Decod
   // An explicit null means "as many as the query heads" in every one of these config classes.
   const bool kv_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
   c.n_kv_heads = kv_null ? c.n_heads : get_int(j, "num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : c.n_heads, origin);
-  c.d_head = get_int(j, "head_dim", c.d_model / c.n_heads, origin);
+  c.d_head = get_int(j, "head_dim", d.head_dim > 0 ? d.head_dim : c.d_model / c.n_heads, origin);
   c.n_ctx = get_int(j, "max_position_embeddings", d.positions, origin);
   c.norm = NormKind::RMSNorm;
   c.norm_eps = get_or<double>(j, "rms_norm_eps", d.eps, origin);

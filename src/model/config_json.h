@@ -64,6 +64,7 @@ struct DecoderDefaults {
   int64_t kv_heads;  // 0: num_attention_heads
   int64_t positions;
   double eps;
+  int64_t head_dim = 0;  // head_dim when absent; 0: hidden_size / num_attention_heads
 };
 
 ModelConfig llama_style(const nlohmann::json& j, const char* family, const DecoderDefaults& d, const std::string& origin);

@@ -111,9 +111,7 @@ ModelConfig parse_qwen3(const nlohmann::json& j, const std::string& origin, cons
       "rope_scaling", "rope_parameters", "attention_bias", "use_sliding_window", "sliding_window",
       "max_window_layers", "layer_types"};
   check_keys(j, keys, origin, opts);
-  ModelConfig c = llama_style(j, "qwen3", {151936, 4096, 22016, 32, 32, 32, 32768, 1e-6}, origin);
-  c.d_head = get_int(j, "head_dim", 128, origin);
-  c.attn_scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  ModelConfig c = llama_style(j, "qwen3", {151936, 4096, 22016, 32, 32, 32, 32768, 1e-6, 128}, origin);
   c.qk_norm = QKNorm::PerHead;
   c.attn_qkv_bias = c.attn_o_bias = get_or<bool>(j, "attention_bias", false, origin);
   qwen_windows(j, c, origin);
@@ -185,7 +183,7 @@ ModelConfig qwen_gguf(const GgufKeys& keys, const TensorStore& store, const std:
   gguf_settings::refuse_rope_scaling(keys, arch);
   if (c.rope.partial_rotary_factor != 1.0)
     fail("{}: GGUF {}.rope.dimension_count is {} but the head dimension is {}: {} rotates whole heads", keys.origin(), arch,
-         c.rope.rotary_dim(c.d_head), c.d_head, arch == "qwen2" ? "Qwen2" : "Qwen3");
+         c.rope.rotary_dim(c.d_head), c.d_head, arch);
   return c;
 }
 
