@@ -49,7 +49,6 @@ py::dict topology_run(const py::object& model, const PySamples& sample_args, con
     const AnalysisInputs checkpoint = given_model(c);
     comparisons.compare.push_back({checkpoint.model_path, checkpoint.model});
   }
-  if (comparisons.any() && !out) fail("compare and random_init write each checkpoint's results: give out, the results directory");
   CallbackProgress sink(progress);
   std::vector<TopologyResult> results;
   {
@@ -61,10 +60,8 @@ py::dict topology_run(const py::object& model, const PySamples& sample_args, con
   }
   sink.rethrow();
   py::dict first = topology_dict(results.front(), options);
-  TopologyOptions further = options;  // as topology_to ran them: only the first is compared with communities_control
-  further.communities_control.clear();
   py::list others;
-  for (size_t i = 1; i < results.size(); ++i) others.append(topology_dict(results[i], further));
+  for (size_t i = 1; i < results.size(); ++i) others.append(topology_dict(results[i], compared_options(options)));
   first["compare"] = others;
   return first;
 }

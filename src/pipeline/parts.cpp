@@ -147,6 +147,12 @@ nlohmann::json hf_config_of(const Model& model, const std::string& path) {
 
 }  // namespace
 
+TopologyOptions compared_options(const TopologyOptions& options) {
+  TopologyOptions compared = options;
+  compared.communities_control.clear();
+  return compared;
+}
+
 void check_topology_ranks(bool comparing) {
   require_single_rank(comparing, "topology comparing checkpoints or a random initialisation");
 }
@@ -155,7 +161,8 @@ std::vector<TopologyResult> topology_to(ResultsDir* out, const AnalysisInputs& i
                                         const TopologyOptions& options, ProgressSink& progress, const std::string& model_label) {
   PositionSpec::parse(options.positions);  // fail early on bad positions
   check_topology_ranks(comparisons.any());
-  if (comparisons.any() && !out) fail("comparing checkpoints writes each one's results: give a results directory");
+  if (comparisons.any() && !out)
+    fail("comparing checkpoints writes each one's results in a directory of its own: give the results directory (out)");
   if (out)
     for (const auto& [phase, seconds] : in.timings) out->add_timing(phase, seconds);
   std::vector<std::string> labels;
@@ -165,8 +172,7 @@ std::vector<TopologyResult> topology_to(ResultsDir* out, const AnalysisInputs& i
                                        model_label.empty() ? checkpoint_label(in.model_path, &labels) : model_label, out, progress));
   if (!out) return results;
   std::vector<TopologyCheckpoint> checkpoints = {checkpoint_summary(results.front(), out->path())};
-  TopologyOptions further = options;  // the communities of the first checkpoint only are compared with the control's
-  further.communities_control.clear();
+  const TopologyOptions further = compared_options(options);
   auto analyse_further = [&](const std::shared_ptr<const Model>& model, const std::string& path, const std::string& label, ResultsDir& sub) {
     results.push_back(analyse_checkpoint(in, comparisons, further, options, model, path, label, &sub, progress));
     checkpoints.push_back(checkpoint_summary(results.back(), sub.path()));

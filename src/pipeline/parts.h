@@ -54,6 +54,9 @@ struct TopologyComparisons {
 // temporary file), which comparisons, each in a directory of its own, cannot do without.
 std::vector<TopologyResult> topology_to(ResultsDir* out, const AnalysisInputs& in, const TopologyComparisons& comparisons,
                                         const TopologyOptions& options, ProgressSink& progress, const std::string& model_label = "");
+// The options topology_to analyses the comparisons with: `options` less communities_control, which is compared with
+// the first checkpoint's communities only.
+TopologyOptions compared_options(const TopologyOptions& options);
 // What topology_to refuses under several MPI ranks (RefusedUnderRanks): comparisons. Also called by the CLI first.
 void check_topology_ranks(bool comparing);
 
