@@ -153,7 +153,8 @@ static std::string version_text() {
     if (!CPU_ISSET(cpu, &cpus) || (cpu > 0 && CPU_ISSET(cpu - 1, &cpus))) continue;  // not the first of a run
     int last = cpu;
     while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &cpus)) ++last;
-    allowed += (allowed.empty() ? "" : ",") + (last == cpu ? fmt::format("{}", cpu) : fmt::format("{}-{}", cpu, last));
+    if (!allowed.empty()) allowed += ',';
+    allowed += last == cpu ? fmt::format("{}", cpu) : fmt::format("{}-{}", cpu, last);
   }
   const char* mpi = tdyn::built_with_mpi() ? "yes" : "no";
   const auto setting = [](const char* name) {
