@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of tdyn from Debian's archive (Debian 12). Needs root or sudo.
-# --bench also installs what the benchmarks compare against (SciPy, leidenalg, oneDNN; PyTorch is always installed).
+# --bench also installs what the benchmarks compare against (SciPy, leidenalg; PyTorch is always installed).
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
   libigraph-dev libarpack2-dev libglpk-dev libplfit-dev
   libicu-dev
+  libdnnl-dev  # oneDNN: prompts' products with packed weights (optional: the build uses sgemm without it)
   libxsmm-dev  # float64 kernels for a particle step's small products (optional: the build uses dgemm without it)
   libsentencepiece-dev  # SentencePiece .model files and the Precompiled normalizer; its trainer builds test models
   gnuplot-nox
@@ -21,7 +22,7 @@ packages=(
   python3-venv python3-pip python3-setuptools python3-wheel  # `pip install .` (and its test in a fresh venv)
 )
 # Reference implementations used only by benchmarks and by the scripts that regenerate test expectations.
-if [ "${1:-}" = "--bench" ]; then packages+=(python3-scipy python3-leidenalg bc libdnnl-dev); fi
+if [ "${1:-}" = "--bench" ]; then packages+=(python3-scipy python3-leidenalg bc); fi
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive

@@ -29,6 +29,7 @@
 #include "analysis/topology/correlation_sums.h"
 #include "analysis/topology/topology_analysis.h"
 #include "core/npy.h"
+#include "kernels/packed_matrix.h"
 #include "model/init.h"
 #include "model/loader.h"
 #include "test_util.h"
@@ -205,20 +206,32 @@ TEST(FixturePass, LayerMajorEqualsWholeForwardPasses) {
   }
 }
 
-// A layer's float32 copy holds the stored values; the other layers and a float32 checkpoint are left as they are.
+// A layer's float32 copy: packed afresh when the build has packed kernels, else the stored values widened (a float32
+// checkpoint then left as it is); the other layers are the loaded model's.
 TEST(FixturePass, Float32LayerHoldsTheStoredValues) {
   TDYN_REQUIRE_SHARED("fixtures/llama/bf16");
   const auto model = load_model(test::shared_dir() / "fixtures/llama/bf16");
   const auto variant = with_float32_layer(model, 1);
   ASSERT_NE(variant.get(), model.get());
+  const bool packing = !packed_products_kernel().empty();
   for (int64_t l = 0; l < model->config.n_layers; ++l) {
     const LayerWeights &stored = model->weights.layers[l], &widened = variant->weights.layers[l];
     for (auto member : {&LayerWeights::q, &LayerWeights::k, &LayerWeights::v, &LayerWeights::o, &LayerWeights::gate,
                         &LayerWeights::up, &LayerWeights::down}) {
       const Linear &a = stored.*member, &b = widened.*member;
       ASSERT_EQ(a.w.dtype, DType::BF16);
+      EXPECT_EQ(a.w.packed != nullptr, packing) << "the loaded model's matrices are to be packed when the build can";
       if (l != 1) {
         EXPECT_EQ(b.w.data, a.w.data) << "layer " << l;
+        EXPECT_EQ(b.w.packed, a.w.packed) << "layer " << l;
+        continue;
+      }
+      if (packing) {  // a packed copy of the layer's own, of the stored matrix
+        EXPECT_EQ(b.w.data, a.w.data);
+        ASSERT_NE(b.w.packed, nullptr);
+        EXPECT_NE(b.w.packed, a.w.packed);
+        EXPECT_EQ(b.w.packed->n_out(), a.out);
+        EXPECT_EQ(b.w.packed->n_in(), a.in);
         continue;
       }
       ASSERT_NE(b.w.f32(), nullptr);
@@ -229,7 +242,30 @@ TEST(FixturePass, Float32LayerHoldsTheStoredValues) {
     }
   }
   const auto float32 = load_model(test::shared_dir() / "fixtures/llama");
-  EXPECT_EQ(with_float32_layer(float32, 0).get(), float32.get());
+  EXPECT_EQ(with_float32_layer(float32, 0).get() == float32.get(), !packing);
+}
+
+// Packed products (LoadOptions::pack_weights) give the unpacked model's logits up to float32 round-off; a matrix is
+// packed at the first prompt that multiplies it, and decoding alone packs nothing.
+TEST(FixturePass, PackedModelRunsAsUnpacked) {
+  TDYN_REQUIRE_SHARED("fixtures/llama/bf16");
+  if (packed_products_kernel().empty()) GTEST_SKIP() << "no packed kernels: built without oneDNN, or not for this CPU";
+  LoadOptions unpacked_options;
+  unpacked_options.pack_weights = false;
+  const auto packed = load_model(test::shared_dir() / "fixtures/llama/bf16");
+  const auto unpacked = load_model(test::shared_dir() / "fixtures/llama/bf16", unpacked_options);
+  const PackedMatrix* q = packed->weights.layers[0].q.w.packed;
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(unpacked->weights.layers[0].q.w.packed, nullptr);
+  const Transformer t_packed(packed), t_unpacked(unpacked);
+  const std::vector<int32_t> one = {5}, prompt = {1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45};
+  t_packed.forward(one);
+  EXPECT_FALSE(q->is_packed()) << "a decoding step's product packed the matrix";
+  const Tensor a = t_packed.forward(prompt), b = t_unpacked.forward(prompt);
+  EXPECT_TRUE(q->is_packed());
+  EXPECT_TRUE(packed->weights.unembed.w.packed->is_packed());
+  test::expect_close(std::vector<float>(a.ptr(), a.ptr() + a.size()), std::vector<float>(b.ptr(), b.ptr() + b.size()),
+                     1e-4, 1e-4, "logits, packed against unpacked");
 }
 
 // An interruption at any point, resumed, gives the uninterrupted file bit for bit, and leaves no working buffer.

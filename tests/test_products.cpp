@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "kernels/dot.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/products.h"
 #include "kernels/team.h"
 #include "model/ops.h"
@@ -188,6 +189,87 @@ TEST(Project, SplitOverThreadsEqualsTheFloat64Product) {
         test::expect_close(y[2], expected, 1e-5, 1e-4, what + ", a team of two");
       }
     }
+  }
+}
+
+// Packed products (kernels/packed_matrix.h) for every stored dtype and both layouts, with a ragged last block of
+// columns, against the float64 product, with beta 0 and 1; and project() on a matrix that carries a packed copy goes
+// through it for many rows only, packing it at the first such product.
+TEST(Packed, EqualsTheFloat64ProductForEveryDtypeAndLayout) {
+  if (packed_products_kernel().empty()) GTEST_SKIP() << "no packed kernels: built without oneDNN, or not for this CPU";
+  const int64_t n_out = 2 * PackedMatrix::kPackedColumns + 44, n_in = 72;
+  for (const DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    const StoredWeights w = random_weights(n_out, n_in, dtype, 60);
+    for (const bool transposed : {false, true}) {
+      const std::shared_ptr<const PackedMatrix> packed = PackedMatrix::of(w.matrix(transposed), transposed);
+      ASSERT_TRUE(packed);
+      EXPECT_FALSE(packed->is_packed());
+      EXPECT_EQ(packed->bytes(), 0);
+      for (const int64_t rows : {1, 5, 16, 40}) {
+        const std::vector<float> x = random_floats(rows * n_in, 61);
+        const std::vector<double> expected = reference_product(x, rows, w.w.values, n_out, n_in);
+        const std::string what = fmt::format("{} rows = {} transposed = {}", dtype_name(dtype), rows, transposed);
+        std::vector<float> y(rows * n_out, 1.0f);
+        packed->multiply(x.data(), rows, 0.0f, y.data());
+        test::expect_close(y, expected, 1e-5, 1e-5, what);
+        packed->multiply(x.data(), rows, 1.0f, y.data());
+        std::vector<double> twice = expected;
+        for (double& v : twice) v *= 2;
+        test::expect_close(y, twice, 1e-5, 1e-5, what + ", beta 1");
+      }
+      EXPECT_TRUE(packed->is_packed());
+      EXPECT_GE(packed->bytes(), n_out * n_in * 4);
+    }
+  }
+}
+
+TEST(Packed, ProjectUsesTheCopyForManyRowsOnly) {
+  if (packed_products_kernel().empty()) GTEST_SKIP() << "no packed kernels: built without oneDNN, or not for this CPU";
+  const int64_t n_out = 48, n_in = 72;
+  const StoredWeights w = random_weights(n_out, n_in, DType::BF16, 62);
+  StoredMatrix m = w.matrix(false);
+  const std::shared_ptr<const PackedMatrix> packed = PackedMatrix::of(m, false);
+  m.packed = packed.get();
+  EXPECT_EQ(m.row_slice(0, 8).packed, nullptr);  // a slice is another matrix
+  EXPECT_EQ(m.column_slice(0, 8).packed, nullptr);
+  for (const int64_t rows : {kDotProductRows, kDotProductRows + 1}) {
+    const std::vector<float> x = random_floats(rows * n_in, 63);
+    std::vector<float> y(rows * n_out), direct(rows * n_out);
+    project(x.data(), rows, m, false, 0.0f, y.data());
+    EXPECT_EQ(packed->is_packed(), rows > kDotProductRows) << rows << " rows";
+    if (rows > kDotProductRows) {
+      packed->multiply(x.data(), rows, 0.0f, direct.data());
+      EXPECT_EQ(y, direct);
+    }
+  }
+}
+
+// Each value of Y is the same sum on one thread, on two, in a team, and whatever the number of rows multiplied
+// with it: each block of columns is one single-threaded matmul whatever shares them out.
+TEST(Packed, SameBitsOnAnyThreadsAndRows) {
+  if (packed_products_kernel().empty()) GTEST_SKIP() << "no packed kernels: built without oneDNN, or not for this CPU";
+  const int64_t rows = 64, n_out = 1000, n_in = 600;  // 3.8e7 multiply-adds: split over the threads
+  const StoredWeights w = random_weights(n_out, n_in, DType::F32, 64);
+  const std::shared_ptr<const PackedMatrix> packed = PackedMatrix::of(w.matrix(false), false);
+  const std::vector<float> x = random_floats(rows * n_in, 65);
+  const int threads_before = omp_get_max_threads();
+  std::vector<float> y[3];
+  for (const int run : {0, 1, 2}) {
+    omp_set_num_threads(run == 0 ? 1 : 2);
+    y[run].assign(rows * n_out, 0.0f);
+    const auto multiply = [&] { packed->multiply(x.data(), rows, 0.0f, y[run].data()); };
+    if (run == 2)
+      with_team(multiply);
+    else
+      multiply();
+  }
+  omp_set_num_threads(threads_before);
+  EXPECT_EQ(y[1], y[0]) << "two threads";
+  EXPECT_EQ(y[2], y[0]) << "a team of two";
+  for (const int64_t some : {int64_t{5}, int64_t{16}, int64_t{17}}) {
+    std::vector<float> part(some * n_out);
+    packed->multiply(x.data(), some, 0.0f, part.data());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), y[0].begin())) << "the first " << some << " rows alone";
   }
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/serial_blas.h"
 #include "kernels/team.h"
 
@@ -120,6 +121,11 @@ void project(const float* x, int64_t rows, const StoredMatrix& w, bool transpose
   if (by_dots(rows, transposed)) {
     const Projection one{w, false, beta, y};
     project_by_dots(x, rows, {&one, 1});
+    return;
+  }
+  if (w.packed) {
+    TDYN_CHECK(w.packed->transposed() == transposed && w.packed->n_out() == n_out && w.packed->n_in() == n_in);
+    w.packed->multiply(x, rows, beta, y);
     return;
   }
   // A block of columns of Wᵀ is a column slice of the stored transpose, which a quantized row cannot give.

@@ -3,6 +3,7 @@
 //     the CPU has it), split over threads by output rows: each weight byte is read once, straight from the
 //     mapping, which is what bounds a decoding step; float32 matrices stored transposed (GPT-2 Conv1D) go to
 //     BLAS sgemv instead. (sgemm would first copy the whole matrix into its packed layout for those few rows.)
+//   * packed weights (kernels/packed_matrix.h), for many rows, go to oneDNN's matmul;
 //   * float32 weights, for many rows, go to BLAS sgemm in place;
 //   * other dtypes, for many rows (a prompt, an analysis sample), are widened one panel of rows at a time into
 //     a small per-thread float32 buffer that sgemm then multiplies: the cost of widening is shared by every row

@@ -46,6 +46,7 @@ StoredMatrix StoredMatrix::row_slice(int64_t first, int64_t n) const {
   StoredMatrix s = *this;
   s.data = row(first);
   s.rows = n;
+  s.packed = nullptr;
   return s;
 }
 
@@ -54,6 +55,7 @@ StoredMatrix StoredMatrix::column_slice(int64_t first, int64_t n) const {
   StoredMatrix s = *this;
   s.data = data + first * static_cast<int64_t>(dtype_size(dtype));
   s.cols = n;
+  s.packed = nullptr;
   return s;
 }
 

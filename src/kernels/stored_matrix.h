@@ -14,11 +14,16 @@
 
 namespace tdyn {
 
+class PackedMatrix;
+
 struct StoredMatrix {
   const std::byte* data = nullptr;
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
   int64_t row_bytes = 0;  // stride between rows (more than cols' bytes for a column slice)
+  // The same matrix packed for products of many rows (kernels/packed_matrix.h), owned by whoever owns the model's
+  // weights; null when it is not packed. A matrix bound in place of this one, or a slice of it, has none.
+  const PackedMatrix* packed = nullptr;
 
   // A dense float32 matrix [rows, cols] with leading dimension `ld` (≥ cols), not copied.
   static StoredMatrix of_floats(const float* data, int64_t rows, int64_t cols, int64_t ld);

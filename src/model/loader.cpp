@@ -1,11 +1,14 @@
 #include "model/loader.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -20,6 +23,7 @@
 #include "io/zip.h"
 #include "model/families.h"
 #include "model/finite.h"
+#include "kernels/packed_matrix.h"
 #include "kernels/stored_matrix.h"
 
 namespace tdyn {
@@ -105,6 +109,37 @@ bool starts_like_zip(const fs::path& path) {
   return looks_like_zip(std::string_view(head, 4));
 }
 
+// Every projection of the model, each role once (a stored matrix may fill several: ALBERT's shared layers).
+std::vector<Linear*> projections(ModelWeights& w) {
+  std::vector<Linear*> all{&w.embed_map, &w.ple_model_proj, &w.head_dense, &w.unembed};
+  for (LayerWeights& L : w.layers)
+    for (Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.ple_gate, &L.ple_proj}) all.push_back(l);
+  std::erase_if(all, [](const Linear* l) { return !*l; });
+  return all;
+}
+
+// LoadOptions::pack_weights: every projection to be packed at its first product of many rows, a stored matrix that
+// fills several roles once; none when their float32 copies could take more than a quarter of the machine's memory or
+// the build has no packed kernels.
+void pack_projections(ModelWeights& weights) {
+  using Key = std::tuple<const std::byte*, DType, int64_t, int64_t, int64_t, bool>;
+  const auto key = [](const Linear& l) { return Key{l.w.data, l.w.dtype, l.w.rows, l.w.cols, l.w.row_bytes, l.in_out}; };
+  std::map<Key, std::shared_ptr<const PackedMatrix>> packed;
+  int64_t bytes = 0;
+  for (const Linear* l : projections(weights))
+    if (packed.emplace(key(*l), nullptr).second) bytes += l->w.rows * l->w.cols * 4;
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (packed_products_kernel().empty() || bytes > memory / 4) return;
+  for (Linear* l : projections(weights)) {
+    std::shared_ptr<const PackedMatrix>& p = packed.at(key(*l));
+    if (!p) {
+      p = PackedMatrix::of(l->w, l->in_out);
+      weights.owners.push_back(p);
+    }
+    l->w.packed = p.get();
+  }
+}
+
 }  // namespace
 
 ModelConfig llama2c_config(const TensorStore& store) {
@@ -151,21 +186,31 @@ std::shared_ptr<const Model> with_float32_layer(std::shared_ptr<const Model> bas
   const std::shared_ptr<Model> variant = model_variant(base);
   Model& m = *variant;
   LayerWeights& L = m.weights.layers[layer];
-  bool widened = false;
+  const bool packing = !packed_products_kernel().empty();
+  bool changed = false;
   for (Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.ple_gate, &L.ple_proj}) {
+    if (!*l) continue;
+    if (packing) {
+      // Packed afresh, whether or not the base's matrices are to be: so the base never holds every layer's copy.
+      const std::shared_ptr<const PackedMatrix> packed = PackedMatrix::of(l->w, l->in_out);
+      l->w.packed = packed.get();
+      m.weights.owners.push_back(packed);
+      changed = true;
+      continue;
+    }
     // Left as stored: float32 (read in place, or widened a panel at a time only when misaligned) and the Conv1D
     // layout [in, out], whose panels split each output's sum along the inputs where a product over the whole copy
     // would not, so that its values would move by round-off. The others' products are the same either way.
-    if (!*l || l->w.dtype == DType::F32 || l->in_out) continue;
+    if (l->w.dtype == DType::F32 || l->in_out) continue;
     const StoredMatrix w = l->w;
     std::shared_ptr<float[]> storage(new float[w.rows * w.cols]);  // every element written below
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
     for (int64_t r = 0; r < w.rows; ++r) w.row_floats(r, 0, w.cols, storage.get() + r * w.cols);
     l->w = StoredMatrix::of_floats(storage.get(), w.rows, w.cols, w.cols);
     m.weights.owners.push_back(std::move(storage));
-    widened = true;
+    changed = true;
   }
-  return widened ? variant : base;
+  return changed ? variant : base;
 }
 
 int64_t Model::parameter_count() const {
@@ -214,6 +259,7 @@ std::shared_ptr<const Model> load_model(const fs::path& spec, const LoadOptions&
   }
   model->weights = bind_weights(model->config, model->store, family_table(model->config.family, model->config.format));
   if (options.check_finite) check_finite_weights(*model);
+  if (options.pack_weights) pack_projections(model->weights);
   return model;
 }
 

@@ -17,6 +17,11 @@ struct LoadOptions {
   // layer, element and value. It reads each weight once (for float32 checkpoints, which are otherwise mapped
   // lazily, that means the whole file at load); false skips it, e.g. to inspect a broken checkpoint.
   bool check_finite = true;
+  // Pack the projections for products of many rows (kernels/packed_matrix.h) when the build has oneDNN and their
+  // float32 copies would take at most a quarter of the machine's memory: a prompt's products then run near the FMA
+  // peak. Each matrix is packed at its first such product, into a float32 copy kept beside the stored matrix (which
+  // decoding still reads). The sample pass packs one layer at a time instead (with_float32_layer).
+  bool pack_weights = true;
 };
 
 struct Model {
@@ -36,10 +41,11 @@ std::shared_ptr<const Model> load_model(const fs::path& spec, const LoadOptions&
 // alive (a new matrix goes into weights.owners).
 std::shared_ptr<Model> model_variant(std::shared_ptr<const Model> base);
 
-// A variant of `base` whose layer `layer` reads float32 copies of its stored [out, in] projections (bf16, f16,
-// quantized), the same values in the same layout: products then read them in place instead of widening the stored
-// rows again on every product. Worth the layer's float32 size in memory when many sequences
-// run through one layer in turn (the sample pass). `base` itself when there is nothing to widen.
+// A variant of `base` whose layer `layer` reads float32 copies of its projections, the same values: products then
+// read them instead of widening the stored rows again on every product. With packed kernels in the build, every
+// projection of the layer gets a packed copy of its own (kernels/packed_matrix.h); without, the stored [out, in]
+// bf16, f16 and quantized ones are widened in their layout. Worth the layer's float32 size in memory when many
+// sequences run through one layer in turn (the sample pass). `base` itself when there is nothing to widen.
 std::shared_ptr<const Model> with_float32_layer(std::shared_ptr<const Model> base, int64_t layer);
 
 // Builds the config of a llama2.c legacy checkpoint from its header (llama2.c semantics: RMSNorm eps 1e-5,

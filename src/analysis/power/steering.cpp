@@ -13,6 +13,7 @@
 #include "analysis/layer_matrix.h"
 #include "core/error.h"
 #include "core/json_number.h"
+#include "kernels/packed_matrix.h"
 
 namespace tdyn {
 
@@ -57,8 +58,14 @@ std::shared_ptr<const Model> steered_model(std::shared_ptr<const Model> base, co
   const Eigen::MatrixXf stored = o.in_out ? steered : Eigen::MatrixXf(steered.transpose());
   auto storage = std::make_shared<std::vector<float>>(stored.data(), stored.data() + stored.size());
   m.weights.owners.push_back(storage);
-  m.weights.layers[s.layer].o.w = o.in_out ? StoredMatrix::of_floats(storage->data(), o.in, o.out, o.out)
-                                           : StoredMatrix::of_floats(storage->data(), o.out, o.in, o.in);
+  StoredMatrix& steered_o = m.weights.layers[s.layer].o.w;
+  steered_o = o.in_out ? StoredMatrix::of_floats(storage->data(), o.in, o.out, o.out)
+                       : StoredMatrix::of_floats(storage->data(), o.out, o.in, o.in);
+  if (o.w.packed) {  // products of the same kind as the base's, so that c = 0 still reproduces it bit for bit
+    const std::shared_ptr<const PackedMatrix> packed = PackedMatrix::of(steered_o, o.in_out);
+    m.weights.owners.push_back(packed);
+    steered_o.packed = packed.get();
+  }
   return variant;
 }
 
