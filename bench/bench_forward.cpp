@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   openblas_set_num_threads(threads);
   tdyn::LoadOptions options;
   options.check_finite = false;
+  options.pack_weights = true;  // many prompts through one model: the warm-up packs the weights
   const tdyn::Transformer model(tdyn::load_model(argv[1], options));
   const int64_t vocab = model.config().d_vocab;
   std::vector<int32_t> ids(n_tokens);

@@ -89,6 +89,7 @@ TEST(GlobalFlags, VersionListsTheCpusAlsoWhenThreadsAreBound) {
   ASSERT_EQ(test::run_cli("--version", &unbound), 0);
   EXPECT_EQ(unbound.rfind("tdyn ", 0), 0u) << unbound;
   EXPECT_NE(unbound.find("small float64 products: "), std::string::npos) << unbound;
+  EXPECT_NE(unbound.find("prompt products: "), std::string::npos) << unbound;
   ASSERT_NE(cpus(unbound), "") << unbound;
   ::setenv("OMP_PROC_BIND", "true", 1);
   const int code = test::run_cli("--version", &bound);

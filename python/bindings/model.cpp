@@ -267,10 +267,11 @@ Positions outside a sample are skipped for that sample.)doc")
 
   m.def(
       "load",
-      [](const std::string& path, bool allow_unknown_config_keys, bool check_weights) {
+      [](const std::string& path, bool allow_unknown_config_keys, bool check_weights, bool pack_weights) {
         LoadOptions options;
         options.config.allow_unknown_keys = allow_unknown_config_keys;
         options.check_finite = check_weights;
+        options.pack_weights = pack_weights;
         std::shared_ptr<const Model> model;
         {
           py::gil_scoped_release release;
@@ -279,10 +280,14 @@ Positions outside a sample are skipped for that sample.)doc")
         return PyModel(std::move(model), options);
       },
       py::arg("path"), py::arg("allow_unknown_config_keys") = false, py::arg("check_weights") = true,
+      py::arg("pack_weights") = false,
       "Loads a checkpoint: a Hugging Face directory (config.json + safetensors or pytorch_model.bin, sharded or "
       "not), a llama2.c .bin "
       "or a .gguf file. Weights stay memory-mapped. Unknown config.json keys are an error unless allowed; a NaN or "
-      "Inf weight is an error naming the tensor unless check_weights=False.");
+      "Inf weight is an error naming the tensor unless check_weights=False. pack_weights=True, for a session that "
+      "runs many prompts: each projection is packed at the first prompt for oneDNN's matmul (when tdyn was built "
+      "with it; tdyn.packed_products names its kernels, empty without), a float32 copy beside the stored weights, and later prompts' products run "
+      "near the FMA peak; their values move by float32 round-off.");
 }
 
 }  // namespace tdyn::python

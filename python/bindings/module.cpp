@@ -4,6 +4,7 @@
 
 #include "analysis/samples.h"
 #include "core/error.h"
+#include "kernels/packed_matrix.h"
 
 namespace tdyn::python {
 
@@ -47,6 +48,7 @@ normality, effective ranks, Schur surgery) and simulate self-attention as a part
 numpy arrays: float32 for activations (as the forward pass computes), float64 for analyses.
 Errors in user data (files, shapes, ids, options) raise tdyn.Error with the library's message.)doc";
   m.attr("__version__") = TDYN_VERSION;
+  m.attr("packed_products") = tdyn::packed_products_kernel();
   py::register_exception<tdyn::Error>(m, "Error", PyExc_RuntimeError).attr("__doc__") =
       "A problem with user data (a file, a shape, an id, an option); the message names what and where.";
   m.def("default_corpus", [] { return tdyn::default_corpus().string(); },

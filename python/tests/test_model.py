@@ -63,6 +63,20 @@ class ForwardTest(unittest.TestCase):
             name = f"blocks.{l}.hook_resid_post"
             support.assert_close_to_ref(self, hooks[name], r[f"seq0.{name}"], 1e-4, 2e-5, name)
 
+    def test_packed_weights_give_the_same_logits(self):
+        """pack_weights=True: products take packed copies (GPT-2's Conv1D layout here); the logits are the
+        unpacked model's up to float32 round-off, and the same at every prompt."""
+        if not tdyn.packed_products:
+            self.skipTest("tdyn was built without oneDNN's packed kernels")
+        r = refs("gpt2")
+        ids = r["seq0.input_ids"]
+        plain = tdyn.load(fixture("gpt2")).run(ids)[0]
+        packed = tdyn.load(fixture("gpt2"), pack_weights=True)
+        first, second = packed.run(ids)[0], packed.run(ids)[0]
+        np.testing.assert_array_equal(first, second)
+        support.assert_close(self, first, plain, 1e-5, 1e-5, "packed against unpacked logits")
+        support.assert_close_to_ref(self, first, r["seq0.logits"], 1e-4, 2e-5, "packed logits")
+
     def test_token_types(self):
         r = refs("bert")
         m = tdyn.load(fixture("bert"))

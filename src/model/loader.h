@@ -17,11 +17,13 @@ struct LoadOptions {
   // layer, element and value. It reads each weight once (for float32 checkpoints, which are otherwise mapped
   // lazily, that means the whole file at load); false skips it, e.g. to inspect a broken checkpoint.
   bool check_finite = true;
-  // Pack the projections for products of many rows (kernels/packed_matrix.h) when the build has oneDNN and their
-  // float32 copies would take at most a quarter of the machine's memory: a prompt's products then run near the FMA
-  // peak. Each matrix is packed at its first such product, into a float32 copy kept beside the stored matrix (which
-  // decoding still reads). The sample pass packs one layer at a time instead (with_float32_layer).
-  bool pack_weights = true;
+  // Pack every projection for products of many rows (kernels/packed_matrix.h), each at its first such product, when
+  // the build has oneDNN and their float32 copies would take at most a quarter of the machine's memory: for a model
+  // that runs many prompts, whose products then run near the FMA peak. Packing a matrix costs about a prompt's
+  // product by it, and memory its float32 size beside the stored matrix (which decoding still reads); values move by
+  // float32 round-off against the unpacked products. Off by default, so that one prompt (`tdyn run`) costs no more.
+  // The sample pass packs the layer it runs whatever this says (with_float32_layer).
+  bool pack_weights = false;
 };
 
 struct Model {

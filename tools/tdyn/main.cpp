@@ -20,6 +20,7 @@
 #include "analysis/pass/source.h"
 #include "core/error.h"
 #include "core/ranks.h"
+#include "kernels/packed_matrix.h"
 #include "linalg/gemm.h"
 #include "report/progress.h"
 
@@ -161,8 +162,11 @@ static std::string version_text() {
     const char* value = std::getenv(name);
     return fmt::format("{}={}", name, value ? value : "(unset)");
   };
-  return fmt::format("tdyn {}\nsmall float64 products: {}; MPI: {}\nCPUs: {} ({} OpenMP threads by default)\nruntime: {} {} {}",
-                     TDYN_VERSION, tdyn::linalg::small_product_kernels(), mpi, allowed.empty() ? "unknown" : allowed,
+  const std::string packed = tdyn::packed_products_kernel();
+  return fmt::format("tdyn {}\nprompt products: {}; small float64 products: {}; MPI: {}\nCPUs: {} ({} OpenMP threads by "
+                     "default)\nruntime: {} {} {}",
+                     TDYN_VERSION, packed.empty() ? "OpenBLAS sgemm" : packed + ", weights packed",
+                     tdyn::linalg::small_product_kernels(), mpi, allowed.empty() ? "unknown" : allowed,
                      omp_get_max_threads(), setting("GOMP_SPINCOUNT"), setting("OMP_WAIT_POLICY"), setting("GLIBC_TUNABLES"));
 }
 
