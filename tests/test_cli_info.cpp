@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "kernels/packed_matrix.h"
 #include "test_util.h"
 
 namespace tdyn {
@@ -100,6 +101,24 @@ TEST(GlobalFlags, VersionListsTheCpusAlsoWhenThreadsAreBound) {
 
 // tdyn starts again with a short OpenMP spin and malloc on huge pages unless the user chose otherwise, keeping the
 // user's other glibc tunables (tools/tdyn/main.cpp); --version shows what the running process has.
+// --version names what multiplies prompts: oneDNN's packed kernels where this build and CPU have them, else OpenBLAS,
+// which is also what a CPU limited to AVX2 gets (oneDNN 2.6 packs weights only for AVX-512).
+TEST(GlobalFlags, VersionNamesThePromptProducts) {
+  std::string text;
+  ASSERT_EQ(test::run_cli("--version", &text), 0);
+  const std::string kernel = packed_products_kernel();
+  if (kernel.empty()) {
+    EXPECT_NE(text.find("prompt products: OpenBLAS sgemm;"), std::string::npos) << text;
+    GTEST_SKIP() << "no packed kernels in this build or on this CPU: the AVX2 limit changes nothing";
+  }
+  EXPECT_NE(text.find("prompt products: " + kernel + ", weights packed;"), std::string::npos) << text;
+  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  const int code = test::run_cli("--version", &text);
+  ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  ASSERT_EQ(code, 0);
+  EXPECT_NE(text.find("prompt products: OpenBLAS sgemm;"), std::string::npos) << text;
+}
+
 TEST(GlobalFlags, RestartAddsTheRuntimeSettingsTheUserDidNotChoose) {
   const char* names[] = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "GLIBC_TUNABLES"};
   std::map<std::string, std::optional<std::string>> saved;

@@ -168,8 +168,10 @@ std::string packed_products_kernel() {
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(dense(16, 256), any, dense(16, PackedMatrix::kPackedColumns)),
                                             cpu_engine());
       const std::string impl = pd.impl_info_str();
-      // oneDNN's reference implementation accepts every layout, at a fraction of sgemm's speed.
-      if (impl.rfind("ref", 0) == 0) return std::string();
+      // Only the brgemm kernels read a blocked layout. oneDNN 2.6 has them for AVX-512 CPUs; on AVX2 its matmul runs
+      // a gemm that repacks the weights on every call, at 40-50 % of the FMA peak on some of the forward's shapes
+      // where OpenBLAS ran at 80-85 % (docs/performance.md), and its reference implementation is slower still.
+      if (impl.rfind("brg", 0) != 0) return std::string();
       const dnnl_version_t* v = dnnl_version();
       return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + ", " + impl;
     } catch (const dnnl::error&) {
