@@ -249,7 +249,7 @@ TEST(FixturePass, Float32LayerHoldsTheStoredValues) {
 }
 
 // Packed products (LoadOptions::pack_weights) give the unpacked model's logits up to float32 round-off; a matrix is
-// packed at the first prompt that multiplies it, and decoding alone packs nothing.
+// packed at the first prompt that multiplies it, decoding alone packs nothing, and the pass uses the model's copies.
 TEST(FixturePass, PackedModelRunsAsUnpacked) {
   TDYN_REQUIRE_SHARED("fixtures/llama/bf16");
   if (packed_products_kernel().empty()) GTEST_SKIP() << "no packed kernels: built without oneDNN, or not for this CPU";
@@ -260,6 +260,7 @@ TEST(FixturePass, PackedModelRunsAsUnpacked) {
   const PackedMatrix* q = packed->weights.layers[0].q.w.packed;
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(unpacked->weights.layers[0].q.w.packed, nullptr);
+  EXPECT_EQ(with_float32_layer(packed, 0).get(), packed.get()) << "the pass would pack a layer the model holds packed";
   const Transformer t_packed(packed), t_unpacked(unpacked);
   const std::vector<int32_t> one = {5}, prompt = {1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45};
   t_packed.forward(one);

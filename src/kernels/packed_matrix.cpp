@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "kernels/products.h"
 #include "kernels/team.h"
 
 #ifdef TDYN_HAVE_DNNL
@@ -24,9 +25,6 @@ struct PackedMatrix::Block {
 namespace {
 
 using dnnl::memory;
-
-// Products of at least this many multiply-adds are spread over the threads (as products.cpp splits sgemm's).
-constexpr int64_t kSplitWork = int64_t{1} << 20;
 
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);

@@ -16,9 +16,7 @@ namespace {
 
 // Floats in a widened panel: 4 MiB per thread, large enough for sgemm to run at full speed.
 constexpr int64_t kPanelFloats = int64_t{1} << 20;
-// Products of at least this many multiply-adds (for many rows of X) are split over the threads, in blocks of
-// this many columns of Y (a multiple of sgemm's register block).
-constexpr int64_t kSplitWork = int64_t{1} << 20;
+// Products split over the threads take blocks of this many columns of Y (a multiple of sgemm's register block).
 constexpr int64_t kColumnBlock = 64;
 
 void sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,

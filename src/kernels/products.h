@@ -24,6 +24,9 @@ namespace tdyn {
 // enough rows that sgemm's speed wins over reading the stored bytes directly.
 constexpr int64_t kDotProductRows = 4;
 
+// Products of many rows of X with at least this many multiply-adds are split over the threads (packed or not).
+constexpr int64_t kSplitWork = int64_t{1} << 20;
+
 // Y[rows, n_out] = X[rows, n_in] Wᵀ + beta Y, W the nn.Linear matrix [n_out, n_in]: `w` itself, or with
 // `transposed` w stores Wᵀ [n_in, n_out] (GPT-2 Conv1D). beta is 0 or 1; with beta 0, Y need not be initialised.
 // Y must not alias X.

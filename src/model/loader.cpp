@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -109,11 +110,16 @@ bool starts_like_zip(const fs::path& path) {
   return looks_like_zip(std::string_view(head, 4));
 }
 
-// Every projection of the model, each role once (a stored matrix may fill several: ALBERT's shared layers).
+// A layer's projections, bound or not.
+std::array<Linear*, 9> layer_projections(LayerWeights& L) {
+  return {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.ple_gate, &L.ple_proj};
+}
+
+// Every bound projection of the model, each role once (a stored matrix may fill several: ALBERT's shared layers).
 std::vector<Linear*> projections(ModelWeights& w) {
   std::vector<Linear*> all{&w.embed_map, &w.ple_model_proj, &w.head_dense, &w.unembed};
   for (LayerWeights& L : w.layers)
-    for (Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.ple_gate, &L.ple_proj}) all.push_back(l);
+    for (Linear* l : layer_projections(L)) all.push_back(l);
   std::erase_if(all, [](const Linear* l) { return !*l; });
   return all;
 }
@@ -188,10 +194,10 @@ std::shared_ptr<const Model> with_float32_layer(std::shared_ptr<const Model> bas
   LayerWeights& L = m.weights.layers[layer];
   const bool packing = !packed_products_kernel().empty();
   bool changed = false;
-  for (Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.ple_gate, &L.ple_proj}) {
-    if (!*l) continue;
+  for (Linear* l : layer_projections(L)) {
+    if (!*l || l->w.packed) continue;  // the base's own copy (LoadOptions::pack_weights) serves
     if (packing) {
-      // Packed afresh, whether or not the base's matrices are to be: so the base never holds every layer's copy.
+      // A copy of the variant's own: the base, unless it packs itself, never holds every layer's.
       const std::shared_ptr<const PackedMatrix> packed = PackedMatrix::of(l->w, l->in_out);
       l->w.packed = packed.get();
       m.weights.owners.push_back(packed);
